@@ -1,0 +1,3 @@
+"""SLM Lab: a spec-driven deep reinforcement learning lab."""
+
+__version__ = '0.1.0'

@@ -1,0 +1,1 @@
+"""Small shared helpers: io, logging, math, decay schedules."""

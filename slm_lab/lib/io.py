@@ -8,6 +8,9 @@ from typing import Callable
 
 import ujson
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 
 def atomic_write_with(path: str | os.PathLike, write_fn: Callable[[str], None]) -> None:
     """Call write_fn(tmp_path) to write a temporary file beside `path`, fsync it, then rename it
@@ -17,6 +20,7 @@ def atomic_write_with(path: str | os.PathLike, write_fn: Callable[[str], None]) 
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         write_fn(tmp)
         with open(tmp, 'rb+') as f:
             os.fsync(f.fileno())

@@ -1,0 +1,64 @@
+"""Command line of the lab: python run_lab.py [SPEC_FILE SPEC_NAME MODE] [-s KEY=VALUE ...]"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
+EXIT_INTERRUPTED = 130
+
+HELP = """\
+Train, resume, replay and search deep RL agents from JSON specs.
+
+With no arguments, runs the demo: spec/demo.json ppo_cartpole train (PPO on CartPole, ~1 minute).
+
+modes:
+  train             train a spec; writes data/{spec_name}_{timestamp}/
+  dev               one session, debug logs, and a check that training changes the network
+  train@latest      (later version) resume the newest run of this spec
+  train@<run dir>   (later version) resume that run
+  enjoy@<spec>      (later version) replay a trained session
+  search            (later version) hyperparameter search
+
+examples:
+  python run_lab.py spec/demo.json ppo_cartpole train
+  python run_lab.py spec/benchmark/dqn/dqn_cartpole.json dqn_cartpole dev -s env.max_frame=2000
+  python run_lab.py my_spec.json my_ppo train -s agent.net.optim_spec.lr=3e-4 -s lr=3e-4
+"""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog='run_lab.py', description=HELP,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('spec_file', nargs='?', help='path of a JSON spec file')
+    parser.add_argument('spec_name', nargs='?', help='name of a spec in that file')
+    parser.add_argument('mode', nargs='?', help='dev | train (see modes above)')
+    parser.add_argument('-s', '--set', dest='overrides', action='append', default=[], metavar='KEY=VALUE',
+                        help='override a spec value by dotted path (env.max_frame=20000), or fill a ${KEY} '
+                             'placeholder of the spec; repeatable; recorded in the saved spec')
+    args = parser.parse_args(argv)
+    given = [a for a in (args.spec_file, args.spec_name, args.mode) if a is not None]
+    if not given:
+        args.spec_file, args.spec_name, args.mode = DEMO
+    elif len(given) < 3:
+        parser.error('give SPEC_FILE SPEC_NAME MODE, or no arguments for the demo')
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from slm_lab.lib.errors import LabError
+    try:
+        from slm_lab import lab
+        lab.run(args.spec_file, args.spec_name, args.mode, args.overrides)
+    except LabError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print('interrupted: the records written so far are kept', file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

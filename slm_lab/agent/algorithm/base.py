@@ -1,0 +1,142 @@
+"""Algorithm base class: the contract between the Session loop and each RL algorithm."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from slm_lab.agent.algorithm import policy_util
+from slm_lab.lib.decay import Schedule, schedule_field
+from slm_lab.lib.schema import Field
+
+BASE_SCHEMA = {
+    'name': Field((str,), doc='algorithm class'),
+    'action_pdtype': Field((str,), 'default', choices=policy_util.PDTYPES + policy_util.PLANNED_PDTYPES,
+                           doc='action distribution'),
+    'action_policy': Field((str,), 'default', choices=policy_util.ACTION_POLICIES, doc='how actions are drawn'),
+    'explore_var_spec': schedule_field('schedule of epsilon (epsilon_greedy) or temperature (boltzmann)'),
+    'gamma': Field((float,), 0.99, min=0, max=1, doc='discount factor'),
+}
+
+
+class Algorithm:
+    """One RL algorithm: builds its nets, acts, and trains from its memory.
+
+    The Session calls, per vector step: `act(obs)` then `update(obs, action, reward, next_obs,
+    terminated, truncated)`; `update` stores the transition in memory and trains when due,
+    returning the training metrics of that update (or None).
+    Everything that shapes what happens next is in `state_dict()`.
+    """
+
+    spec_schema: dict = BASE_SCHEMA
+    requires: tuple = ('memory', 'net')  # spec sections this algorithm needs
+    memory_names: tuple | None = None  # memories it can use (None: any)
+    continuous_ok: bool = False  # whether it supports Box actions
+
+    @classmethod
+    def check_spec(cls, spec: dict) -> None:
+        """Cross-key checks on a validated spec (raise SpecError)."""
+        pdtype = spec['agent']['algorithm'].get('action_pdtype', 'default')
+        if pdtype in policy_util.PLANNED_PDTYPES:
+            from slm_lab.lib.errors import SpecError
+            raise SpecError(f"agent.algorithm.action_pdtype: '{pdtype}' is not implemented in this version yet; "
+                            f'available: {", ".join(policy_util.PDTYPES)}')
+
+    def __init__(self, agent_spec: dict, env_spec: dict, obs_space: gym.Space, action_space: gym.Space,
+                 num_envs: int, clock, memory, seed: int):
+        self.algorithm_spec = agent_spec['algorithm']
+        self.net_spec = agent_spec.get('net')
+        self.env_spec = env_spec
+        self.obs_space, self.action_space = obs_space, action_space
+        self.num_envs = num_envs
+        self.clock = clock
+        self.memory = memory
+        self.rng = np.random.default_rng(seed)
+        self.gamma = self.algorithm_spec.get('gamma', 0.99)
+        self.action_policy = self.algorithm_spec.get('action_policy', 'default')
+        self.explore_var = Schedule(self.algorithm_spec.get('explore_var_spec'))
+        self.entropy_coef = Schedule(self.algorithm_spec.get('entropy_coef_spec'))
+        self.pdtype = policy_util.check_action_space(action_space, self.algorithm_spec, type(self).__name__,
+                                                     self.continuous_ok)
+        self.in_dim = int(np.prod(obs_space.shape))
+        self.act_dim = policy_util.action_dim(action_space)
+        self.device = torch.device('cpu')
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.lr_schedulers: dict = {}
+
+    # --- acting -------------------------------------------------------------------------------
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Actions for a batch of observations (N, *obs_shape), as the env takes them."""
+        raise NotImplementedError
+
+    def act_greedy(self, obs: np.ndarray) -> np.ndarray:
+        """Greedy (argmax / mean) actions, for evaluation and replay."""
+        raise NotImplementedError
+
+    # --- training -----------------------------------------------------------------------------
+    def update(self, obs, action, reward, next_obs, terminated, truncated) -> dict | None:
+        """Store one vector step in memory and train when due. Returns training metrics or None."""
+        raise NotImplementedError
+
+    def nets(self) -> dict[str, torch.nn.Module]:
+        """Every module whose weights are trained or used (target nets too), by name."""
+        return {}
+
+    def current_lr(self) -> float:
+        """Learning rate of the first optimizer (NaN if none)."""
+        for opt in self.optimizers.values():
+            return float(opt.param_groups[0]['lr'])
+        return float('nan')
+
+    def schedule_values(self) -> dict:
+        """The scheduled coefficients at the current frame, for the records."""
+        frame = self.clock.frame
+        return {'explore_var': self.explore_var.value(frame), 'entropy_coef': self.entropy_coef.value(frame)}
+
+    def tensor(self, x: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+
+    def step_optimizers(self, loss: torch.Tensor) -> float:
+        """Backward, clip gradients to net.clip_grad_val, step every optimizer; returns the
+        gradient norm before clipping and counts one optimizer step on the clock."""
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for opt in self.optimizers.values() for g in opt.param_groups for p in g['params']]
+        clip = self.net_spec.get('clip_grad_val') if self.net_spec else None
+        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float('inf'))
+        for opt in self.optimizers.values():
+            opt.step()
+        self.clock.tick_opt_step()
+        return float(norm)
+
+    def step_lr_schedulers(self) -> None:
+        for sched in self.lr_schedulers.values():
+            sched.step()
+
+    # --- state ----------------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        """Algorithm counters beyond nets and optimizers (override to add)."""
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {
+            'nets': {k: v.state_dict() for k, v in self.nets().items()},
+            'optimizers': {k: v.state_dict() for k, v in self.optimizers.items()},
+            'lr_schedulers': {k: v.state_dict() for k, v in self.lr_schedulers.items()},
+            'rng': self.rng.bit_generator.state,
+            'extra': self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for k, net in self.nets().items():
+            net.load_state_dict(state['nets'][k])
+        for k, opt in self.optimizers.items():
+            opt.load_state_dict(state['optimizers'][k])
+        for k, sched in self.lr_schedulers.items():
+            sched.load_state_dict(state['lr_schedulers'][k])
+        self.rng.bit_generator.state = state['rng']
+        self.load_extra_state(state['extra'])

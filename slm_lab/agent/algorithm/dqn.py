@@ -1,0 +1,151 @@
+"""The DQN family (Mnih et al. 2015; van Hasselt et al. 2016) on a Replay memory.
+
+For a sampled batch (B transitions):
+  VanillaDQN: y = r + gamma * (1 - terminated) * max_a' Q(s', a')                (online net)
+  DQN:        y = r + gamma * (1 - terminated) * max_a' Q_target(s', a')
+  DoubleDQN:  y = r + gamma * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))
+  loss = loss_fn(Q(s, a), y)
+Every training_frequency frames (once training_start_step transitions are stored): training_iter
+batches, each used for training_batch_iter gradient steps. The target net follows the online net
+every update_frequency frames: a copy (replace) or target <- polyak_coef*target + (1-polyak_coef)*online.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from slm_lab.agent.algorithm import policy_util
+from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.agent.net import MLPNet, net_util
+from slm_lab.lib.decay import schedule_field
+from slm_lab.lib.schema import Field
+
+
+class VanillaDQN(Algorithm):
+    """Q-learning with a replay memory and no target net."""
+
+    spec_schema = {
+        **BASE_SCHEMA,
+        'action_pdtype': Field((str,), 'Argmax', choices=policy_util.PDTYPES + policy_util.PLANNED_PDTYPES,
+                               doc='action distribution'),
+        'action_policy': Field((str,), 'epsilon_greedy', choices=policy_util.ACTION_POLICIES,
+                               doc='how actions are drawn'),
+        'explore_var_spec': schedule_field('schedule of epsilon (epsilon_greedy) or temperature (boltzmann)',
+                                           default={'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.05,
+                                                    'start_step': 0, 'end_step': 10000}),
+        'training_batch_iter': Field((int,), 1, min=1, doc='gradient steps per sampled batch'),
+        'training_iter': Field((int,), 1, min=1, doc='batches sampled per training'),
+        'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
+        'training_start_step': Field((int,), 32, min=1, doc='transitions in memory before training starts'),
+    }
+    memory_names = ('Replay',)
+    uses_target_net = False
+    double = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        spec, net_spec = self.algorithm_spec, self.net_spec
+        self.device = net_util.get_device(net_spec['gpu'])
+        self.net = MLPNet(net_spec, self.in_dim, self.act_dim).to(self.device)
+        self.target_net = copy.deepcopy(self.net) if self.uses_target_net else None
+        if self.target_net is not None:
+            self.target_net.requires_grad_(False)
+        self.optimizers = {'net': net_util.make_optimizer(self.net.parameters(), net_spec['optim_spec'])}
+        sched = net_util.make_lr_scheduler(self.optimizers['net'], net_spec['lr_scheduler_spec'], self.clock)
+        self.lr_schedulers = {'net': sched} if sched else {}
+        self.loss_fn = net_util.make_loss(net_spec['loss_spec'])
+        self.training_frequency = spec['training_frequency']
+        self.training_start_step = spec['training_start_step']
+        self.training_iter, self.training_batch_iter = spec['training_iter'], spec['training_batch_iter']
+        self.update_type, self.update_frequency = net_spec['update_type'], net_spec['update_frequency']
+        self.polyak_coef = net_spec['polyak_coef']
+
+    def nets(self):
+        nets = {'net': self.net}
+        if self.target_net is not None:
+            nets['target_net'] = self.target_net
+        return nets
+
+    @torch.no_grad()
+    def act(self, obs):
+        epsilon = self.explore_var.value(self.clock.frame)
+        if self.action_policy == 'epsilon_greedy':
+            # draw exploration first, so a fully random step skips the forward pass
+            explore = self.rng.random(len(obs)) < epsilon
+            random_actions = self.rng.integers(0, self.act_dim, size=len(obs))
+            if explore.all():
+                return random_actions
+            greedy = self.net(self.tensor(obs)).argmax(dim=-1).cpu().numpy()
+            return torch.where(torch.as_tensor(explore), torch.as_tensor(random_actions),
+                               torch.as_tensor(greedy)).numpy()
+        out = self.net(self.tensor(obs))
+        head = policy_util.PolicyHead(self.pdtype, self.act_dim)
+        actions = policy_util.sample_actions(out, head, self.action_policy, epsilon, self.rng, self.act_dim)
+        return policy_util.to_env_actions(actions, self.action_space)
+
+    @torch.no_grad()
+    def act_greedy(self, obs):
+        return self.net(self.tensor(obs)).argmax(dim=-1).cpu().numpy()
+
+    def update(self, obs, action, reward, next_obs, terminated, truncated):
+        self.memory.add(obs, action, reward, next_obs, terminated, truncated)
+        metrics = None
+        if len(self.memory) >= self.training_start_step and self._crossed_next(self.training_frequency):
+            metrics = self.train()
+        if self.target_net is not None and self._crossed_next(self.update_frequency):
+            self.update_target()
+        return metrics
+
+    def _crossed_next(self, frequency: int) -> bool:
+        """Whether this vector step (ticked on the clock after update) crosses a multiple of
+        `frequency` frames."""
+        frame = self.clock.frame + self.num_envs  # the frame count once this step is ticked
+        return frame // frequency > self.clock.frame // frequency
+
+    @torch.no_grad()
+    def q_targets(self, rewards, next_states, terminateds) -> torch.Tensor:
+        """y = r + gamma * (1 - terminated) * next-state value, per the variant (see module doc)."""
+        if self.target_net is None:
+            next_q = self.net(next_states).max(dim=-1).values
+        elif self.double:
+            best = self.net(next_states).argmax(dim=-1, keepdim=True)
+            next_q = self.target_net(next_states).gather(-1, best).squeeze(-1)
+        else:
+            next_q = self.target_net(next_states).max(dim=-1).values
+        return rewards + self.gamma * (1.0 - terminateds) * next_q
+
+    def train(self) -> dict:
+        losses, norms = [], []
+        for _ in range(self.training_iter):
+            batch = self.memory.sample()
+            states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
+            actions = torch.as_tensor(batch.actions, device=self.device).long().unsqueeze(-1)
+            targets = self.q_targets(self.tensor(batch.rewards), next_states, self.tensor(batch.terminateds))
+            for _ in range(self.training_batch_iter):
+                q = self.net(states).gather(-1, actions).squeeze(-1)
+                loss = self.loss_fn(q, targets)
+                norms.append(self.step_optimizers(loss))
+                losses.append(loss.detach())
+        self.step_lr_schedulers()
+        return {'loss': float(torch.stack(losses).mean()), 'grad_norm': sum(norms) / len(norms)}
+
+    @torch.no_grad()
+    def update_target(self) -> None:
+        if self.update_type == 'replace':
+            self.target_net.load_state_dict(self.net.state_dict())
+        else:
+            for tp, p in zip(self.target_net.parameters(), self.net.parameters()):
+                tp.mul_(self.polyak_coef).add_(p, alpha=1.0 - self.polyak_coef)
+
+
+class DQN(VanillaDQN):
+    """DQN with a target net for the bootstrap value."""
+
+    uses_target_net = True
+
+
+class DoubleDQN(DQN):
+    """Double DQN: the online net picks the next action, the target net values it."""
+
+    double = True

@@ -1,0 +1,106 @@
+"""REINFORCE (Williams 1992): Monte-Carlo policy gradient with an entropy bonus.
+
+loss = -mean_t[ log pi(a_t|s_t) * G_t ] - entropy_coef * mean_t[ H(pi(.|s_t)) ]
+G_t = sum_k gamma^k r_{t+k} to the end of the episode (centred over the batch when center_return).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from slm_lab.agent.algorithm import policy_util
+from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.agent.memory import OnPolicyBatchReplay
+from slm_lab.agent.net import MLPNet, net_util
+from slm_lab.lib.decay import schedule_field
+from slm_lab.lib.schema import Field
+
+
+def discounted_returns(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
+    """Returns-to-go over a (T,) or (T, N) sequence, restarting after each done (1.0)."""
+    returns = np.zeros_like(rewards, dtype=np.float32)
+    running = np.zeros_like(rewards[0], dtype=np.float32)
+    for t in range(len(rewards) - 1, -1, -1):
+        running = rewards[t] + gamma * running * (1.0 - dones[t])
+        returns[t] = running
+    return returns
+
+
+class Reinforce(Algorithm):
+    """Policy gradient from whole episodes (OnPolicyReplay) or fixed batches (OnPolicyBatchReplay,
+    returns cut at the batch end)."""
+
+    spec_schema = {
+        **BASE_SCHEMA,
+        'center_return': Field((bool,), True, doc='subtract the batch mean from the returns (a baseline)'),
+        'normalize_return': Field((bool,), False, doc='also divide the centred returns by their std'),
+        'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
+        'training_frequency': Field((int,), 1, min=1,
+                                    doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per update'),
+    }
+    memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay')
+    continuous_ok = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        spec = self.algorithm_spec
+        self.device = net_util.get_device(self.net_spec['gpu'])
+        self.net = MLPNet(self.net_spec, self.in_dim, self.act_dim, out_gains=[0.01]).to(self.device)
+        self.head = policy_util.PolicyHead(self.pdtype, self.act_dim).to(self.device)
+        self.optimizers = {'net': net_util.make_optimizer(
+            list(self.net.parameters()) + list(self.head.parameters()), self.net_spec['optim_spec'])}
+        sched = net_util.make_lr_scheduler(self.optimizers['net'], self.net_spec['lr_scheduler_spec'], self.clock)
+        self.lr_schedulers = {'net': sched} if sched else {}
+        self.training_frequency = spec['training_frequency']
+        self.center_return, self.normalize_return = spec['center_return'], spec['normalize_return']
+
+    def nets(self):
+        return {'net': self.net, 'head': self.head}
+
+    @torch.no_grad()
+    def act(self, obs):
+        out = self.net(self.tensor(obs))
+        actions = policy_util.sample_actions(out, self.head, self.action_policy,
+                                             self.explore_var.value(self.clock.frame), self.rng, self.act_dim)
+        return policy_util.to_env_actions(actions, self.action_space)
+
+    @torch.no_grad()
+    def act_greedy(self, obs):
+        out = self.net(self.tensor(obs))
+        return policy_util.to_env_actions(policy_util.PolicyHead.greedy(out, self.pdtype), self.action_space)
+
+    def update(self, obs, action, reward, next_obs, terminated, truncated):
+        self.memory.add(obs, action, reward, next_obs, terminated, truncated)
+        if isinstance(self.memory, OnPolicyBatchReplay):
+            if not self.memory.size >= self.training_frequency:
+                return None
+            batch = self.memory.sample()
+            dones = np.maximum(batch['terminateds'], batch['truncateds'])
+            returns = discounted_returns(batch['rewards'], dones, self.gamma).reshape(-1)
+            states = batch['states'].reshape((-1,) + batch['states'].shape[2:])
+            actions = batch['actions'].reshape((-1,) + batch['actions'].shape[2:])
+        else:
+            if self.memory.num_finished < self.training_frequency:
+                return None
+            batch = self.memory.sample()
+            returns = discounted_returns(batch['rewards'], batch['dones'], self.gamma)
+            states, actions = batch['states'], batch['actions']
+        return self.train(states, actions, returns)
+
+    def train(self, states: np.ndarray, actions: np.ndarray, returns: np.ndarray) -> dict:
+        """One gradient step on a batch: states (B, obs), actions (B,) or (B, act_dim), returns (B,)."""
+        returns = self.tensor(returns)
+        if self.center_return:
+            returns = returns - returns.mean()
+            if self.normalize_return and len(returns) > 1:
+                returns = returns / (returns.std() + 1e-8)
+        pd = self.head.distribution(self.net(self.tensor(states)))
+        actions_t = torch.as_tensor(actions, device=self.device)
+        log_probs = pd.log_prob(actions_t if self.pdtype == 'Normal' else actions_t.long())
+        entropy = pd.entropy().mean()
+        entropy_coef = self.entropy_coef.value(self.clock.frame)
+        entropy_coef = 0.0 if np.isnan(entropy_coef) else entropy_coef
+        loss = -(log_probs * returns).mean() - entropy_coef * entropy
+        grad_norm = self.step_optimizers(loss)
+        self.step_lr_schedulers()
+        return {'loss': float(loss), 'entropy': float(entropy), 'grad_norm': grad_norm}

@@ -1,0 +1,80 @@
+"""MLPNet: a multi-layer perceptron with one or more output heads."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from slm_lab.agent.net import net_util
+from slm_lab.lib.schema import Field
+
+NET_SCHEMA = {
+    'type': Field((str,), doc='network class: MLPNet'),
+    'shared': Field((bool,), False, doc='actor-critic: one body with a policy head and a value head'),
+    'hid_layers': Field((list,), [64, 64], item_type=int, doc='hidden layer widths'),
+    'hid_layers_activation': Field((str,), 'relu', choices=tuple(net_util.ACTIVATIONS),
+                                   doc='activation after each hidden layer'),
+    'out_layer_activation': Field((str,), None, nullable=True, choices=tuple(net_util.ACTIVATIONS),
+                                  doc='activation on the output layer (null: none)'),
+    'init_fn': Field((str,), None, nullable=True, choices=net_util.INIT_FNS,
+                     doc='torch.nn.init function for weights (null: torch default)'),
+    'clip_grad_val': Field((float,), None, nullable=True, min=0, min_exclusive=True,
+                           doc='max global gradient norm (null: no clipping)'),
+    'loss_spec': net_util.loss_field({'name': 'MSELoss'}, 'value / Q loss: a torch.nn loss and its kwargs'),
+    'optim_spec': net_util.optim_field({'name': 'Adam', 'lr': 1e-3},
+                                       'optimizer for all parameters: a torch.optim class and its kwargs'),
+    'actor_optim_spec': net_util.optim_field(None, 'actor-critic: separate optimizer for the actor'),
+    'critic_optim_spec': net_util.optim_field(None, 'actor-critic: separate optimizer for the critic'),
+    'use_same_optim': Field((bool,), False, doc='actor-critic: critic uses actor_optim_spec too'),
+    'lr_scheduler_spec': net_util.lr_scheduler_field('LR schedule: LinearToZero or a torch.optim.lr_scheduler class'),
+    'update_type': Field((str,), 'replace', choices=('replace', 'polyak'), doc='DQN target net update'),
+    'update_frequency': Field((int,), 1, min=1, doc='DQN: frames between target net updates'),
+    'polyak_coef': Field((float,), 0.0, min=0, max=1,
+                         doc='polyak: weight of the online net in each target update'),
+    'gpu': Field((bool, str), False, check=lambda v, p: _check_gpu(v, p), doc="use CUDA when available (true/'auto')"),
+    'batch_norm': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
+    'normalize': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
+}
+
+
+def _check_gpu(value, path):
+    from slm_lab.lib.errors import SpecError
+    if isinstance(value, str) and value != 'auto':
+        raise SpecError(f"{path}: {value!r} is not valid; valid values: true, false, 'auto'")
+
+
+class MLPNet(nn.Module):
+    """An MLP body (hid_layers with hid_layers_activation) and one linear head per output.
+
+    Input: (batch, in_dim) float tensor. Output: a tensor (batch, out_dim) for one head, or a
+    list of such tensors for several heads (e.g. [policy logits, value]).
+    """
+
+    spec_schema = NET_SCHEMA
+
+    def __init__(self, net_spec: dict, in_dim: int, out_dims: int | list[int],
+                 out_gains: list[float] | None = None):
+        super().__init__()
+        self.net_spec = net_spec
+        self.in_dim = in_dim
+        self.out_dims = [out_dims] if isinstance(out_dims, int) else list(out_dims)
+        layers, dim = [], in_dim
+        for width in net_spec['hid_layers']:
+            linear = nn.Linear(dim, width)
+            net_util.init_layer(linear, net_spec['init_fn'], math.sqrt(2))
+            layers += [linear, net_util.make_activation(net_spec['hid_layers_activation'])]
+            dim = width
+        self.body = nn.Sequential(*layers)
+        gains = out_gains or [1.0] * len(self.out_dims)
+        self.heads = nn.ModuleList()
+        for out_dim, gain in zip(self.out_dims, gains):
+            head = nn.Linear(dim, out_dim)
+            net_util.init_layer(head, net_spec['init_fn'], gain)
+            self.heads.append(head)
+        self.out_activation = net_util.make_activation(net_spec['out_layer_activation'])
+
+    def forward(self, x: torch.Tensor):
+        h = self.body(x)
+        outs = [self.out_activation(head(h)) for head in self.heads]
+        return outs[0] if len(outs) == 1 else outs

@@ -1,0 +1,130 @@
+"""Builders for the torch pieces a net spec names: activations, init, optimizer, loss, LR scheduler."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from slm_lab.lib.errors import SpecError
+from slm_lab.lib.schema import Field, check_torch_kwargs, suggest
+
+ACTIVATIONS = {
+    'relu': nn.ReLU, 'tanh': nn.Tanh, 'sigmoid': nn.Sigmoid, 'selu': nn.SELU, 'elu': nn.ELU,
+    'leakyrelu': nn.LeakyReLU, 'gelu': nn.GELU, 'silu': nn.SiLU, 'softplus': nn.Softplus,
+    'identity': nn.Identity, 'linear': nn.Identity,
+}
+INIT_FNS = ('orthogonal_', 'xavier_uniform_', 'xavier_normal_', 'kaiming_uniform_', 'kaiming_normal_',
+            'normal_', 'uniform_')
+# our names for schedules torch does not have under that name (SLM-Lab's)
+CUSTOM_LR_SCHEDULERS = ('LinearToZero',)
+
+
+def _torch_class(module, name: str, path: str, kind: str, base: type):
+    cls = getattr(module, name, None) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        valid = sorted(n for n in dir(module) if isinstance(getattr(module, n), type)
+                       and issubclass(getattr(module, n), base) and not n.startswith('_') and n != base.__name__)
+        raise SpecError(f"{path}.name: '{name}' is not a {kind}{suggest(name, valid)}; valid: {', '.join(valid)}")
+    return cls
+
+
+def _check_optim_spec(spec: dict, path: str) -> None:
+    if 'name' not in spec:
+        raise SpecError(f'{path}.name: required key is missing, e.g. "Adam"')
+    cls = _torch_class(torch.optim, spec['name'], path, 'torch.optim optimizer', torch.optim.Optimizer)
+    check_torch_kwargs(cls, {k: v for k, v in spec.items() if k != 'name'}, path, skip=('params',))
+
+
+def _check_loss_spec(spec: dict, path: str) -> None:
+    if 'name' not in spec:
+        raise SpecError(f'{path}.name: required key is missing, e.g. "MSELoss"')
+    valid = [n for n in dir(nn) if n.endswith('Loss') and not n.startswith('_')]
+    if spec['name'] not in valid:
+        raise SpecError(f"{path}.name: '{spec['name']}' is not a torch.nn loss{suggest(spec['name'], valid)}; "
+                        f'valid: {", ".join(valid)}')
+    check_torch_kwargs(getattr(nn, spec['name']), {k: v for k, v in spec.items() if k != 'name'}, path)
+
+
+def _check_lr_scheduler_spec(spec: dict, path: str) -> None:
+    if 'name' not in spec:
+        raise SpecError(f'{path}.name: required key is missing, e.g. "LinearToZero" or "StepLR"')
+    if spec['name'] in CUSTOM_LR_SCHEDULERS:
+        extra = [k for k in spec if k != 'name']
+        if extra:
+            raise SpecError(f'{path}.{extra[0]}: LinearToZero takes no arguments (it decays to 0 at max_frame)')
+        return
+    sched = torch.optim.lr_scheduler
+    cls = _torch_class(sched, spec['name'], path, 'torch.optim.lr_scheduler class', sched.LRScheduler)
+    if cls in (sched.LambdaLR, sched.MultiplicativeLR, sched.SequentialLR, sched.ChainedScheduler,
+               sched.ReduceLROnPlateau):
+        raise SpecError(f"{path}.name: '{spec['name']}' needs Python objects and cannot be given in a spec; "
+                        'use e.g. LinearToZero, StepLR, ExponentialLR, LinearLR, CosineAnnealingLR')
+    check_torch_kwargs(cls, {k: v for k, v in spec.items() if k != 'name'}, path, skip=('optimizer',))
+
+
+def optim_field(default, doc: str) -> Field:
+    return Field((dict,), default, nullable=default is None, check=_check_optim_spec, doc=doc)
+
+
+def loss_field(default, doc: str) -> Field:
+    return Field((dict,), default, check=_check_loss_spec, doc=doc)
+
+
+def lr_scheduler_field(doc: str) -> Field:
+    return Field((dict,), None, nullable=True, check=_check_lr_scheduler_spec, doc=doc)
+
+
+def make_activation(name: str | None) -> nn.Module:
+    """An activation module by its spec name (None: identity)."""
+    return ACTIVATIONS[name or 'identity']()
+
+
+def init_layer(layer: nn.Linear, init_fn: str | None, gain: float = math.sqrt(2)) -> None:
+    """Initialise a Linear layer's weight with torch.nn.init.<init_fn> and its bias with zeros."""
+    if init_fn is None:
+        return
+    fn = getattr(nn.init, init_fn)
+    if init_fn in ('orthogonal_', 'xavier_uniform_', 'xavier_normal_'):
+        fn(layer.weight, gain=gain)
+    else:
+        fn(layer.weight)
+    nn.init.zeros_(layer.bias)
+
+
+def make_optimizer(params, optim_spec: dict) -> torch.optim.Optimizer:
+    """torch.optim.<name>(params, **kwargs) from an optim_spec."""
+    kwargs = {k: v for k, v in optim_spec.items() if k != 'name'}
+    return getattr(torch.optim, optim_spec['name'])(params, **kwargs)
+
+
+def make_loss(loss_spec: dict) -> nn.Module:
+    """torch.nn.<name>(**kwargs) from a loss_spec."""
+    return getattr(nn, loss_spec['name'])(**{k: v for k, v in loss_spec.items() if k != 'name'})
+
+
+def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
+    """A torch LR scheduler from the spec, or None. It is stepped once per training update.
+    LinearToZero scales the LR by (1 - frame / max_frame), read from the clock, so it needs no
+    state of its own beyond what the Clock restores."""
+    if lr_scheduler_spec is None:
+        return None
+    name = lr_scheduler_spec['name']
+    if name == 'LinearToZero':
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda _: max(0.0, 1.0 - clock.frame / clock.max_frame))
+    kwargs = {k: v for k, v in lr_scheduler_spec.items() if k != 'name'}
+    return getattr(torch.optim.lr_scheduler, name)(optimizer, **kwargs)
+
+
+def get_device(gpu) -> torch.device:
+    """cuda when the spec asks for gpu (true or 'auto') and one is available, else cpu."""
+    if gpu and torch.cuda.is_available():
+        return torch.device('cuda')
+    return torch.device('cpu')
+
+
+def grad_norm(params) -> float:
+    """Global L2 norm of the gradients of `params`."""
+    norms = [p.grad.detach().norm(2) for p in params if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0

@@ -1,0 +1,73 @@
+"""Environments: gymnasium envs (always as a gymnasium.vector env) built from the env spec."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
+
+
+def ensure_env_registered(name: str) -> None:
+    """Import the package that registers an env namespace (ALE ids live in ale_py)."""
+    if name.startswith('ALE/') and name not in gym.envs.registry:
+        try:
+            import ale_py  # noqa: F401
+            gym.register_envs(ale_py)
+        except ImportError:
+            pass
+
+
+def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
+    kwargs = dict(env_spec.get('make_kwargs') or {})
+    if env_spec.get('max_t'):
+        kwargs['max_episode_steps'] = env_spec['max_t']
+    if render_mode:
+        kwargs['render_mode'] = render_mode
+    return kwargs
+
+
+def make_env(env_spec: dict, num_envs: int | None = None) -> gym.vector.VectorEnv:
+    """A gymnasium.vector env for the env spec, resetting finished sub-envs in the same step
+    (the final observation is in info['final_obs']), recording episode returns in info['episode'],
+    with the normalisation wrappers asked for.
+    """
+    ensure_env_registered(env_spec['name'])
+    n = num_envs or env_spec['num_envs']
+    env = gym.make_vec(env_spec['name'], num_envs=n, vectorization_mode=env_spec.get('vectorization_mode', 'sync'),
+                       vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP},
+                       **_make_kwargs(env_spec))
+    # innermost, so episode returns are the env's own rewards, before any normalisation
+    env = gym.wrappers.vector.RecordEpisodeStatistics(env)
+    if env_spec.get('normalize_obs'):
+        env = gym.wrappers.vector.NormalizeObservation(env)
+    if env_spec.get('normalize_reward'):
+        env = gym.wrappers.vector.NormalizeReward(env)
+    return env
+
+
+def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
+    """One plain gymnasium env (for evaluation and replay)."""
+    ensure_env_registered(env_spec['name'])
+    return gym.make(env_spec['name'], **_make_kwargs(env_spec, render_mode))
+
+
+def find_wrapper(env, cls):
+    """The first wrapper of type `cls` in a wrapper chain, or None."""
+    while env is not None:
+        if isinstance(env, cls):
+            return env
+        env = getattr(env, 'env', None)
+    return None
+
+
+def normalize_obs_fn(env):
+    """A function mapping raw observations the way the env's NormalizeObservation wrapper does
+    (without updating its statistics), or None when observations are not normalised."""
+    wrapper = find_wrapper(env, gym.wrappers.vector.NormalizeObservation)
+    if wrapper is None:
+        return None
+    rms, eps = wrapper.obs_rms, wrapper.epsilon
+
+    def normalize(obs: np.ndarray) -> np.ndarray:
+        return ((obs - rms.mean) / np.sqrt(rms.var + eps)).astype(np.float32)
+    return normalize

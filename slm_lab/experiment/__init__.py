@@ -1,0 +1,1 @@
+"""Experiment control (Session, Trial), analysis, graphs and search."""

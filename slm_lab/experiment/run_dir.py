@@ -1,0 +1,67 @@
+"""The run directory layout: data/{spec_name}_{YYYY_MM_DD_HHMMSS}/ and the paths inside it."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TS_FORMAT = '%Y_%m_%d_%H%M%S'
+SUBDIRS = ('info', 'model', 'graph', 'log')
+
+
+def new_experiment_ts(data_dir: str, spec_name: str) -> str:
+    """A timestamp for a new run whose directory does not exist yet."""
+    t = time.time()
+    while True:
+        ts = time.strftime(TS_FORMAT, time.localtime(t))
+        if not os.path.exists(os.path.join(data_dir, f'{spec_name}_{ts}')):
+            return ts
+        t += 1
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """Paths of one run: `root` = data/{spec_name}_{experiment_ts}."""
+
+    root: Path
+    spec_name: str
+
+    @classmethod
+    def for_spec(cls, data_dir: str, spec_name: str, experiment_ts: str) -> 'RunDir':
+        return cls(Path(data_dir) / f'{spec_name}_{experiment_ts}', spec_name)
+
+    def create(self) -> None:
+        for sub in SUBDIRS:
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+
+    def prename(self, trial: int | None = None, session: int | None = None) -> str:
+        """{spec_name}, {spec_name}_t{trial} or {spec_name}_t{trial}_s{session}."""
+        name = self.spec_name
+        if trial is not None:
+            name += f'_t{trial}'
+        if session is not None:
+            name += f'_s{session}'
+        return name
+
+    def spec_path(self, trial: int | None = None, session: int | None = None) -> Path:
+        return self.root / f'{self.prename(trial, session)}_spec.json'
+
+    def session_df_path(self, trial: int, session: int, df_mode: str) -> Path:
+        return self.root / 'info' / f'{self.prename(trial, session)}_session_df_{df_mode}.csv'
+
+    def session_metrics_path(self, trial: int, session: int) -> Path:
+        return self.root / 'info' / f'{self.prename(trial, session)}_session_metrics.json'
+
+    def trial_metrics_path(self, trial: int) -> Path:
+        return self.root / 'info' / f'{self.prename(trial)}_trial_metrics.json'
+
+    def model_path(self, trial: int, session: int, which: str) -> Path:
+        """which: 'latest' or 'best'."""
+        return self.root / 'model' / f'{self.prename(trial, session)}_model_{which}.pt'
+
+    def graph_prefix(self, trial: int, session: int | None = None) -> str:
+        return str(self.root / 'graph' / self.prename(trial, session))
+
+    def log_path(self, trial: int, session: int) -> Path:
+        return self.root / 'log' / f'{self.prename(trial, session)}.log'

@@ -1,0 +1,174 @@
+"""Plotly graphs of sessions and trials, written as standalone HTML (plotly.js embedded, so a
+graph opens offline) and, where static export works on this machine, as PNG.
+
+PNG export is optional: it needs the `kaleido` package (version 1 or later) and a Chrome or
+Chromium already installed (found on PATH, or named by the BROWSER_PATH environment variable).
+Nothing is downloaded at run time. `png_available()` tells whether it works; when it does not,
+only the HTML is written. A PNG takes about 2 s (kaleido starts a headless browser for each
+one), so callers that plot at every log point should pass `png=False` there and ask for PNGs
+only at the end of a run.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import warnings
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from slm_lab.lib.io import atomic_write_bytes, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+PNG_WIDTH = 900
+PNG_HEIGHT = 600
+PNG_EXPORT_TIMEOUT_S = 60
+_PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
+
+REWARD_COLOR = 'rgb(31, 119, 180)'
+REWARD_LIGHT_COLOR = 'rgba(31, 119, 180, 0.3)'
+BAND_COLOR = 'rgba(31, 119, 180, 0.2)'
+SESSION_COLOR = 'rgba(120, 120, 120, 0.5)'
+LOSS_COLOR = 'rgb(214, 39, 40)'
+
+
+def _column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """Column `name` as float64, or all-NaN when the column is absent."""
+    if df is None or name not in df.columns:
+        return np.full(0 if df is None else len(df), np.nan)
+    return pd.to_numeric(df[name], errors='coerce').to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _kaleido_png(fig: go.Figure) -> bytes:
+    """Render `fig` to PNG bytes with kaleido>=1. MathJax is disabled so the headless page
+    loads nothing from the network; plotly.js comes from the installed plotly package."""
+    import kaleido
+
+    return kaleido.calc_fig_sync(
+        fig,
+        opts={'format': 'png', 'width': PNG_WIDTH, 'height': PNG_HEIGHT, 'scale': 1},
+        kopts={'mathjax': False, 'timeout': PNG_EXPORT_TIMEOUT_S},
+    )
+
+
+@functools.cache
+def png_available() -> bool:
+    """Whether PNG export works here: kaleido>=1 is installed and a test render with the local
+    Chrome/Chromium succeeds. Checked once per process (the check takes about 2 s when kaleido
+    is installed, and no time when it is not)."""
+    try:
+        major = int(importlib.metadata.version('kaleido').split('.')[0])
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    # kaleido and choreographer log every render at INFO; keep the lab's INFO log readable
+    for name in ('kaleido', 'choreographer'):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    if major < 1:
+        logger.info('PNG export disabled: kaleido %s is installed, plotly needs kaleido>=1',
+                    importlib.metadata.version('kaleido'))
+        return False
+    try:
+        png = _kaleido_png(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])))
+    except Exception as e:  # no browser, browser crash, timeout: all mean "no PNG here"
+        logger.info('PNG export disabled: kaleido could not render (%s: %s)', type(e).__name__, e)
+        return False
+    return isinstance(png, bytes) and png.startswith(_PNG_MAGIC)
+
+
+def _write_fig(fig: go.Figure, path_prefix: str, png: bool) -> list[str]:
+    """Write `fig` to `{path_prefix}.html` (and `.png` if asked and available); return paths."""
+    html_path = f'{path_prefix}.html'
+    atomic_write_text(html_path, pio.to_html(fig, include_plotlyjs=True, full_html=True,
+                                             config={'displaylogo': False}))
+    paths = [html_path]
+    if png and png_available():
+        png_path = f'{path_prefix}.png'
+        try:
+            atomic_write_bytes(png_path, _kaleido_png(fig))
+            paths.append(png_path)
+        except Exception as e:  # a graph is never worth failing a run for
+            logger.warning('could not write %s (%s: %s)', png_path, type(e).__name__, e)
+    return paths
+
+
+def plot_session(session_df: pd.DataFrame, title: str, path_prefix: str, *, png: bool = True) -> list[str]:
+    """Plot one session: top, total_reward (thin) and total_reward_ma (bold) vs frame; bottom,
+    loss vs frame (shared x axis). Writes `{path_prefix}_session_graph.html`, plus `.png` when
+    `png` is true and png_available(). Returns the paths written. Empty or all-NaN data gives
+    empty axes."""
+    df = session_df if session_df is not None else pd.DataFrame()
+    frame = _column(df, 'frame')
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        row_heights=[0.65, 0.35])
+    fig.add_trace(go.Scatter(x=frame, y=_column(df, 'total_reward'), name='total_reward',
+                             mode='lines', line={'color': REWARD_LIGHT_COLOR, 'width': 1}), row=1, col=1)
+    fig.add_trace(go.Scatter(x=frame, y=_column(df, 'total_reward_ma'), name='total_reward_ma',
+                             mode='lines', line={'color': REWARD_COLOR, 'width': 3}), row=1, col=1)
+    fig.add_trace(go.Scatter(x=frame, y=_column(df, 'loss'), name='loss',
+                             mode='lines', line={'color': LOSS_COLOR, 'width': 1.5}), row=2, col=1)
+    fig.update_yaxes(title_text='total_reward', row=1, col=1)
+    fig.update_yaxes(title_text='loss', row=2, col=1)
+    fig.update_xaxes(title_text='frame', row=2, col=1)
+    fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
+                      legend={'orientation': 'h', 'y': -0.12})
+    return _write_fig(fig, f'{path_prefix}_session_graph', png)
+
+
+def _align_return_ma(session_dfs: list[pd.DataFrame]) -> tuple[np.ndarray, np.ndarray]:
+    """total_reward_ma of every session linearly interpolated onto the frames of the first
+    session that has data. Returns (frames, values of shape (sessions, frames)); a session has
+    NaN outside its own frame range, so it never extrapolates."""
+    series = []
+    for df in session_dfs:
+        frame, return_ma = _column(df, 'frame'), _column(df, 'total_reward_ma')
+        ok = np.isfinite(frame) & np.isfinite(return_ma)
+        order = np.argsort(frame[ok], kind='stable')
+        series.append((frame[ok][order], return_ma[ok][order]))
+    base = next((frame for frame, _ in series if len(frame)), np.zeros(0))
+    aligned = np.full((len(series), len(base)), np.nan)
+    for i, (frame, return_ma) in enumerate(series):
+        if len(frame):
+            inside = (base >= frame[0]) & (base <= frame[-1])
+            aligned[i, inside] = np.interp(base[inside], frame, return_ma)
+    return base, aligned
+
+
+def _mean_min_max(aligned: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Column-wise nan-mean, nan-min, nan-max of (sessions, frames); NaN where a column is all NaN."""
+    if aligned.shape[0] == 0:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # an all-NaN column gives NaN, as wanted
+        return np.nanmean(aligned, axis=0), np.nanmin(aligned, axis=0), np.nanmax(aligned, axis=0)
+
+
+def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *, png: bool = True) -> list[str]:
+    """Plot a trial: total_reward_ma mean across sessions vs frame (bold), a shaded band from the
+    min to the max across sessions, and each session's thin line. Sessions are aligned by
+    interpolating onto the first session's frames. Writes `{path_prefix}_trial_graph.html`,
+    plus `.png` when `png` is true and png_available(). Returns the paths written."""
+    session_dfs = [df if df is not None else pd.DataFrame() for df in session_dfs]
+    frame, aligned = _align_return_ma(session_dfs)
+    n_sessions = len(session_dfs)
+    fig = go.Figure()
+    for i in range(n_sessions):
+        fig.add_trace(go.Scatter(x=frame, y=aligned[i], name=f'session {i}', mode='lines',
+                                 line={'color': SESSION_COLOR, 'width': 1}))
+    mean, low, high = _mean_min_max(aligned)
+    # the band is two traces: the max line (invisible), then the min line filled up to it
+    fig.add_trace(go.Scatter(x=frame, y=high, mode='lines', line={'width': 0}, hoverinfo='skip',
+                             legendgroup='band', showlegend=False))
+    fig.add_trace(go.Scatter(x=frame, y=low, mode='lines', line={'width': 0}, fill='tonexty',
+                             fillcolor=BAND_COLOR, legendgroup='band', hoverinfo='skip',
+                             name=f'min-max across {n_sessions} sessions'))
+    fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name='total_reward_ma mean',
+                             line={'color': REWARD_COLOR, 'width': 3}))
+    fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
+                      xaxis_title='frame', yaxis_title='total_reward_ma',
+                      legend={'orientation': 'h', 'y': -0.15})
+    return _write_fig(fig, f'{path_prefix}_trial_graph', png)

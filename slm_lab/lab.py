@@ -1,0 +1,98 @@
+"""The lab's entry: parse a mode, load and check the spec, create the run directory, run."""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import subprocess
+
+from slm_lab import __version__
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import ModeError, SpecError
+from slm_lab.lib.io import write_json
+from slm_lab.spec import load_spec
+
+logger = lab_logger.get_logger('slm_lab.lab')
+MODES = ('dev', 'train')
+LATER_MODES = {'train@': 'resume (train@latest, train@<run dir>)', 'enjoy@': 'replay (enjoy@<session spec>)',
+               'search': 'hyperparameter search'}
+DATA_DIR = 'data'
+
+
+def check_mode(mode: str) -> str:
+    """The mode, or a ModeError naming the valid ones."""
+    if mode in MODES:
+        return mode
+    for prefix, what in LATER_MODES.items():
+        if mode.startswith(prefix):
+            raise ModeError(f"mode '{mode}': {what} is not available in this version yet; use dev or train")
+    raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train "
+                    '(train@latest, train@<run dir>, enjoy@<spec file>, search come later)')
+
+
+def git_sha() -> str | None:
+    """The lab's git commit, when it runs from a git checkout."""
+    try:
+        out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=os.path.dirname(os.path.abspath(__file__)),
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def preflight(spec: dict) -> None:
+    """Build the env and agent once, so that a spec that cannot run (e.g. an algorithm that does
+    not fit the env's action space) fails before the run directory exists."""
+    from slm_lab.agent import Agent
+    from slm_lab.env import Clock, make_env
+    env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
+    try:
+        Agent(spec, env.single_observation_space, env.single_action_space, spec['env']['num_envs'],
+              Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
+    finally:
+        env.close()
+
+
+def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:
+    """Load, validate and preflight a spec, and fill the run's meta (seed, versions)."""
+    spec = load_spec(spec_file, spec_name, overrides)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = secrets.randbelow(2**31 - 10**7)
+    meta['lab_version'] = __version__
+    meta['git_sha'] = git_sha()
+    meta['mode'] = mode
+    try:
+        preflight(spec)
+    except SpecError:
+        raise
+    except Exception as e:  # an env that cannot be made is a spec problem for the user
+        import gymnasium as gym
+        if isinstance(e, gym.error.Error):
+            raise SpecError(f"env.name: '{spec['env']['name']}' cannot be made: {e}") from None
+        raise
+    return spec
+
+
+def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
+        data_dir: str = DATA_DIR) -> dict:
+    """Run a spec in a mode; returns the trial metrics. Raises LabError for user errors, before
+    anything is written."""
+    mode = check_mode(mode)
+    lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
+    spec = prepare_spec(spec_file, spec_name, mode, overrides)
+    from slm_lab.experiment.control import Trial
+    from slm_lab.experiment.run_dir import RunDir, new_experiment_ts
+    ts = new_experiment_ts(data_dir, spec_name)
+    spec['meta']['experiment_ts'] = ts
+    run_dir = RunDir.for_spec(data_dir, spec_name, ts)
+    run_dir.create()
+    logger.info(f'run directory {run_dir.root}')
+    write_json(run_dir.spec_path(), spec)
+    trial = Trial(spec, run_dir, mode, trial=0)
+    write_json(run_dir.spec_path(0), trial.session_spec(None))
+    for s in range(trial.max_session):
+        write_json(run_dir.spec_path(0, s), trial.session_spec(s))
+    metrics = trial.run()
+    logger.info(f'done: {run_dir.root}')
+    return metrics

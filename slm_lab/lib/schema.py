@@ -1,0 +1,137 @@
+"""A small declarative schema for spec sections.
+
+Each component (algorithm, memory, net) declares the keys it accepts as a dict of `Field`s; the
+spec validator walks the spec against these and reports the first problem by its key path, e.g.
+`agent.algorithm.gama: unknown key (did you mean 'gamma'?); valid keys: ...`.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from slm_lab.lib.errors import SpecError
+
+MISSING = object()
+
+TYPE_NAMES = {bool: 'bool', int: 'int', float: 'number', str: 'string', list: 'list', dict: 'object'}
+
+
+@dataclass
+class Field:
+    """One spec key: its type(s), default, and constraints.
+
+    types: accepted Python types (int is accepted where float is; bool never counts as a number).
+    default: value filled in when the key is absent; MISSING makes the key required.
+    nullable: whether JSON null is accepted.
+    choices: the valid values (strings usually).
+    min / max: inclusive numeric bounds; min_exclusive makes the lower bound strict.
+    schema: for an object, the Fields of its keys (validated recursively).
+    check: an extra validator `check(value, path)` that raises SpecError.
+    doc: one line for docs/spec.md.
+    """
+
+    types: tuple
+    default: Any = MISSING
+    nullable: bool = False
+    choices: tuple | None = None
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    schema: dict | None = None
+    check: Callable[[Any, str], None] | None = None
+    doc: str = ''
+    item_type: type | None = None
+
+
+def suggest(name: str, valid) -> str:
+    """' (did you mean 'x'?)' when `name` is close to one of `valid`, else ''."""
+    close = difflib.get_close_matches(str(name), [str(v) for v in valid], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ''
+
+
+def _type_ok(value: Any, types: tuple) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and (int in types or float in types):
+        return True
+    return any(isinstance(value, t) for t in types if t not in (bool, int))
+
+
+def check_value(value: Any, fld: Field, path: str) -> Any:
+    """Validate one value against its Field; return the value (objects get defaults filled)."""
+    if value is None:
+        if fld.nullable:
+            return None
+        raise SpecError(f'{path}: null is not allowed; expected {_expect(fld)}')
+    if not _type_ok(value, fld.types):
+        raise SpecError(f'{path}: expected {_expect(fld)}, got {type(value).__name__} {value!r}')
+    if fld.item_type is not None:
+        for i, item in enumerate(value):
+            if not _type_ok(item, (fld.item_type,)):
+                raise SpecError(f'{path}[{i}]: expected {TYPE_NAMES.get(fld.item_type)}, got {item!r}')
+    if fld.choices is not None and value not in fld.choices:
+        raise SpecError(f'{path}: {value!r} is not valid{suggest(value, fld.choices)}; '
+                        f'valid values: {", ".join(map(str, fld.choices))}')
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if fld.min is not None and (value < fld.min or (fld.min_exclusive and value == fld.min)):
+            op = '>' if fld.min_exclusive else '>='
+            raise SpecError(f'{path}: {value!r} is out of range; it must be {op} {fld.min}')
+        if fld.max is not None and value > fld.max:
+            raise SpecError(f'{path}: {value!r} is out of range; it must be <= {fld.max}')
+    if fld.schema is not None:
+        value = check_object(value, fld.schema, path)
+    if fld.check is not None:
+        fld.check(value, path)
+    return value
+
+
+def _expect(fld: Field) -> str:
+    names = [TYPE_NAMES.get(t, t.__name__) for t in fld.types]
+    if fld.nullable:
+        names.append('null')
+    return ' or '.join(names)
+
+
+def check_object(obj: Any, schema: dict, path: str, extra_ok: Callable[[str], bool] | None = None) -> dict:
+    """Validate a dict against `schema`: unknown keys, missing required keys, each value.
+    Returns a new dict with defaults filled in, keys in schema order."""
+    if not isinstance(obj, dict):
+        raise SpecError(f'{path}: expected an object, got {type(obj).__name__} {obj!r}')
+    for key in obj:
+        if key not in schema and not (extra_ok and extra_ok(key)):
+            raise SpecError(f'{path}.{key}: unknown key{suggest(key, schema)}; '
+                            f'valid keys: {", ".join(schema)}')
+    out = {}
+    for key, fld in schema.items():
+        if key in obj:
+            out[key] = check_value(obj[key], fld, f'{path}.{key}')
+        elif fld.default is MISSING:
+            raise SpecError(f'{path}.{key}: required key is missing ({fld.doc or _expect(fld)})')
+        else:
+            out[key] = _copy_default(fld.default)
+    for key in obj:
+        if key not in schema:
+            out[key] = obj[key]
+    return out
+
+
+def _copy_default(value):
+    if isinstance(value, (dict, list)):
+        import copy
+        return copy.deepcopy(value)
+    return value
+
+
+def check_torch_kwargs(cls: type, kwargs: dict, path: str, skip: tuple = ()) -> None:
+    """Check that every key of `kwargs` is a keyword argument of `cls.__init__`."""
+    params = inspect.signature(cls.__init__).parameters
+    valid = [p for p in params if p not in ('self',) + skip and params[p].kind not in
+             (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    for key, value in kwargs.items():
+        if key not in valid:
+            raise SpecError(f'{path}.{key}: not an argument of {cls.__module__}.{cls.__name__}'
+                            f'{suggest(key, valid)}; valid arguments: {", ".join(valid)}')
+        if isinstance(value, (dict,)):
+            raise SpecError(f'{path}.{key}: expected a number, string, bool or list, got an object')

@@ -1,0 +1,306 @@
+"""Read a spec file, apply command-line overrides, fill defaults, validate, and diff two specs.
+
+A spec file is JSON mapping spec names to specs (SLM-Lab's form):
+`{"ppo_cartpole": {"agent": {...}, "env": {...}, "meta": {...}, "search": {...}}}`.
+Validation happens before anything runs and names the offending key path.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from typing import Any
+
+from slm_lab.lib.errors import SpecError
+from slm_lab.lib.schema import Field, check_object, suggest
+
+PLACEHOLDER_RE = re.compile(r'\$\{([A-Za-z0-9_.\-]+)\}')
+
+ENV_SCHEMA = {
+    'name': Field((str,), doc='gymnasium environment id, e.g. CartPole-v1'),
+    'num_envs': Field((int,), 1, min=1, doc='parallel environments in one gymnasium.vector env'),
+    'max_t': Field((int,), None, nullable=True, min=1,
+                   doc="episode step limit (null: the env's own TimeLimit)"),
+    'max_frame': Field((int,), min=1, doc='frames (env steps over all envs) in a session'),
+    'normalize_obs': Field((bool,), False, doc='running mean/std observation normalisation'),
+    'normalize_reward': Field((bool,), False, doc='scale rewards by a running std of the discounted return'),
+    'vectorization_mode': Field((str,), 'sync', choices=('sync', 'async'),
+                                doc='gymnasium.vector mode: sync (one process) or async (one process per env)'),
+    'make_kwargs': Field((dict,), {}, doc='extra keyword arguments for gymnasium.make'),
+}
+
+RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', 'spec_file', 'spec_name',
+                'overrides', 'mode')
+
+META_SCHEMA = {
+    'distributed': Field((bool,), False, choices=(False,), doc='distributed training (not supported yet)'),
+    'log_frequency': Field((int,), 1000, min=1, doc='frames between progress lines and CSV rows'),
+    'eval_frequency': Field((int,), None, nullable=True, min=1,
+                            doc='frames between evaluations (default: log_frequency)'),
+    'rigorous_eval': Field((int,), 0, min=0,
+                           doc='episodes of greedy play on a separate env at each eval (0: use training returns)'),
+    'max_session': Field((int,), 1, min=1, doc='sessions (seeds) per trial, run in parallel processes'),
+    'max_trial': Field((int,), 1, min=1, doc='trials in a search'),
+    'random_seed': Field((int,), None, nullable=True, min=0,
+                         doc='base seed; session s of trial t uses random_seed + 1000*t + s (drawn when null)'),
+    'torch_num_threads': Field((int,), 1, min=1, doc='torch intra-op threads per session'),
+    # filled by the lab and recorded in the saved specs
+    'experiment_ts': Field((str,), None, nullable=True, doc='(set by the lab) run timestamp'),
+    'trial': Field((int,), None, nullable=True, doc='(set by the lab) trial index'),
+    'session': Field((int,), None, nullable=True, doc='(set by the lab) session index'),
+    'git_sha': Field((str,), None, nullable=True, doc='(set by the lab) git commit of the lab'),
+    'lab_version': Field((str,), None, nullable=True, doc='(set by the lab) lab version'),
+    'spec_file': Field((str,), None, nullable=True, doc='(set by the lab) spec file the run was made from'),
+    'spec_name': Field((str,), None, nullable=True, doc='(set by the lab) spec name'),
+    'overrides': Field((list,), None, nullable=True, doc='(set by the lab) -s overrides applied'),
+    'mode': Field((str,), None, nullable=True, doc='(set by the lab) lab mode'),
+}
+
+AGENT_KEYS = ('name', 'algorithm', 'memory', 'net')
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+def read_spec_file(spec_file: str) -> dict:
+    """Parse a spec file; SpecError for a missing file, malformed JSON or a non-object."""
+    if not os.path.isfile(spec_file):
+        where = 'is a directory' if os.path.isdir(spec_file) else 'not found'
+        raise SpecError(f'spec file {spec_file} {where}; give the path of a JSON spec file, e.g. spec/demo.json')
+    with open(spec_file, encoding='utf-8') as f:
+        text = f.read()
+    try:
+        specs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f'spec file {spec_file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}') from None
+    if not isinstance(specs, dict):
+        raise SpecError(f'spec file {spec_file}: expected a JSON object mapping spec names to specs')
+    return specs
+
+
+def get_raw_spec(spec_file: str, spec_name: str) -> dict:
+    """The named spec from a spec file, unvalidated."""
+    specs = read_spec_file(spec_file)
+    if spec_name not in specs:
+        names = ', '.join(specs) or '(none)'
+        raise SpecError(f"spec name '{spec_name}' is not in {spec_file}{suggest(spec_name, specs)}; "
+                        f'specs in that file: {names}')
+    spec = specs[spec_name]
+    if not isinstance(spec, dict):
+        raise SpecError(f'{spec_file}: spec {spec_name} must be a JSON object')
+    return copy.deepcopy(spec)
+
+
+# ---------------------------------------------------------------------------------------------
+# overrides: -s KEY=VALUE
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'a.b=3' -> ('a.b', 3). The value is read as JSON when it parses, else as a string."""
+    if '=' not in text:
+        raise SpecError(f"-s {text}: expected KEY=VALUE, e.g. -s env.max_frame=20000")
+    key, raw = text.split('=', 1)
+    key = key.strip()
+    if not key:
+        raise SpecError(f'-s {text}: the key is empty; expected KEY=VALUE')
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value
+
+
+def _placeholders(obj) -> set:
+    found = set()
+    if isinstance(obj, str):
+        found.update(PLACEHOLDER_RE.findall(obj))
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            found |= _placeholders(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            found |= _placeholders(v)
+    return found
+
+
+def _substitute(obj, values: dict):
+    if isinstance(obj, str):
+        whole = PLACEHOLDER_RE.fullmatch(obj)
+        if whole and whole.group(1) in values:
+            return copy.deepcopy(values[whole.group(1)])
+        return PLACEHOLDER_RE.sub(lambda m: str(values.get(m.group(1), m.group(0))), obj)
+    if isinstance(obj, dict):
+        return {k: _substitute(v, values) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_substitute(v, values) for v in obj]
+    return obj
+
+
+def set_by_path(spec: dict, path: str, value: Any) -> None:
+    """Set spec[a][b][c] = value for path 'a.b.c'; list elements by index ('hid_layers.0')."""
+    parts = path.split('.')
+    node = spec
+    for i, part in enumerate(parts[:-1]):
+        node = _child(node, part, '.'.join(parts[:i + 1]), create=True)
+    last = parts[-1]
+    if isinstance(node, list):
+        idx = _index(node, last, path)
+        node[idx] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise SpecError(f'-s {path}: {".".join(parts[:-1])} is not an object')
+
+
+def _index(node: list, part: str, path: str) -> int:
+    if not part.lstrip('-').isdigit() or not -len(node) <= int(part) < len(node):
+        raise SpecError(f'-s {path}: {part} is not a valid index of a list of {len(node)}')
+    return int(part)
+
+
+def _child(node, part: str, path: str, create: bool):
+    if isinstance(node, list):
+        return node[_index(node, part, path)]
+    if not isinstance(node, dict):
+        raise SpecError(f'-s {path}: cannot descend into a {type(node).__name__}')
+    if part not in node or node[part] is None:
+        if not create:
+            raise SpecError(f'{path}: not in the spec')
+        node[part] = {}
+    return node[part]
+
+
+def apply_overrides(spec: dict, overrides: list[str]) -> dict:
+    """Apply `-s KEY=VALUE` overrides: a KEY used as a `${KEY}` placeholder in the spec is
+    substituted there; any other KEY is a dotted spec path. Unfilled placeholders are an error."""
+    spec = copy.deepcopy(spec)
+    pairs = [parse_override(o) for o in overrides or []]
+    holes = _placeholders(spec)
+    values = {k: v for k, v in pairs if k in holes}
+    spec = _substitute(spec, values)
+    for key, value in pairs:
+        if key not in holes:
+            set_by_path(spec, key, value)
+    missing = sorted(_placeholders(spec))
+    if missing:
+        raise SpecError(f'the spec has unfilled placeholder(s) {", ".join("${" + m + "}" for m in missing)}; '
+                        f'fill each with -s {missing[0]}=VALUE')
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+def _unwrap_single(spec: dict, key: str) -> None:
+    """SLM-Lab v4 specs wrap agent and env in one-element lists; accept that form."""
+    value = spec.get(key)
+    if isinstance(value, list):
+        if len(value) != 1:
+            raise SpecError(f'{key}: a list of {len(value)} is not supported; give one {key} object')
+        spec[key] = value[0]
+
+
+def _check_env_name(name: str, path: str) -> None:
+    import gymnasium as gym
+    from slm_lab.env import ensure_env_registered
+    ensure_env_registered(name)
+    if name not in gym.envs.registry:
+        raise SpecError(f"{path}: '{name}' is not a registered gymnasium environment"
+                        f'{suggest(name, list(gym.envs.registry))}; e.g. CartPole-v1, Pendulum-v1')
+
+
+ENV_SCHEMA['name'].check = _check_env_name
+
+
+def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, path: str):
+    """The schema of the component named in spec['name'] (or spec['type'] for nets)."""
+    name_key = 'type' if section == 'net' else 'name'
+    if not isinstance(spec, dict):
+        raise SpecError(f'{path}: expected an object, got {type(spec).__name__} {spec!r}')
+    if name_key not in spec:
+        raise SpecError(f'{path}.{name_key}: required key is missing; valid {section} {name_key}s: '
+                        f'{", ".join(registry)}')
+    name = spec[name_key]
+    if name in registry:
+        return registry[name]
+    if name in planned:
+        raise SpecError(f"{path}.{name_key}: '{name}' is not implemented in this version yet; "
+                        f'available: {", ".join(registry)}')
+    raise SpecError(f"{path}.{name_key}: unknown {section} '{name}'{suggest(name, list(registry) + list(planned))}; "
+                    f'valid: {", ".join(registry)}')
+
+
+def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
+    """Validate a raw spec and return it with every default filled in. Raises SpecError naming
+    the key path of the first problem and the valid choices."""
+    from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS
+    from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES
+    from slm_lab.agent.net import NETS, PLANNED_NETS
+
+    if not isinstance(spec, dict):
+        raise SpecError(f'{spec_name}: a spec must be a JSON object')
+    spec = copy.deepcopy(spec)
+    spec.pop('name', None)
+    spec.pop('body', None)  # SLM-Lab v4's multi-agent body layout; one agent, one env here
+    for key in ('agent', 'env'):
+        _unwrap_single(spec, key)
+    top = {
+        'agent': Field((dict,), doc='the agent: algorithm, memory and net'),
+        'env': Field((dict,), doc='the environment'),
+        'meta': Field((dict,), {}, doc='run settings'),
+        'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
+    }
+    spec = check_object(spec, top, 'spec')
+    spec['env'] = check_object(spec['env'], ENV_SCHEMA, 'env')
+    spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
+    agent = spec['agent']
+    agent_schema = {
+        'name': Field((str,), None, nullable=True, doc='agent name (free text; default: the algorithm name)'),
+        'algorithm': Field((dict,), doc='the algorithm'),
+        'memory': Field((dict,), None, nullable=True, doc='the memory'),
+        'net': Field((dict,), None, nullable=True, doc='the network'),
+    }
+    agent = check_object(agent, agent_schema, 'agent')
+    algo_cls = _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
+    agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm')
+    if agent['name'] is None:
+        agent['name'] = agent['algorithm']['name']
+    for section, registry, planned in (('memory', MEMORIES, PLANNED_MEMORIES), ('net', NETS, PLANNED_NETS)):
+        required = section in algo_cls.requires
+        if agent[section] is None:
+            if required:
+                raise SpecError(f"agent.{section}: {algo_cls.__name__} needs a {section}; "
+                                f'valid: {", ".join(registry)}')
+            continue
+        cls = _component_schema(section, registry, planned, agent[section], f'agent.{section}')
+        agent[section] = check_object(agent[section], cls.spec_schema, f'agent.{section}')
+    if agent['memory'] is not None and algo_cls.memory_names is not None \
+            and agent['memory']['name'] not in algo_cls.memory_names:
+        raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "
+                        f'use one of: {", ".join(algo_cls.memory_names)}')
+    spec['agent'] = agent
+    algo_cls.check_spec(spec)
+    return spec
+
+
+def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None) -> dict:
+    """Read, override and validate a spec; record its origin in meta."""
+    raw = get_raw_spec(spec_file, spec_name)
+    raw = apply_overrides(raw, overrides or [])
+    spec = validate_spec(raw, spec_name)
+    spec['name'] = spec_name
+    spec['meta']['spec_file'] = os.path.abspath(spec_file)
+    spec['meta']['spec_name'] = spec_name
+    spec['meta']['overrides'] = list(overrides or [])
+    return spec
+
+
+def diff_specs(old: Any, new: Any, path: str = '') -> list[tuple[str, Any, Any]]:
+    """Key paths whose values differ between two specs: [(path, old, new)]."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in list(old) + [k for k in new if k not in old]:
+            sub = f'{path}.{key}' if path else key
+            out += diff_specs(old.get(key), new.get(key), sub)
+        return out
+    return [] if old == new else [(path, old, new)]

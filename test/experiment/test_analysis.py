@@ -1,0 +1,142 @@
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from slm_lab.experiment.analysis import (
+    SESSION_SCALARS, calc_session_metrics, calc_trial_metrics, random_baseline,
+)
+
+
+def session_df(total_reward_ma, frame=None, opt_step=None) -> pd.DataFrame:
+    n = len(total_reward_ma)
+    frame = list(range(0, 100 * n, 100)) if frame is None else frame
+    opt_step = list(range(n)) if opt_step is None else opt_step
+    return pd.DataFrame({
+        'epi': range(n), 't': range(n), 'wall_t': range(n), 'opt_step': opt_step, 'frame': frame,
+        'fps': 100.0, 'total_reward': total_reward_ma, 'total_reward_ma': total_reward_ma,
+        'loss': np.nan, 'lr': 1e-3, 'explore_var': np.nan, 'entropy_coef': np.nan,
+        'entropy': np.nan, 'grad_norm': np.nan,
+    })
+
+
+def test_hand_computed_strength_and_efficiency():
+    # strengths 2, 4, 8; frame 0 counts as 1, so frame weights are 1, 1/2, 1/4
+    df = session_df([3.0, 5.0, 9.0], frame=[0, 2, 4], opt_step=[1, 1, 2])
+    metrics = calc_session_metrics(df, rand_return=1.0)
+    scalar, local = metrics['scalar'], metrics['local']
+    assert scalar['final_return_ma'] == 9.0
+    assert scalar['strength'] == pytest.approx(14 / 3)
+    assert scalar['max_strength'] == 8.0
+    assert scalar['final_strength'] == 8.0
+    # (2*1 + 4/2 + 8/4) / (1 + 1/2 + 1/4) = 6 / 1.75
+    assert scalar['sample_efficiency'] == pytest.approx(6 / 1.75)
+    assert local['sample_efficiency'] == pytest.approx([2.0, 4 / 1.5, 6 / 1.75])
+    # (2/1 + 4/1 + 8/2) / (1 + 1 + 1/2) = 10 / 2.5
+    assert scalar['training_efficiency'] == pytest.approx(4.0)
+    assert local['training_efficiency'] == pytest.approx([2.0, 3.0, 4.0])
+    assert local['strength'] == [2.0, 4.0, 8.0]
+    assert local['frame'] == [0.0, 2.0, 4.0]
+    assert local['opt_step'] == [1.0, 1.0, 2.0]
+    assert scalar['stability'] == 1.0
+
+
+def test_monotonic_return_is_fully_stable_and_a_dip_is_counted():
+    rising = calc_session_metrics(session_df([1.0, 2.0, 2.0, 5.0, 9.0]), rand_return=0.0)
+    assert rising['scalar']['stability'] == 1.0
+    # pairs: up, down, up, down -> 2 of 4 do not decrease
+    dipping = calc_session_metrics(session_df([1.0, 3.0, 2.0, 4.0, 0.0]), rand_return=0.0)
+    assert dipping['scalar']['stability'] == 0.5
+    single = calc_session_metrics(session_df([7.0]), rand_return=0.0)
+    assert single['scalar']['stability'] == 1.0
+
+
+def test_rows_before_the_first_episode_are_dropped():
+    df = session_df([np.nan, np.nan, 4.0, 6.0], frame=[0, 10, 20, 40])
+    metrics = calc_session_metrics(df, rand_return=2.0)
+    assert metrics['local']['strength'] == [2.0, 4.0]
+    assert metrics['local']['frame'] == [20.0, 40.0]
+    assert metrics['scalar']['strength'] == 3.0
+    assert metrics['scalar']['sample_efficiency'] == pytest.approx((2 / 20 + 4 / 40) / (1 / 20 + 1 / 40))
+
+
+@pytest.mark.parametrize('df', [
+    pd.DataFrame(),
+    session_df([]),
+    session_df([np.nan, np.nan]),
+    pd.DataFrame({'frame': [0, 1]}),  # no total_reward_ma column at all
+], ids=['no-columns', 'no-rows', 'all-nan', 'missing-column'])
+def test_no_data_gives_none_scalars_and_empty_locals(df):
+    metrics = calc_session_metrics(df, rand_return=0.0)
+    assert metrics['scalar'] == {name: None for name in SESSION_SCALARS}
+    assert all(values == [] for values in metrics['local'].values())
+
+
+def test_metrics_are_plain_json():
+    df = session_df([np.nan, 1.0, 2.0], frame=[0, 100, 200])
+    df['opt_step'] = np.nan  # no optimizer step recorded: training efficiency is unknown
+    metrics = calc_session_metrics(df, rand_return=0.5)
+    assert metrics['scalar']['training_efficiency'] is None
+    assert metrics['local']['training_efficiency'] == [None, None]
+    json.dumps(metrics, allow_nan=False)
+    assert all(type(v) is float for v in metrics['scalar'].values() if v is not None)
+    trial = calc_trial_metrics([metrics, metrics])
+    json.dumps(trial, allow_nan=False)
+
+
+def test_identical_sessions_are_fully_consistent():
+    metrics = calc_session_metrics(session_df([1.0, 3.0, 2.0]), rand_return=0.0)
+    trial = calc_trial_metrics([metrics, metrics, metrics])
+    assert trial['scalar']['consistency'] == 1.0
+    assert trial['scalar']['strength'] == metrics['scalar']['strength']
+    assert trial['local']['strength_mean'] == [1.0, 3.0, 2.0]
+    assert trial['local']['strength_std'] == [0.0, 0.0, 0.0]
+    assert calc_trial_metrics([metrics])['scalar']['consistency'] == 1.0
+
+
+def test_trial_consistency_and_means_by_hand():
+    a = calc_session_metrics(session_df([2.0, 4.0, 100.0]), rand_return=0.0)
+    b = calc_session_metrics(session_df([4.0, 4.0]), rand_return=0.0)
+    trial = calc_trial_metrics([a, b])
+    # cut to 2 rows; row 0: mean 3, std 1 -> 1 - 1/3; row 1: mean 4, std 0 -> 1
+    assert trial['scalar']['consistency'] == pytest.approx((2 / 3 + 1) / 2)
+    assert trial['local']['frame'] == [0.0, 100.0]
+    assert trial['local']['strength_mean'] == [3.0, 4.0]
+    assert trial['local']['strength_std'] == [1.0, 0.0]
+    assert trial['scalar']['final_return_ma'] == pytest.approx((100.0 + 4.0) / 2)
+
+
+def test_consistency_where_the_mean_strength_is_zero():
+    up = calc_session_metrics(session_df([0.0, 1.0]), rand_return=0.0)
+    down = calc_session_metrics(session_df([0.0, -1.0]), rand_return=0.0)
+    # row 0: both 0 -> 1; row 1: mean 0 but spread -> 0
+    assert calc_trial_metrics([up, down])['scalar']['consistency'] == 0.5
+
+
+def test_trial_skips_sessions_without_data():
+    good = calc_session_metrics(session_df([1.0, 2.0]), rand_return=0.0)
+    empty = calc_session_metrics(pd.DataFrame(), rand_return=0.0)
+    trial = calc_trial_metrics([good, empty])
+    assert trial['scalar']['strength'] == good['scalar']['strength']
+    assert trial['scalar']['consistency'] is None  # no row is shared by all sessions
+    assert trial['local'] == {'frame': [], 'strength_mean': [], 'strength_std': []}
+    assert calc_trial_metrics([])['scalar']['consistency'] is None
+
+
+def test_random_baseline_is_reproducible_and_memoised():
+    uncached = random_baseline.__wrapped__
+    first = uncached('CartPole-v1', episodes=5, seed=3)
+    assert first == uncached('CartPole-v1', episodes=5, seed=3)
+    assert 5 < first < 100  # a random CartPole policy lasts tens of steps at +1 per step
+    random_baseline('CartPole-v1', episodes=5, seed=3)
+    hits = random_baseline.cache_info().hits
+    assert random_baseline('CartPole-v1', episodes=5, seed=3) == first
+    assert random_baseline.cache_info().hits == hits + 1
+
+
+def test_random_baseline_stops_at_max_frames_with_a_partial_return():
+    # CartPole cannot fail within 5 steps, so the baseline is the partial return 5 * (+1)
+    assert random_baseline('CartPole-v1', max_frames=5) == 5.0
+    assert math.isfinite(random_baseline('Pendulum-v1', episodes=1))

@@ -1,0 +1,106 @@
+import re
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from slm_lab.experiment import viz
+
+
+def session_df(n: int = 300, seed: int = 0, frame_offset: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    total_reward = np.cumsum(rng.normal(1.0, 3.0, n))
+    total_reward[:2] = np.nan  # no episode finished yet
+    return pd.DataFrame({
+        'frame': np.arange(n) * 100 + frame_offset,
+        'total_reward': total_reward,
+        'total_reward_ma': pd.Series(total_reward).rolling(10, min_periods=1).mean(),
+        'loss': rng.random(n),
+    })
+
+
+def assert_offline_html(path: str) -> None:
+    html = open(path, encoding='utf-8').read()
+    assert len(html) > 1_000_000, 'plotly.js should be embedded in the page'
+    assert re.search(r'plotly\.js v\d', html), 'the plotly.js bundle banner is missing'
+    assert not re.search(r'<script[^>]*\bsrc=', html), 'the page must not load any script'
+
+
+@pytest.fixture
+def no_png(monkeypatch):
+    monkeypatch.setattr(viz, 'png_available', lambda: False)
+
+
+def test_session_graph_is_standalone_html(tmp_path, no_png):
+    paths = viz.plot_session(session_df(), 'CartPole-v1 s0', str(tmp_path / 'graph' / 'run_t0_s0'))
+    assert paths == [str(tmp_path / 'graph' / 'run_t0_s0_session_graph.html')]
+    assert_offline_html(paths[0])
+    html = open(paths[0], encoding='utf-8').read()
+    assert 'CartPole-v1 s0' in html and 'total_reward_ma' in html and 'loss' in html
+
+
+def test_trial_graph_is_standalone_html(tmp_path, no_png):
+    dfs = [session_df(seed=s, frame_offset=7 * s) for s in range(3)]
+    paths = viz.plot_trial(dfs, 'CartPole-v1 t0', str(tmp_path / 'run_t0'))
+    assert paths == [str(tmp_path / 'run_t0_trial_graph.html')]
+    assert_offline_html(paths[0])
+    assert 'min-max across 3 sessions' in open(paths[0], encoding='utf-8').read()
+
+
+def test_graphs_survive_empty_and_all_nan_data(tmp_path, no_png):
+    all_nan = pd.DataFrame({'frame': [0, 100], 'total_reward': [np.nan] * 2,
+                            'total_reward_ma': [np.nan] * 2, 'loss': [np.nan] * 2})
+    for i, df in enumerate([pd.DataFrame(), all_nan, session_df(0)]):
+        assert_offline_html(viz.plot_session(df, 'empty', str(tmp_path / f's{i}'))[0])
+    assert_offline_html(viz.plot_trial([pd.DataFrame(), all_nan], 'empty', str(tmp_path / 't0'))[0])
+    assert_offline_html(viz.plot_trial([], 'none', str(tmp_path / 't1'))[0])
+
+
+def test_trial_sessions_are_aligned_on_the_first_sessions_frames():
+    first = pd.DataFrame({'frame': [0, 100, 200, 300], 'total_reward_ma': [0.0, 1.0, 2.0, 3.0]})
+    shifted = pd.DataFrame({'frame': [50, 150, 250], 'total_reward_ma': [10.0, 20.0, 30.0]})
+    frame, aligned = viz._align_return_ma([first, shifted])
+    assert frame.tolist() == [0, 100, 200, 300]
+    assert aligned[0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    # interpolated inside the shifted session's range, never extrapolated outside it
+    assert np.isnan(aligned[1, 0]) and np.isnan(aligned[1, 3])
+    assert aligned[1, 1:3].tolist() == [15.0, 25.0]
+
+
+def test_graph_writes_are_fast(tmp_path, no_png):
+    df = session_df(500)
+    viz.plot_session(df, 'warm-up', str(tmp_path / 'warm'))
+    start = time.perf_counter()
+    viz.plot_session(df, 'timed', str(tmp_path / 'timed'))
+    viz.plot_trial([df, session_df(500, seed=1)], 'timed', str(tmp_path / 'timed'))
+    assert time.perf_counter() - start < 1.0
+
+
+def test_png_is_written_when_export_works(tmp_path, monkeypatch):
+    monkeypatch.setattr(viz, 'png_available', lambda: True)
+    monkeypatch.setattr(viz, '_kaleido_png', lambda fig: b'\x89PNG\r\n\x1a\nfake')
+    paths = viz.plot_session(session_df(), 's0', str(tmp_path / 'r'))
+    assert paths[1] == str(tmp_path / 'r_session_graph.png')
+    assert open(paths[1], 'rb').read().startswith(b'\x89PNG')
+    assert viz.plot_session(session_df(), 's0', str(tmp_path / 'q'), png=False) == [
+        str(tmp_path / 'q_session_graph.html')]
+
+
+def test_a_failing_png_export_never_fails_the_run(tmp_path, monkeypatch):
+    def broken(fig):
+        raise RuntimeError('browser crashed')
+    monkeypatch.setattr(viz, 'png_available', lambda: True)
+    monkeypatch.setattr(viz, '_kaleido_png', broken)
+    paths = viz.plot_trial([session_df()], 't0', str(tmp_path / 'r'))
+    assert paths == [str(tmp_path / 'r_trial_graph.html')]
+    assert not (tmp_path / 'r_trial_graph.png').exists()
+
+
+def test_png_available_answers_with_a_real_render():
+    pytest.importorskip('kaleido', reason='PNG export is optional: kaleido is not installed')
+    # True only if kaleido really rendered a PNG with the local browser; False is fine too,
+    # but it must answer rather than raise, and answer the same when asked again
+    available = viz.png_available()
+    assert isinstance(available, bool)
+    assert viz.png_available() is available

@@ -15,8 +15,9 @@ With no arguments, runs the demo: spec/demo.json ppo_cartpole train (PPO on Cart
 modes:
   train             train a spec; writes data/{spec_name}_{timestamp}/
   dev               one session, debug logs, and a check that training changes the network
-  train@latest      (later version) resume the newest run of this spec
-  train@<run dir>   (later version) resume that run
+  train@latest      resume the newest run of this spec (data/{spec_name}_*), possibly
+                    with a larger env.max_frame; continues in the same run directory
+  train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
   enjoy@<spec>      (later version) replay a trained session
   search            (later version) hyperparameter search
 
@@ -36,6 +37,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('-s', '--set', dest='overrides', action='append', default=[], metavar='KEY=VALUE',
                         help='override a spec value by dotted path (env.max_frame=20000), or fill a ${KEY} '
                              'placeholder of the spec; repeatable; recorded in the saved spec')
+    parser.add_argument('--force', action='store_true',
+                        help='train@: resume even though the spec changed in ways that break continuity '
+                             '(the changes are recorded in the run)')
     args = parser.parse_args(argv)
     given = [a for a in (args.spec_file, args.spec_name, args.mode) if a is not None]
     if not given:
@@ -47,12 +51,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from slm_lab.experiment.control import Preempted
     from slm_lab.lib.errors import LabError
     try:
         from slm_lab import lab
-        lab.run(args.spec_file, args.spec_name, args.mode, args.overrides)
+        lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force)
     except LabError as e:
         print(f'error: {e}', file=sys.stderr)
+        return e.exit_code
+    except Preempted as e:
+        print(f'stopped: {e}; a snapshot was saved, continue with train@latest', file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print('interrupted: the records written so far are kept', file=sys.stderr)

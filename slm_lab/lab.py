@@ -14,20 +14,19 @@ from slm_lab.spec import load_spec
 
 logger = lab_logger.get_logger('slm_lab.lab')
 MODES = ('dev', 'train')
-LATER_MODES = {'train@': 'resume (train@latest, train@<run dir>)', 'enjoy@': 'replay (enjoy@<session spec>)',
-               'search': 'hyperparameter search'}
+LATER_MODES = {'enjoy@': 'replay (enjoy@<session spec>)', 'search': 'hyperparameter search'}
 DATA_DIR = 'data'
 
 
 def check_mode(mode: str) -> str:
     """The mode, or a ModeError naming the valid ones."""
-    if mode in MODES:
+    if mode in MODES or (mode.startswith('train@') and len(mode) > len('train@')):
         return mode
     for prefix, what in LATER_MODES.items():
         if mode.startswith(prefix):
             raise ModeError(f"mode '{mode}': {what} is not available in this version yet; use dev or train")
-    raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train "
-                    '(train@latest, train@<run dir>, enjoy@<spec file>, search come later)')
+    raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir> "
+                    '(enjoy@<spec file> and search come later)')
 
 
 def git_sha() -> str | None:
@@ -75,11 +74,13 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
 
 
 def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
-        data_dir: str = DATA_DIR) -> dict:
-    """Run a spec in a mode; returns the trial metrics. Raises LabError for user errors, before
-    anything is written."""
+        data_dir: str = DATA_DIR, force: bool = False) -> dict | None:
+    """Run a spec in a mode; returns the trial metrics (None when a resumed run was already
+    finished). Raises LabError for user errors, before anything is written."""
     mode = check_mode(mode)
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
+    if mode.startswith('train@'):
+        return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force)
     spec = prepare_spec(spec_file, spec_name, mode, overrides)
     from slm_lab.experiment.control import Trial
     from slm_lab.experiment.run_dir import RunDir, new_experiment_ts
@@ -88,11 +89,55 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
     run_dir.create()
     logger.info(f'run directory {run_dir.root}')
-    write_json(run_dir.spec_path(), spec)
     trial = Trial(spec, run_dir, mode, trial=0)
-    write_json(run_dir.spec_path(0), trial.session_spec(None))
+    write_specs(run_dir, trial)
+    metrics = trial.run()
+    logger.info(f'done: {run_dir.root}')
+    return metrics
+
+
+def write_specs(run_dir, trial) -> None:
+    """The resolved specs of the run, the trial and each session."""
+    write_json(run_dir.spec_path(), trial.spec)
+    write_json(run_dir.spec_path(trial.index), trial.session_spec(None))
     for s in range(trial.max_session):
-        write_json(run_dir.spec_path(0, s), trial.session_spec(s))
+        write_json(run_dir.spec_path(trial.index, s), trial.session_spec(s))
+
+
+def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | None, data_dir: str,
+           force: bool) -> dict | None:
+    """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
+    edited) spec. Everything is checked before the run directory is touched."""
+    import time as _time
+    from slm_lab import resume as resume_lib
+    from slm_lab.experiment.control import Trial
+    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
+    old_spec = resume_lib.read_run_spec(run_dir)
+    spec = load_spec(spec_file, spec_name, overrides)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = old_spec['meta']['random_seed']
+    meta['experiment_ts'] = old_spec['meta']['experiment_ts']
+    meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), f'train@{target}'
+    diff = resume_lib.check_edits(old_spec, spec, force)
+    frames = resume_lib.session_frames(run_dir, old_spec)
+    reached = max(frames.values()) if frames else 0
+    if spec['env']['max_frame'] < reached:
+        from slm_lab.lib.errors import ResumeError
+        raise ResumeError(f"env.max_frame {spec['env']['max_frame']} is below frame {reached} that {run_dir.root} "
+                          f'already reached; use env.max_frame >= {reached}')
+    n_sessions = spec['meta']['max_session']
+    if frames and len(frames) >= n_sessions and all(f >= spec['env']['max_frame'] for f in frames.values()):
+        print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]}); '
+              f'to continue, raise it, e.g. -s env.max_frame={2 * reached}')
+        return None
+    preflight(spec)
+    resume_lib.append_run_record(run_dir, {
+        'when': _time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}', 'frames': frames,
+        'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force})
+    logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
+    trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
+    write_specs(run_dir, trial)
     metrics = trial.run()
     logger.info(f'done: {run_dir.root}')
     return metrics

@@ -44,6 +44,11 @@ META_SCHEMA = {
     'max_trial': Field((int,), 1, min=1, doc='trials in a search'),
     'random_seed': Field((int,), None, nullable=True, min=0,
                          doc='base seed; session s of trial t uses random_seed + 1000*t + s (drawn when null)'),
+    'checkpoint_frequency': Field((int,), None, nullable=True, min=1,
+                                  doc='frames between snapshots of the whole session state (default: log_frequency)'),
+    'keep_checkpoints': Field((int,), 2, min=1, doc='recent snapshots kept per session (plus best weights and the final one)'),
+    'snapshot_replay': Field((bool,), False,
+                             doc='include an off-policy replay memory in snapshots (else it refills after resume)'),
     'torch_num_threads': Field((int,), 1, min=1, doc='torch intra-op threads per session'),
     # filled by the lab and recorded in the saved specs
     'experiment_ts': Field((str,), None, nullable=True, doc='(set by the lab) run timestamp'),

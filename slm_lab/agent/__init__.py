@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import ALGORITHMS
-from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay
+from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay, Replay
 
 
 class Agent:
@@ -24,6 +24,8 @@ class Agent:
             kwargs = {}
             if issubclass(memory_cls, OnPolicyBatchReplay):
                 kwargs['batch_steps'] = algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
+            if issubclass(memory_cls, Replay):
+                kwargs['persist'] = spec['meta'].get('snapshot_replay', False)
             self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=seed + 1, **kwargs)
         algo_cls = ALGORITHMS[algo_spec['name']]
         self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,

@@ -5,16 +5,21 @@ import copy
 import logging
 import math
 import multiprocessing as mp
+import os
 import random
+import signal
 import time
 
 import numpy as np
 import pandas as pd
 import torch
 
+from slm_lab import checkpoint
 from slm_lab.agent import Agent
 from slm_lab.agent.body import COLUMNS, Body
 from slm_lab.env import Clock, make_env, make_single_env, normalize_obs_fn
+from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
+                                  vector_env_state_dict)
 from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib import logger as lab_logger
@@ -22,6 +27,49 @@ from slm_lab.lib.io import atomic_write_text, atomic_write_with, write_json
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + signal number, as shells report
+
+
+class Preempted(Exception):
+    """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
+
+    def __init__(self, signum: int, frame: int | None = None):
+        super().__init__(f'stopped by {signal.Signals(signum).name} at frame {frame}')
+        self.signum, self.frame = signum, frame
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.signum, 1)
+
+
+class StopSignal:
+    """Turns the first SIGTERM/SIGINT into a request to stop after the current step (so the
+    session can save a snapshot); a second one exits at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous = {}
+
+    def install(self) -> 'StopSignal':
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _handle(self, signum, _frame) -> None:
+        if self.signum is not None:
+            os._exit(EXIT_CODES.get(signum, 1))
+        self.signum = signum
+        logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
+                       '(send it again to exit at once)')
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
 
 
 def session_seed(spec: dict, trial: int, session: int) -> int:
@@ -57,8 +105,10 @@ class Session:
     """One agent in one (vector) env: act, step, update, tick; at log / eval frequency record a
     row and save. `run()` returns the session metrics."""
 
-    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, session: int = 0):
+    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, session: int = 0,
+                 stop: StopSignal | None = None):
         self.spec = spec
+        self.stop = stop or StopSignal()
         self.run_dir, self.mode = run_dir, mode
         self.trial, self.index = trial, session
         self.prename = run_dir.prename(trial, session)
@@ -78,17 +128,77 @@ class Session:
         self.eval_env = make_single_env(env_spec) if self.rigorous_eval else None
         self._eval_seeded = False
         self._last_graph_t = -math.inf
+        self.checkpoint_frequency = meta['checkpoint_frequency'] or self.log_frequency
+        self.keep_checkpoints = meta['keep_checkpoints']
+        self.ckpt_dir = run_dir.ckpt_dir(trial, session)
+        self.obs = None
+        self.resumed_from = None
+
+    # --- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything that shapes what happens next, as plain data (see STYLE: state_dict)."""
+        return {
+            'clock': self.clock.state_dict(),
+            'agent': self.agent.state_dict(),
+            'body': self.body.state_dict(),
+            'env': vector_env_state_dict(self.env),
+            'obs': np.array(self.obs),
+            'eval_env': {'seeded': self._eval_seeded,
+                         'env': env_state_dict(self.eval_env) if self.eval_env is not None else None},
+            'rng': {'python': random.getstate(), 'numpy': np.random.get_state(),
+                    'torch': torch.get_rng_state(),
+                    'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        }
+
+    def load_state_dict(self, state: dict) -> bool:
+        """Restore a snapshot's state; returns whether the in-progress episodes continue exactly
+        (else fresh episodes were started)."""
+        self.clock.load_state_dict(state['clock'])
+        self.agent.load_state_dict(state['agent'])
+        self.body.load_state_dict(state['body'])
+        rng = state['rng']
+        random.setstate(_as_tuple(rng['python']))
+        np.random.set_state(_as_tuple(rng['numpy']))
+        torch.set_rng_state(torch.as_tensor(rng['torch']))
+        if rng['cuda'] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng['cuda'])
+        self._eval_seeded = state['eval_env']['seeded']
+        if self.eval_env is not None and state['eval_env']['env'] is not None:
+            load_env_state_dict(self.eval_env, state['eval_env']['env'])
+        exact = load_vector_env_state_dict(self.env, state['env'])
+        if exact:
+            self.obs = np.array(state['obs'])
+        else:
+            logger.warning(f'{self.prename}: {self.spec["env"]["name"]} cannot be snapshotted mid-episode; '
+                           'fresh episodes start now, so this continuation is approximate')
+            self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
+        return exact
+
+    def save_snapshot(self) -> None:
+        """Snapshot the whole session state at the current frame and keep the newest few."""
+        path = checkpoint.save_snapshot(self.ckpt_dir, self.clock.frame, self.state_dict(), self.spec)
+        checkpoint.prune_snapshots(self.ckpt_dir, self.keep_checkpoints)
+        logger.debug(f'{self.prename}: snapshot {path}')
 
     # --- the RL loop ----------------------------------------------------------------------------
-    def run(self) -> dict:
-        """Train until max_frame; write the records, models and graphs. Returns session metrics."""
-        clock, agent, body, env = self.clock, self.agent, self.body, self.env
-        logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on {self.spec["env"]["name"]}'
-                    f' x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
-        obs, _ = env.reset(seed=self.seed)
+    def run(self, resume_state: dict | None = None) -> dict:
+        """Train until max_frame (from a snapshot's state when given); write the records, models,
+        snapshots and graphs. Returns session metrics. On SIGTERM/SIGINT: finish the step, save a
+        snapshot and the records, raise Preempted."""
+        clock, agent, body = self.clock, self.agent, self.body
+        if resume_state is not None:
+            self.load_state_dict(resume_state)
+            logger.info(f'{self.prename}: resumed at frame {clock.frame}/{clock.max_frame}')
+        else:
+            logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
+                        f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
+            self.obs, _ = self.env.reset(seed=self.seed)
+        env = self.env
+        obs = self.obs
         normalize = normalize_obs_fn(env)
         next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
         next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
+        next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
         dev_params = agent.parameters_snapshot() if self.mode == 'dev' else None
         try:
             while clock.frame < clock.max_frame:
@@ -109,17 +219,22 @@ class Session:
                         self._dev_check_learning(dev_params)
                         dev_params = None
                 clock.tick(int(done.sum()))
-                obs = next_obs
-                if clock.frame >= next_log or clock.frame >= clock.max_frame:
+                obs = self.obs = next_obs
+                at_end = clock.frame >= clock.max_frame
+                if clock.frame >= next_log or at_end:
                     self.log_row()
                     next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
-                if clock.frame >= next_eval or clock.frame >= clock.max_frame:
+                if clock.frame >= next_eval or at_end:
                     self.eval_row()
                     next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
-        except KeyboardInterrupt:
-            logger.warning(f'{self.prename}: interrupted at frame {clock.frame}; saving records')
-            self.save_records(final=True)
-            raise
+                if clock.frame >= next_ckpt or at_end or self.stop.requested:
+                    self.save_snapshot()
+                    next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
+                if self.stop.requested:
+                    self.save_records()
+                    logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
+                                   'continue with train@latest')
+                    raise Preempted(self.stop.signum, clock.frame)
         finally:
             self.close()
         return self.finish()
@@ -196,12 +311,12 @@ class Session:
                          self.run_dir.graph_prefix(self.trial, self.index), png=png)
         self._last_graph_t = time.monotonic()
 
-    def save_records(self, final: bool = False) -> None:
+    def save_records(self) -> None:
+        """Rewrite the CSVs, latest weights and the session graph (HTML only)."""
         self.write_csv('train')
         self.write_csv('eval')
         self.save_model('latest')
-        if final:
-            self.plot(png=False)
+        self.plot(png=False)
 
     def finish(self) -> dict:
         """Write session metrics and final graphs; return the metrics."""
@@ -224,6 +339,11 @@ class Session:
             self.eval_env.close()
 
 
+def _as_tuple(x):
+    """Random-state tuples come back from a snapshot as lists or tuples; make them tuples."""
+    return tuple(_as_tuple(v) if isinstance(v, list) else v for v in x)
+
+
 def _num(x) -> str:
     return 'n/a' if x is None else f'{x:.2f}'
 
@@ -235,71 +355,141 @@ def _duration(seconds: float) -> str:
     return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
 
-def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int) -> dict:
-    """Run one session with its own log file (used in-process and as a child process)."""
+def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
+                resume: bool = False, stop: StopSignal | None = None) -> dict:
+    """Run one session with its own log file (in-process, or as a child process). With `resume`,
+    continue from the session's newest intact snapshot (a session without one starts fresh)."""
     lab_logger.setup_console(log_level)
     handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
+    own_stop = stop is None
+    stop = (stop or StopSignal()).install() if own_stop else stop
     try:
-        return Session(spec, run_dir, mode, trial, session).run()
+        t0 = time.perf_counter()
+        sess = Session(spec, run_dir, mode, trial, session, stop=stop)
+        state = None
+        if resume:
+            loaded = checkpoint.load_latest_snapshot(sess.ckpt_dir)
+            if loaded is None:
+                logger.info(f'{sess.prename}: no snapshot to resume from; starting this session fresh')
+            else:
+                state, manifest, path = loaded
+                record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'), 'snapshot': str(path.relative_to(run_dir.root)),
+                          'frame': manifest['frame'], 'load_s': round(time.perf_counter() - t0, 3),
+                          'lab_version': manifest.get('lab_version')}
+                _append_json_list(run_dir.session_resume_log_path(trial, session), record)
+                logger.info(f'{sess.prename}: loaded snapshot {path.name} (frame {manifest["frame"]}) '
+                            f'in {record["load_s"]:.2f}s')
+        return sess.run(resume_state=state)
     finally:
+        if own_stop:
+            stop.uninstall()
         lab_logger.remove_handler(handler)
 
 
-def _session_worker(args, queue) -> None:
+def _append_json_list(path, record: dict) -> None:
+    """Append a record to a JSON list file (rewritten atomically)."""
+    from slm_lab.lib.io import read_json
+    records = read_json(path) if os.path.exists(path) else []
+    records.append(record)
+    write_json(path, records)
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this process if the lab's process dies (even by SIGKILL)."""
     try:
-        queue.put(('ok', args[4], run_session(*args)))
-    except KeyboardInterrupt:
-        queue.put(('interrupted', args[4], None))
+        import ctypes
+        libc = ctypes.CDLL('libc.so.6', use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _session_worker(args, queue) -> None:
+    # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
+    # session to stop exactly once
+    os.setpgrp()
+    _die_with_parent()
+    session = args[4]
+    try:
+        queue.put(('ok', session, run_session(*args)))
+    except Preempted as e:
+        queue.put(('preempted', session, (e.signum, e.frame)))
     except BaseException as e:  # report to the parent, which re-raises
         import traceback
-        queue.put(('error', args[4], f'{type(e).__name__}: {e}\n{traceback.format_exc()}'))
+        queue.put(('error', session, f'{type(e).__name__}: {e}\n{traceback.format_exc()}'))
 
 
 class Trial:
     """max_session sessions of one spec with seeds random_seed + 1000*trial + s; sessions run in
     parallel processes when there are several. Aggregates their metrics and graphs."""
 
-    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0):
+    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False):
         self.spec, self.run_dir, self.mode, self.index = spec, run_dir, mode, trial
+        self.resume = resume
         self.max_session = 1 if mode == 'dev' else spec['meta']['max_session']
         self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
 
-    def session_spec(self, session: int) -> dict:
+    def session_spec(self, session: int | None) -> dict:
         spec = copy.deepcopy(self.spec)
         spec['meta']['trial'], spec['meta']['session'] = self.index, session
         return spec
 
     def run(self) -> dict:
-        """Run every session, then write the trial metrics and graph. Returns trial metrics."""
+        """Run every session, then write the trial metrics and graph. Returns trial metrics.
+        Raises Preempted when stopped by a signal (after every session saved a snapshot)."""
         specs = [self.session_spec(s) for s in range(self.max_session)]
-        if self.max_session == 1:
-            session_metrics = [run_session(specs[0], self.run_dir, self.mode, self.index, 0, self.log_level)]
-        else:
-            session_metrics = self._run_parallel(specs)
+        stop = StopSignal().install()
+        try:
+            if self.max_session == 1:
+                session_metrics = [run_session(specs[0], self.run_dir, self.mode, self.index, 0, self.log_level,
+                                               self.resume, stop)]
+            else:
+                session_metrics = self._run_parallel(specs, stop)
+        finally:
+            stop.uninstall()
         return self.finish(session_metrics)
 
-    def _run_parallel(self, specs: list[dict]) -> list[dict]:
+    def _run_parallel(self, specs: list[dict], stop: StopSignal) -> list[dict]:
         ctx = mp.get_context('spawn')
         queue = ctx.Queue()
         procs = [ctx.Process(target=_session_worker, daemon=True,
-                             args=((spec, self.run_dir, self.mode, self.index, s, self.log_level), queue))
+                             args=((spec, self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
+                                   queue))
                  for s, spec in enumerate(specs)]
         for p in procs:
             p.start()
         results: dict[int, dict] = {}
+        preempted, errors, forwarded = [], [], False
         try:
-            for _ in procs:
-                status, s, payload = queue.get()
-                if status == 'error':
-                    raise RuntimeError(f'session {s} failed: {payload}')
-                if status == 'interrupted':
-                    raise KeyboardInterrupt
-                results[s] = payload
+            while len(results) + len(preempted) + len(errors) < len(procs):
+                if stop.requested and not forwarded:
+                    for p in procs:
+                        if p.is_alive():
+                            os.kill(p.pid, signal.SIGTERM)
+                    forwarded = True
+                try:
+                    status, s, payload = queue.get(timeout=0.2)
+                except Exception:  # queue.Empty
+                    if not any(p.is_alive() for p in procs) and queue.empty():
+                        errors.append('a session process died without reporting')
+                        break
+                    continue
+                if status == 'ok':
+                    results[s] = payload
+                elif status == 'preempted':
+                    preempted.append(payload)
+                else:
+                    errors.append(f'session {s} failed: {payload}')
+                    stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
         finally:
             for p in procs:
                 p.join(timeout=30)
                 if p.is_alive():
-                    p.terminate()
+                    p.kill()
+        if errors:
+            raise RuntimeError('; '.join(errors))
+        if preempted:
+            raise Preempted(stop.signum or preempted[0][0], min(f for _, f in preempted))
         return [results[s] for s in range(len(specs))]
 
     def finish(self, session_metrics: list[dict]) -> dict:

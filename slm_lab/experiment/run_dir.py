@@ -63,5 +63,17 @@ class RunDir:
     def graph_prefix(self, trial: int, session: int | None = None) -> str:
         return str(self.root / 'graph' / self.prename(trial, session))
 
+    def ckpt_dir(self, trial: int, session: int) -> Path:
+        """Snapshots of one session: ckpt/{prename}/f{frame}/."""
+        return self.root / 'ckpt' / self.prename(trial, session)
+
+    def session_resume_log_path(self, trial: int, session: int) -> Path:
+        """Each resume of a session: when, from which snapshot and frame, how long loading took."""
+        return self.root / 'info' / f'{self.prename(trial, session)}_resumes.json'
+
+    def resume_log_path(self) -> Path:
+        """Each resume of the run: when, the spec diff, whether forced."""
+        return self.root / f'{self.spec_name}_resumes.json'
+
     def log_path(self, trial: int, session: int) -> Path:
         return self.root / 'log' / f'{self.prename(trial, session)}.log'

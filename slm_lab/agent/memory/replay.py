@@ -29,8 +29,11 @@ class Replay(Memory):
         'use_cer': Field((bool,), False, doc='combined experience replay: always include the newest transition'),
     }
 
-    def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0):
+    ARRAY_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds')
+
+    def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0, persist: bool = False):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)
+        self.persist = persist
         self.batch_size = memory_spec['batch_size']
         self.max_size = memory_spec['max_size']
         self.use_cer = memory_spec['use_cer']
@@ -65,14 +68,26 @@ class Replay(Memory):
                            self.next_states[idx], self.terminateds[idx])
 
     def state_dict(self) -> dict:
-        n = self.size
-        return {'head': self.head, 'size': n, 'rng': self.rng.bit_generator.state,
-                'states': self.states[:n], 'actions': self.actions[:n], 'rewards': self.rewards[:n],
-                'next_states': self.next_states[:n], 'terminateds': self.terminateds[:n]}
+        """The sampling generator always; the stored transitions only when `persist` is set
+        (meta.snapshot_replay), as whole arrays so a snapshot can memory-map them back."""
+        state = {'persisted': self.persist, 'rng': self.rng.bit_generator.state, 'head': self.head, 'size': self.size}
+        if self.persist:
+            for key in self.ARRAY_KEYS:
+                state[key] = getattr(self, key)
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        n = int(state['size'])
-        self.head, self.size = int(state['head']), n
-        for key in ('states', 'actions', 'rewards', 'next_states', 'terminateds'):
-            getattr(self, key)[:n] = state[key]
+        """Restore; without persisted transitions the memory starts empty and refills (training
+        waits for training_start_step transitions again). Persisted arrays of the full capacity
+        are adopted as they are (memory-mapped by the snapshot loader), not copied."""
         self.rng.bit_generator.state = state['rng']
+        if not state['persisted']:
+            self.head, self.size = 0, 0
+            return
+        for key in self.ARRAY_KEYS:
+            arr = state[key]
+            if len(arr) == self.max_size:
+                setattr(self, key, arr)
+            else:
+                getattr(self, key)[:len(arr)] = arr
+        self.head, self.size = int(state['head']), int(state['size'])

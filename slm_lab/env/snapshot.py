@@ -1,0 +1,149 @@
+"""state_dict / load_state_dict for gymnasium envs, wrappers and vector envs.
+
+An env's state is gathered layer by layer along its wrapper chain as plain data: numbers,
+strings, numpy arrays, tuples of those, deques (as lists), running mean/std statistics and
+numpy random generators (as their bit-generator state). Restoring sets the same attributes on a
+freshly built env of the same spec.
+
+Whether the in-progress episodes can be continued exactly depends on the env: gymnasium's
+classic-control and toy-text envs keep all their dynamics in such attributes; physics engines
+(Box2D, MuJoCo) and ALE keep theirs in native objects, so for those only the wrappers' state
+(normalisation statistics, episode counters) is restored and fresh episodes are started.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+
+# envs whose whole dynamics state lives in plain attributes
+EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text')
+SKIP_ATTRS = {'env', 'envs', 'unwrapped', 'spec', '_cached_spec', 'screen', 'clock', 'isopen', 'render_mode',
+              'viewer', 'window', 'metadata', '_metadata', '_saved_kwargs', 'action_space', 'observation_space',
+              'single_action_space', 'single_observation_space', '_action_space', '_observation_space',
+              'episode_start_times', 'time_queue', 'env_fns', '_env_obs'}
+_PLAIN = (bool, int, float, str, type(None), np.bool_, np.integer, np.floating)
+
+
+def _is_plain(value) -> bool:
+    if isinstance(value, _PLAIN) or isinstance(value, np.ndarray):
+        return True
+    if isinstance(value, (tuple, list)):
+        return all(_is_plain(v) for v in value)
+    return False
+
+
+def _encode(value):
+    """Plain form of an attribute value, or None (sentinel _SKIP) when it is not state."""
+    if isinstance(value, np.random.Generator):
+        return {'__rng__': value.bit_generator.state}
+    if isinstance(value, deque):
+        return {'__deque__': list(value), 'maxlen': value.maxlen} if _is_plain(list(value)) else _SKIP
+    if hasattr(value, 'mean') and hasattr(value, 'var') and hasattr(value, 'count') and not isinstance(value, np.ndarray):
+        return {'__rms__': {'mean': np.array(value.mean), 'var': np.array(value.var), 'count': float(value.count)}}
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if _is_plain(value):
+        return value
+    return _SKIP
+
+
+_SKIP = object()
+
+
+def _layer_state(layer) -> dict:
+    state = {}
+    for key, value in vars(layer).items():
+        if key in SKIP_ATTRS:
+            continue
+        enc = _encode(value)
+        if enc is not _SKIP:
+            state[key] = enc
+    return state
+
+
+def _load_layer_state(layer, state: dict) -> None:
+    for key, enc in state.items():
+        if not hasattr(layer, key):
+            continue
+        current = getattr(layer, key)
+        if isinstance(enc, dict) and '__rng__' in enc:
+            if isinstance(current, np.random.Generator):
+                current.bit_generator.state = enc['__rng__']
+            else:
+                rng = np.random.default_rng()
+                rng.bit_generator.state = enc['__rng__']
+                setattr(layer, key, rng)
+        elif isinstance(enc, dict) and '__deque__' in enc:
+            setattr(layer, key, deque(enc['__deque__'], maxlen=enc['maxlen']))
+        elif isinstance(enc, dict) and '__rms__' in enc:
+            rms = enc['__rms__']
+            current.mean, current.var, current.count = np.array(rms['mean']), np.array(rms['var']), rms['count']
+        elif isinstance(enc, np.ndarray) or hasattr(enc, 'numpy'):
+            arr = np.array(enc)
+            if isinstance(current, np.ndarray) and current.shape == arr.shape:
+                current[...] = arr
+            else:
+                setattr(layer, key, arr)
+        else:
+            setattr(layer, key, enc)
+
+
+def _chain(env) -> list:
+    layers = []
+    while env is not None:
+        layers.append(env)
+        env = getattr(env, 'env', None)
+    return layers
+
+
+def is_exact(env: gym.Env) -> bool:
+    """Whether this single env's dynamics can be snapshotted exactly."""
+    module = type(env.unwrapped).__module__
+    return module.startswith(EXACT_ENV_MODULES)
+
+
+def env_state_dict(env: gym.Env) -> dict:
+    """State of a single env: every wrapper layer plus the base env (when exact)."""
+    layers = _chain(env)
+    exact = is_exact(env)
+    return {'exact': exact, 'type': type(env.unwrapped).__name__,
+            'layers': [_layer_state(layer) for layer in (layers if exact else layers[:-1])]}
+
+
+def load_env_state_dict(env: gym.Env, state: dict) -> bool:
+    """Restore a single env; returns whether it was restored exactly."""
+    layers = _chain(env)
+    for layer, layer_state in zip(layers, state['layers']):
+        _load_layer_state(layer, layer_state)
+    return bool(state['exact'])
+
+
+def vector_env_state_dict(venv) -> dict:
+    """State of a vector env built by make_env: its wrapper layers and each sub-env (sync mode).
+    'exact' is False where some sub-env's dynamics cannot be captured (then fresh episodes start
+    on resume)."""
+    layers = _chain(venv)
+    base = layers[-1]
+    sub_envs = getattr(base, 'envs', None)
+    state = {'layers': [_layer_state(layer) for layer in layers], 'sub_envs': None, 'exact': False}
+    if sub_envs is not None:
+        state['sub_envs'] = [env_state_dict(e) for e in sub_envs]
+        state['exact'] = all(s['exact'] for s in state['sub_envs'])
+    return state
+
+
+def load_vector_env_state_dict(venv, state: dict) -> bool:
+    """Restore a vector env; returns whether the in-progress episodes were restored exactly.
+    When not exact, only the wrapper statistics are restored and the caller must reset."""
+    layers = _chain(venv)
+    exact = bool(state['exact'])
+    for layer, layer_state in zip(layers, state['layers']):
+        if layer is layers[-1] and not exact:
+            continue
+        _load_layer_state(layer, layer_state)
+    if exact:
+        for env, env_state in zip(layers[-1].envs, state['sub_envs']):
+            load_env_state_dict(env, env_state)
+    return exact

@@ -18,13 +18,21 @@ modes:
   train@latest      resume the newest run of this spec (data/{spec_name}_*), possibly
                     with a larger env.max_frame; continues in the same run directory
   train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
-  enjoy@<spec>      (later version) replay a trained session
+  enjoy@<run dir>/<spec_name>_t0_s0_spec.json
+                    replay that session's best weights (--ckpt latest: newest snapshot),
+                    --episodes N, --render, --record; never trains or writes records
   search            (later version) hyperparameter search
 
 examples:
   python run_lab.py spec/demo.json ppo_cartpole train
   python run_lab.py spec/benchmark/dqn/dqn_cartpole.json dqn_cartpole dev -s env.max_frame=2000
   python run_lab.py my_spec.json my_ppo train -s agent.net.optim_spec.lr=3e-4 -s lr=3e-4
+  python run_lab.py spec/demo.json ppo_cartpole train@latest -s env.max_frame=200000
+  python run_lab.py enjoy@data/ppo_cartpole_2026_01_01_120000/ppo_cartpole_t0_s0_spec.json --episodes 3
+
+exit codes: 0 done (or already finished), 2 bad input (one line on stderr, nothing written),
+130 stopped by SIGINT / 143 by SIGTERM after saving a snapshot (continue with train@latest),
+1 a bug (traceback).
 """
 
 
@@ -40,12 +48,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--force', action='store_true',
                         help='train@: resume even though the spec changed in ways that break continuity '
                              '(the changes are recorded in the run)')
+    enjoy = parser.add_argument_group('enjoy@ (replay)')
+    enjoy.add_argument('--episodes', type=int, default=5, help='episodes to play (default 5)')
+    enjoy.add_argument('--ckpt', choices=('best', 'latest'), default='best',
+                       help='best weights (default) or the newest snapshot')
+    enjoy.add_argument('--render', action='store_true', help='show the env in a window (needs a display)')
+    enjoy.add_argument('--record', action='store_true',
+                       help="write videos under the run's video/ (needs the optional package moviepy)")
     args = parser.parse_args(argv)
     given = [a for a in (args.spec_file, args.spec_name, args.mode) if a is not None]
     if not given:
         args.spec_file, args.spec_name, args.mode = DEMO
+    elif len(given) == 1 and given[0].startswith('enjoy@'):
+        args.spec_file, args.spec_name, args.mode = None, None, given[0]
     elif len(given) < 3:
-        parser.error('give SPEC_FILE SPEC_NAME MODE, or no arguments for the demo')
+        parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or no arguments for the demo')
+    if args.episodes < 1:
+        parser.error('--episodes must be at least 1')
     return args
 
 
@@ -55,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     from slm_lab.lib.errors import LabError
     try:
         from slm_lab import lab
-        lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force)
+        if args.mode.startswith('enjoy@'):
+            lab.check_mode(args.mode)
+            from slm_lab.experiment.enjoy import enjoy
+            enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
+        else:
+            lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force)
     except LabError as e:
         print(f'error: {e}', file=sys.stderr)
         return e.exit_code

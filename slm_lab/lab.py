@@ -14,19 +14,19 @@ from slm_lab.spec import load_spec
 
 logger = lab_logger.get_logger('slm_lab.lab')
 MODES = ('dev', 'train')
-LATER_MODES = {'enjoy@': 'replay (enjoy@<session spec>)', 'search': 'hyperparameter search'}
+LATER_MODES = {'search': 'hyperparameter search'}
 DATA_DIR = 'data'
 
 
 def check_mode(mode: str) -> str:
     """The mode, or a ModeError naming the valid ones."""
-    if mode in MODES or (mode.startswith('train@') and len(mode) > len('train@')):
+    if mode in MODES or (mode.startswith(('train@', 'enjoy@')) and len(mode) > len('train@')):
         return mode
     for prefix, what in LATER_MODES.items():
         if mode.startswith(prefix):
             raise ModeError(f"mode '{mode}': {what} is not available in this version yet; use dev or train")
-    raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir> "
-                    '(enjoy@<spec file> and search come later)')
+    raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir>, "
+                    'enjoy@<run dir>/<spec_name>_t0_s0_spec.json (search comes later)')
 
 
 def git_sha() -> str | None:

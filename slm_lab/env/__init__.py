@@ -71,3 +71,14 @@ def normalize_obs_fn(env):
     def normalize(obs: np.ndarray) -> np.ndarray:
         return ((obs - rms.mean) / np.sqrt(rms.var + eps)).astype(np.float32)
     return normalize
+
+
+def obs_norm_state(env) -> dict | None:
+    """The observation-normalisation statistics (mean, var, count, epsilon) a policy was trained
+    with, or None; saved with model weights so a replay normalises the same way."""
+    wrapper = find_wrapper(env, gym.wrappers.vector.NormalizeObservation)
+    if wrapper is None:
+        return None
+    rms = wrapper.obs_rms
+    return {'mean': np.array(rms.mean), 'var': np.array(rms.var), 'count': float(rms.count),
+            'epsilon': float(wrapper.epsilon)}

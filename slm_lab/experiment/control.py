@@ -17,7 +17,7 @@ import torch
 from slm_lab import checkpoint
 from slm_lab.agent import Agent
 from slm_lab.agent.body import COLUMNS, Body
-from slm_lab.env import Clock, make_env, make_single_env, normalize_obs_fn
+from slm_lab.env import Clock, make_env, make_single_env, normalize_obs_fn, obs_norm_state
 from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
                                   vector_env_state_dict)
 from slm_lab.experiment import analysis, viz
@@ -302,7 +302,8 @@ class Session:
     def save_model(self, which: str) -> None:
         """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt."""
         state = {**self.agent.model_state_dict(), 'frame': self.clock.frame,
-                 'total_reward_ma': self.body.best_total_reward_ma if which == 'best' else self.body.total_reward_ma}
+                 'total_reward_ma': self.body.best_total_reward_ma if which == 'best' else self.body.total_reward_ma,
+                 'obs_norm': obs_norm_state(self.env)}
         atomic_write_with(self.run_dir.model_path(self.trial, self.index, which), lambda tmp: torch.save(state, tmp))
 
     def plot(self, png: bool) -> None:

@@ -1,0 +1,276 @@
+"""Resume (train@) and replay (enjoy@) as a user relies on them: exact continuation, crash
+safety, clear refusals that leave the run untouched."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from slm_lab import checkpoint, lab
+from slm_lab.lib.errors import ResumeError
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_LAB = str(ROOT / 'run_lab.py')
+COMPARE = ['epi', 't', 'opt_step', 'frame', 'total_reward', 'total_reward_ma', 'loss', 'lr', 'explore_var',
+           'entropy_coef', 'entropy', 'grad_norm']
+
+PPO = {
+    'agent': {'name': 'PPO',
+              'algorithm': {'name': 'PPO', 'gamma': 0.98, 'lam': 0.8, 'time_horizon': 32, 'minibatch_size': 64,
+                            'training_epoch': 2,
+                            'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
+              'memory': {'name': 'OnPolicyBatchReplay'},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
+                      'init_fn': 'orthogonal_', 'clip_grad_val': 0.5,
+                      'optim_spec': {'name': 'Adam', 'lr': 1e-3}}},
+    'env': {'name': 'CartPole-v1', 'num_envs': 4, 'max_frame': 2000},
+    'meta': {'log_frequency': 500, 'eval_frequency': 1000, 'random_seed': 7},
+}
+DQN = {
+    'agent': {'name': 'DQN',
+              'algorithm': {'name': 'DQN', 'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0,
+                                                                'end_val': 0.1, 'start_step': 0, 'end_step': 1500},
+                            'training_frequency': 16, 'training_iter': 2, 'training_start_step': 64},
+              'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 5000},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 1e-3},
+                      'update_type': 'replace', 'update_frequency': 100}},
+    'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': 2000},
+    'meta': {'log_frequency': 500, 'eval_frequency': 1000, 'random_seed': 11, 'snapshot_replay': True},
+}
+
+
+def write_spec(tmp_path: Path, name: str, spec: dict) -> str:
+    path = tmp_path / f'{name}.json'
+    path.write_text(json.dumps({name: spec}))
+    return str(path)
+
+
+def run_dirs(data: Path, name: str) -> list[Path]:
+    return sorted(p for p in data.iterdir() if p.name.startswith(name + '_')) if data.exists() else []
+
+
+def train_csv(run: Path, name: str, mode: str = 'train') -> pd.DataFrame:
+    return pd.read_csv(run / 'info' / f'{name}_t0_s0_session_df_{mode}.csv')
+
+
+def final_weights(run: Path, name: str) -> dict:
+    snap = checkpoint.list_snapshots(run / 'ckpt' / f'{name}_t0_s0')[0]
+    state, _ = checkpoint.load_snapshot(snap)
+    return state['agent']['algorithm']['nets']
+
+
+def assert_same_run(a: Path, b: Path, name: str) -> None:
+    for mode in ('train', 'eval'):
+        df_a, df_b = train_csv(a, name, mode), train_csv(b, name, mode)
+        pd.testing.assert_frame_equal(df_a[COMPARE], df_b[COMPARE])
+    wa, wb = final_weights(a, name), final_weights(b, name)
+    assert wa.keys() == wb.keys()
+    for net in wa:
+        for key in wa[net]:
+            assert torch.equal(wa[net][key], wb[net][key]), f'{net}.{key} differs'
+
+
+def tree_digest(root: Path, skip_logs: bool = False) -> dict:
+    out = {}
+    for p in sorted(root.rglob('*')):
+        if p.is_file() and not (skip_logs and p.parent.name == 'log'):
+            out[str(p.relative_to(root))] = hashlib.md5(p.read_bytes()).hexdigest()
+    return out
+
+
+def cli(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, **kwargs)
+
+
+@pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN)])
+def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
+    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F."""
+    spec_file = write_spec(tmp_path, name, spec)
+    data_a, data_b = str(tmp_path / 'a'), str(tmp_path / 'b')
+    lab.run(spec_file, name, 'train', data_dir=data_a)
+    lab.run(spec_file, name, 'train@latest', ['env.max_frame=4000'], data_dir=data_a)
+    lab.run(spec_file, name, 'train', ['env.max_frame=4000'], data_dir=data_b)
+    (run_a,), (run_b,) = run_dirs(Path(data_a), name), run_dirs(Path(data_b), name)
+    assert train_csv(run_a, name)['frame'].iloc[-1] == 4000
+    assert_same_run(run_a, run_b, name)
+
+
+@pytest.mark.parametrize('name,spec', [('ppo_term', PPO), ('dqn_term', DQN)])
+def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
+    """SIGTERM mid-run: exits within 5 s with a snapshot at the current frame; train@latest
+    continues to the same numbers and weights as an uninterrupted run."""
+    spec = json.loads(json.dumps(spec))
+    spec['env']['max_frame'] = 400000
+    spec_file = write_spec(tmp_path, name, spec)
+    data = tmp_path / 'a'
+    data.mkdir()
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train'], cwd=data,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    csv = None
+    while time.time() < deadline and csv is None:
+        found = list(data.glob(f'data/{name}_*/info/{name}_t0_s0_session_df_train.csv'))
+        csv = found[0] if found else None
+        time.sleep(0.05)
+    assert csv is not None, 'training never logged a row'
+    time.sleep(random.uniform(0.0, 0.5))
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert time.time() - t0 < 5, 'SIGTERM took longer than 5 s to exit'
+    assert proc.returncode == 143, proc.stderr.read()
+    run = run_dirs(data / 'data', name)[0]
+    snap_frame = int(checkpoint.list_snapshots(run / 'ckpt' / f'{name}_t0_s0')[0].name[1:])
+    logged = train_csv(run, name)
+    assert snap_frame >= logged['frame'].iloc[-1]
+    stop_frame = snap_frame
+    # resume to a fixed end, and compare with a run that never stopped
+    end = (stop_frame // 1000 + 2) * 1000
+    done = cli([spec_file, name, 'train@latest', '-s', f'env.max_frame={end}'], cwd=data)
+    assert done.returncode == 0, done.stderr
+    ref = tmp_path / 'b'
+    ref.mkdir()
+    done = cli([spec_file, name, 'train', '-s', f'env.max_frame={end}'], cwd=ref)
+    assert done.returncode == 0, done.stderr
+    assert_same_run(run, run_dirs(ref / 'data', name)[0], name)
+
+
+def test_extend_finished_run_then_finished_again(tmp_path, capsys):
+    spec = json.loads(json.dumps(PPO))
+    spec['env']['max_frame'] = 4000
+    spec_file = write_spec(tmp_path, 'extend', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'extend', 'train', data_dir=data)
+    lab.run(spec_file, 'extend', 'train@latest', ['env.max_frame=8000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'extend')
+    frames = train_csv(run, 'extend')['frame']
+    assert frames.is_monotonic_increasing and frames.is_unique
+    assert frames.iloc[-1] == 8000 and frames.diff().max() <= 500
+    saved = json.loads((run / 'extend_spec.json').read_text())
+    assert saved['env']['max_frame'] == 8000
+    records = json.loads((run / 'extend_resumes.json').read_text())
+    assert records[-1]['spec_diff'] == [{'key': 'env.max_frame', 'old': 4000, 'new': 8000}]
+    before = tree_digest(run)
+    capsys.readouterr()
+    assert lab.run(spec_file, 'extend', 'train@latest', ['env.max_frame=8000'], data_dir=data) is None
+    assert 'already finished at frame 8000' in capsys.readouterr().out
+    assert tree_digest(run) == before
+
+
+def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path):
+    spec_file = write_spec(tmp_path, 'refuse', PPO)
+    done = cli([spec_file, 'refuse', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = run_dirs(tmp_path / 'data', 'refuse')
+    before = tree_digest(run)
+    cases = {
+        'inconsistent edit': ([spec_file, 'refuse', 'train@latest', '-s', 'agent.algorithm.gamma=0.9',
+                               '-s', 'agent.net.hid_layers=[64]'], ['agent.algorithm.gamma: 0.98 -> 0.9',
+                                                                    'agent.net.hid_layers', '--force']),
+        'lower max_frame': ([spec_file, 'refuse', 'train@latest', '-s', 'env.max_frame=500'], ['env.max_frame']),
+        'missing run dir': ([spec_file, 'refuse', 'train@data/refuse_2000_01_01_000000'], ['no such run directory',
+                                                                                        run.name]),
+        'no run of spec': ([spec_file.replace('refuse', 'other'), 'other', 'train@latest'], []),
+        'missing enjoy spec': ([f'enjoy@{run}/refuse_t0_s9_spec.json'], ['not found']),
+    }
+    write_spec(tmp_path, 'other', PPO)
+    for what, (args, needles) in cases.items():
+        done = cli(args, cwd=tmp_path)
+        assert done.returncode != 0, what
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith('error:'), (what, done.stderr)
+        for needle in needles:
+            assert needle in lines[0], (what, lines[0])
+        assert tree_digest(run) == before, what
+    assert 'no run of spec' in cli([spec_file.replace('refuse', 'other'), 'other', 'train@latest'],
+                                   cwd=tmp_path).stderr
+    # --force resumes anyway and records the change
+    done = cli([spec_file, 'refuse', 'train@latest', '-s', 'env.max_frame=1500', '-s', 'agent.algorithm.gamma=0.9',
+                '--force'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((run / 'refuse_resumes.json').read_text())[-1]
+    assert record['forced'] and {'key': 'agent.algorithm.gamma', 'old': 0.98, 'new': 0.9} in record['spec_diff']
+
+
+def test_sigkill_at_random_instants_then_resume(tmp_path):
+    """Ten SIGKILLs during training and saving, each followed by train@latest: every resume
+    succeeds and the finished run's records are continuous."""
+    spec = json.loads(json.dumps(DQN))
+    spec['env']['max_frame'] = 30000
+    spec['meta'].update({'log_frequency': 250, 'checkpoint_frequency': 250})
+    spec_file = write_spec(tmp_path, 'kill', spec)
+    rng = random.Random(0)
+    mode = 'train'
+    for _ in range(10):
+        proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'kill', mode], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(2.0, 4.0))  # includes ~1.5 s of start-up
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read()
+        mode = 'train@latest'
+    done = cli([spec_file, 'kill', 'train@latest'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = run_dirs(tmp_path / 'data', 'kill')
+    frames = train_csv(run, 'kill')['frame']
+    assert frames.is_monotonic_increasing and frames.is_unique, frames.tolist()
+    assert frames.iloc[-1] == 30000 and frames.diff().max() <= 250
+    assert len(json.loads((run / 'info' / 'kill_t0_s0_resumes.json').read_text())) >= 1
+
+
+def test_damaged_newest_snapshot_falls_back(tmp_path, caplog):
+    spec = json.loads(json.dumps(PPO))
+    spec['meta']['keep_checkpoints'] = 3
+    spec_file = write_spec(tmp_path, 'damaged', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'damaged', 'train', data_dir=data)
+    (run,) = run_dirs(Path(data), 'damaged')
+    snaps = checkpoint.list_snapshots(run / 'ckpt' / 'damaged_t0_s0')
+    assert [s.name for s in snaps] == ['f000000002000', 'f000000001500', 'f000000001000']
+    state_file = snaps[0] / checkpoint.STATE_FILE
+    data_bytes = bytearray(state_file.read_bytes())
+    data_bytes[len(data_bytes) // 2] ^= 0xFF
+    state_file.write_bytes(bytes(data_bytes))
+    with caplog.at_level('WARNING'):
+        _, manifest, path = checkpoint.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
+    assert path == snaps[1] and manifest['frame'] == 1500
+    assert 'checksum' in caplog.text
+    # an unknown format version is refused, not skipped
+    manifest_path = snaps[1] / checkpoint.MANIFEST
+    m = json.loads(manifest_path.read_text())
+    m['format_version'] = 99
+    manifest_path.write_text(json.dumps(m))
+    with pytest.raises(ResumeError, match='unknown snapshot format version 99'):
+        checkpoint.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
+
+
+def test_enjoy_replays_without_touching_the_run(tmp_path):
+    spec = json.loads(json.dumps(PPO))
+    spec['env']['max_frame'] = 12000
+    spec['agent']['algorithm']['training_epoch'] = 6
+    spec_file = write_spec(tmp_path, 'enjoy', spec)
+    done = cli([spec_file, 'enjoy', 'train'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = run_dirs(tmp_path / 'data', 'enjoy')
+    before = tree_digest(run)
+    best_ma = torch.load(run / 'model' / 'enjoy_t0_s0_model_best.pt', weights_only=True)['total_reward_ma']
+    done = cli([f'enjoy@{run}/enjoy_t0_s0_spec.json', '--episodes', '3'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert sum(line.startswith('episode ') for line in lines) == 3
+    mean = float(lines[-1].rsplit(':', 1)[1])
+    assert mean >= 0.5 * best_ma, (mean, best_ma)
+    assert tree_digest(run) == before
+    assert not (tmp_path / 'data' / 'enjoy').exists() and len(run_dirs(tmp_path / 'data', 'enjoy')) == 1

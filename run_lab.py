@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f'error: {e}', file=sys.stderr)
         return e.exit_code
     except Preempted as e:
-        print(f'stopped: {e}; a snapshot was saved, continue with train@latest', file=sys.stderr)
+        print(f'stopped: {e}; continue with train@latest', file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print('interrupted: the records written so far are kept', file=sys.stderr)

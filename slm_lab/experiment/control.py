@@ -34,7 +34,8 @@ class Preempted(Exception):
     """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
 
     def __init__(self, signum: int, frame: int | None = None):
-        super().__init__(f'stopped by {signal.Signals(signum).name} at frame {frame}')
+        where = f'at frame {frame}; a snapshot was saved' if frame is not None else 'before training started'
+        super().__init__(f'stopped by {signal.Signals(signum).name} {where}')
         self.signum, self.frame = signum, frame
 
     @property
@@ -411,8 +412,10 @@ def _session_worker(args, queue) -> None:
     os.setpgrp()
     _die_with_parent()
     session = args[4]
+    stop = StopSignal().install()
+    queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
     try:
-        queue.put(('ok', session, run_session(*args)))
+        queue.put(('ok', session, run_session(*args, stop=stop)))
     except Preempted as e:
         queue.put(('preempted', session, (e.signum, e.frame)))
     except BaseException as e:  # report to the parent, which re-raises
@@ -460,14 +463,21 @@ class Trial:
         for p in procs:
             p.start()
         results: dict[int, dict] = {}
-        preempted, errors, forwarded = [], [], False
+        preempted, errors, started, signalled = [], [], set(), set()
         try:
             while len(results) + len(preempted) + len(errors) < len(procs):
-                if stop.requested and not forwarded:
-                    for p in procs:
-                        if p.is_alive():
+                if stop.requested:
+                    for s, p in enumerate(procs):
+                        if s in signalled or not p.is_alive():
+                            continue
+                        if s in started:  # it saves a snapshot and reports 'preempted'
                             os.kill(p.pid, signal.SIGTERM)
-                    forwarded = True
+                        else:  # still starting up: nothing to save yet
+                            p.kill()
+                            preempted.append((stop.signum, None))
+                        signalled.add(s)
+                    if len(results) + len(preempted) + len(errors) >= len(procs):
+                        break
                 try:
                     status, s, payload = queue.get(timeout=0.2)
                 except Exception:  # queue.Empty
@@ -475,7 +485,9 @@ class Trial:
                         errors.append('a session process died without reporting')
                         break
                     continue
-                if status == 'ok':
+                if status == 'started':
+                    started.add(s)
+                elif status == 'ok':
                     results[s] = payload
                 elif status == 'preempted':
                     preempted.append(payload)
@@ -490,7 +502,8 @@ class Trial:
         if errors:
             raise RuntimeError('; '.join(errors))
         if preempted:
-            raise Preempted(stop.signum or preempted[0][0], min(f for _, f in preempted))
+            frames = [f for _, f in preempted if f is not None]
+            raise Preempted(stop.signum or preempted[0][0], min(frames) if frames else None)
         return [results[s] for s in range(len(specs))]
 
     def finish(self, session_metrics: list[dict]) -> dict:

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f'stopped: {e}; continue with train@latest', file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print('interrupted: the records written so far are kept', file=sys.stderr)
+        print('interrupted', file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
 

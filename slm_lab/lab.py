@@ -24,7 +24,8 @@ def check_mode(mode: str) -> str:
         return mode
     for prefix, what in LATER_MODES.items():
         if mode.startswith(prefix):
-            raise ModeError(f"mode '{mode}': {what} is not available in this version yet; use dev or train")
+            raise ModeError(f"mode '{mode}': {what} is not available in this version yet; "
+                            'use dev, train, train@latest, train@<run dir> or enjoy@<session spec>')
     raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir>, "
                     'enjoy@<run dir>/<spec_name>_t0_s0_spec.json (search comes later)')
 

@@ -26,10 +26,10 @@ class Agent:
                 kwargs['batch_steps'] = algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
             if issubclass(memory_cls, Replay):
                 kwargs['persist'] = spec['meta'].get('snapshot_replay', False)
-            self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=seed + 1, **kwargs)
+            self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1], **kwargs)
         algo_cls = ALGORITHMS[algo_spec['name']]
         self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
-                                  self.memory, seed=seed + 2)
+                                  self.memory, seed=[seed, 2])
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Training actions for a batch of observations."""

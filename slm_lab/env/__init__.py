@@ -38,6 +38,9 @@ def make_env(env_spec: dict, num_envs: int | None = None) -> gym.vector.VectorEn
                        **_make_kwargs(env_spec))
     # innermost, so episode returns are the env's own rewards, before any normalisation
     env = gym.wrappers.vector.RecordEpisodeStatistics(env)
+    if isinstance(env.single_action_space, gym.spaces.Box):
+        # the agent keeps (and learns from) the action it sampled; the env gets it clipped
+        env = gym.wrappers.vector.ClipAction(env)
     if env_spec.get('normalize_obs'):
         env = gym.wrappers.vector.NormalizeObservation(env)
     if env_spec.get('normalize_reward'):
@@ -48,7 +51,10 @@ def make_env(env_spec: dict, num_envs: int | None = None) -> gym.vector.VectorEn
 def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
     """One plain gymnasium env (for evaluation and replay)."""
     ensure_env_registered(env_spec['name'])
-    return gym.make(env_spec['name'], **_make_kwargs(env_spec, render_mode))
+    env = gym.make(env_spec['name'], **_make_kwargs(env_spec, render_mode))
+    if isinstance(env.action_space, gym.spaces.Box):
+        env = gym.wrappers.ClipAction(env)
+    return env
 
 
 def find_wrapper(env, cls):

@@ -260,7 +260,11 @@ class Session:
             f'loss {row["loss"]:.4g} | lr {row["lr"]:.3g} | left {_duration(left)}')
 
     def eval_row(self) -> None:
-        row = self.body.current_row(self.clock, self.agent.algorithm)
+        rows = self.body.train_rows
+        if rows and rows[-1]['frame'] == self.clock.frame:  # a train row was just made: same numbers
+            row = dict(rows[-1])
+        else:
+            row = self.body.current_row(self.clock, self.agent.algorithm)
         returns = self.run_eval() if self.rigorous_eval else None
         row = self.body.eval_row(row, returns)
         self.write_csv('eval')

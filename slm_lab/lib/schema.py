@@ -72,8 +72,8 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
             if not _type_ok(item, (fld.item_type,)):
                 raise SpecError(f'{path}[{i}]: expected {TYPE_NAMES.get(fld.item_type)}, got {item!r}')
     if fld.choices is not None and value not in fld.choices:
-        raise SpecError(f'{path}: {value!r} is not valid{suggest(value, fld.choices)}; '
-                        f'valid values: {", ".join(map(str, fld.choices))}')
+        raise SpecError(f'{path}: {_json(value)} is not valid{suggest(value, fld.choices)}; '
+                        f'valid values: {", ".join(_json(c) for c in fld.choices)}')
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if fld.min is not None and (value < fld.min or (fld.min_exclusive and value == fld.min)):
             op = '>' if fld.min_exclusive else '>='
@@ -85,6 +85,15 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
     if fld.check is not None:
         fld.check(value, path)
     return value
+
+
+def _json(value) -> str:
+    """A value as it is written in JSON (true, null, "name")."""
+    import json
+    try:
+        return json.dumps(value)
+    except TypeError:
+        return repr(value)
 
 
 def _expect(fld: Field) -> str:

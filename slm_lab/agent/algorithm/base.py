@@ -36,14 +36,21 @@ class Algorithm:
     @classmethod
     def check_spec(cls, spec: dict) -> None:
         """Cross-key checks on a validated spec (raise SpecError)."""
-        pdtype = spec['agent']['algorithm'].get('action_pdtype', 'default')
+        from slm_lab.lib.errors import SpecError
+        algo = spec['agent']['algorithm']
+        pdtype = algo.get('action_pdtype', 'default')
+        policy = algo.get('action_policy', 'default')
+        if policy in ('epsilon_greedy', 'boltzmann') and algo.get('explore_var_spec') is None:
+            what = 'epsilon' if policy == 'epsilon_greedy' else 'temperature'
+            raise SpecError(f"agent.algorithm.explore_var_spec: action_policy '{policy}' needs a schedule of its "
+                            f'{what}, e.g. {{"name": "linear_decay", "start_val": 1.0, "end_val": 0.05, '
+                            '"start_step": 0, "end_step": 10000}')
         if pdtype in policy_util.PLANNED_PDTYPES:
-            from slm_lab.lib.errors import SpecError
             raise SpecError(f"agent.algorithm.action_pdtype: '{pdtype}' is not implemented in this version yet; "
                             f'available: {", ".join(policy_util.PDTYPES)}')
 
     def __init__(self, agent_spec: dict, env_spec: dict, obs_space: gym.Space, action_space: gym.Space,
-                 num_envs: int, clock, memory, seed: int):
+                 num_envs: int, clock, memory, seed: int | list[int]):
         self.algorithm_spec = agent_spec['algorithm']
         self.net_spec = agent_spec.get('net')
         self.env_spec = env_spec
@@ -63,6 +70,7 @@ class Algorithm:
         self.device = torch.device('cpu')
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.lr_schedulers: dict = {}
+        self._optim_params: list[torch.Tensor] | None = None  # filled on the first optimizer step
 
     # --- acting -------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -102,13 +110,20 @@ class Algorithm:
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         loss.backward()
-        params = [p for opt in self.optimizers.values() for g in opt.param_groups for p in g['params']]
+        if self._optim_params is None:  # the optimizers' parameters never change after construction
+            self._optim_params = [p for opt in self.optimizers.values() for g in opt.param_groups for p in g['params']]
+        params = self._optim_params
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+        grad_norm = float(norm)
         clip = self.net_spec.get('clip_grad_val') if self.net_spec else None
-        norm = torch.nn.utils.clip_grad_norm_(params, clip if clip is not None else float('inf'))
+        # clip_grad_norm_ scales by min(1, clip / (norm + 1e-6)): skip its multiply by exactly 1.0
+        # (the margin keeps that exact in float32); a NaN or inf norm still goes through it
+        if clip is not None and not grad_norm < clip * (1.0 - 1e-5):
+            torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
         for opt in self.optimizers.values():
             opt.step()
         self.clock.tick_opt_step()
-        return float(norm)
+        return grad_norm
 
     def step_lr_schedulers(self) -> None:
         for sched in self.lr_schedulers.values():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
@@ -77,8 +78,7 @@ class VanillaDQN(Algorithm):
             if explore.all():
                 return random_actions
             greedy = self.net(self.tensor(obs)).argmax(dim=-1).cpu().numpy()
-            return torch.where(torch.as_tensor(explore), torch.as_tensor(random_actions),
-                               torch.as_tensor(greedy)).numpy()
+            return np.where(explore, random_actions, greedy)
         out = self.net(self.tensor(obs))
         head = policy_util.PolicyHead(self.pdtype, self.act_dim)
         actions = policy_util.sample_actions(out, head, self.action_policy, epsilon, self.rng, self.act_dim)
@@ -133,7 +133,12 @@ class VanillaDQN(Algorithm):
     @torch.no_grad()
     def update_target(self) -> None:
         if self.update_type == 'replace':
-            self.target_net.load_state_dict(self.net.state_dict())
+            # copy every tensor in place: what load_state_dict(state_dict()) does, without its
+            # per-call bookkeeping (this runs every update_frequency frames)
+            for tp, p in zip(self.target_net.parameters(), self.net.parameters()):
+                tp.copy_(p)
+            for tb, b in zip(self.target_net.buffers(), self.net.buffers()):
+                tb.copy_(b)
         else:
             for tp, p in zip(self.target_net.parameters(), self.net.parameters()):
                 tp.mul_(self.polyak_coef).add_(p, alpha=1.0 - self.polyak_coef)

@@ -35,6 +35,10 @@ def check_action_space(action_space: gym.Space, algo_spec: dict, algo_name: str,
             raise SpecError(f"agent.algorithm.name: {algo_name} needs Discrete actions but the env's actions are "
                             f'continuous (Box); use PPO or Reinforce, or a Discrete env')
         pdtype = 'Normal' if pdtype == 'default' else pdtype
+        policy = algo_spec.get('action_policy', 'default')
+        if policy != 'default':
+            raise SpecError(f"agent.algorithm.action_policy: '{policy}' needs Discrete actions but the env's are "
+                            'continuous (Box); use "default"')
         if pdtype not in CONTINUOUS_PDTYPES:
             raise SpecError(f"agent.algorithm.action_pdtype: '{pdtype}' does not fit the env's continuous (Box) "
                             f'actions; use one of: default, {", ".join(CONTINUOUS_PDTYPES)}')
@@ -92,9 +96,10 @@ def sample_actions(out: torch.Tensor, head: PolicyHead, action_policy: str, expl
 
 
 def to_env_actions(actions: torch.Tensor, action_space: gym.Space) -> np.ndarray:
-    """Tensor actions to the numpy actions a vector env takes (Box actions clipped to bounds)."""
+    """Tensor actions to numpy. Box actions are not clipped here: the agent learns from the
+    action it sampled, and the env (ClipAction, see make_env) clips what it executes."""
     a = actions.cpu().numpy()
     if isinstance(action_space, gym.spaces.Box):
-        return np.clip(a, action_space.low, action_space.high).astype(action_space.dtype)
+        return a.astype(action_space.dtype)
     return a
 

@@ -89,8 +89,10 @@ class PPO(Algorithm):
         if actor_spec and not self.model.shared:
             critic_spec = actor_spec if net_spec['use_same_optim'] else (net_spec['critic_optim_spec'] or actor_spec)
             self.optimizers = {
-                'actor': net_util.make_optimizer(self.model.actor_parameters(), actor_spec),
-                'critic': net_util.make_optimizer(self.model.critic.parameters(), critic_spec),
+                'actor': net_util.make_optimizer(self.model.actor_parameters(), actor_spec,
+                                                 'agent.net.actor_optim_spec'),
+                'critic': net_util.make_optimizer(self.model.critic.parameters(), critic_spec,
+                                                  'agent.net.critic_optim_spec'),
             }
         else:
             self.optimizers = {'net': net_util.make_optimizer(self.model.parameters(), net_spec['optim_spec'])}

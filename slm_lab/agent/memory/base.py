@@ -25,7 +25,7 @@ class Memory:
     spec_schema: dict = {'name': Field((str,), doc='memory class')}
 
     def __init__(self, memory_spec: dict, obs_space: gym.Space, action_space: gym.Space,
-                 num_envs: int, seed: int = 0):
+                 num_envs: int, seed: int | list[int] = 0):
         self.memory_spec = memory_spec
         self.num_envs = num_envs
         self.obs_shape, self.obs_dtype = space_shape_dtype(obs_space)

@@ -51,7 +51,10 @@ class Replay(Memory):
 
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         n = len(reward)
-        idx = (self.head + np.arange(n)) % self.max_size
+        if self.head + n <= self.max_size:  # no wrap-around: a slice is cheaper than fancy indexing
+            idx = slice(self.head, self.head + n)
+        else:
+            idx = (self.head + np.arange(n)) % self.max_size
         self.states[idx] = obs
         self.actions[idx] = action
         self.rewards[idx] = reward

@@ -31,7 +31,7 @@ NET_SCHEMA = {
     'update_type': Field((str,), 'replace', choices=('replace', 'polyak'), doc='DQN target net update'),
     'update_frequency': Field((int,), 1, min=1, doc='DQN: frames between target net updates'),
     'polyak_coef': Field((float,), 0.0, min=0, max=1,
-                         doc='polyak: weight of the online net in each target update'),
+                         doc='polyak: weight kept from the old target net in each update (online net gets 1 - polyak_coef)'),
     'gpu': Field((bool, str), False, check=lambda v, p: _check_gpu(v, p), doc="use CUDA when available (true/'auto')"),
     'batch_norm': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
     'normalize': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),

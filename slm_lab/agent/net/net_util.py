@@ -92,15 +92,24 @@ def init_layer(layer: nn.Linear, init_fn: str | None, gain: float = math.sqrt(2)
     nn.init.zeros_(layer.bias)
 
 
-def make_optimizer(params, optim_spec: dict) -> torch.optim.Optimizer:
+def _construct(cls, path: str, *args, **kwargs):
+    """cls(*args, **kwargs); a bad argument value from the spec becomes a SpecError at `path`."""
+    try:
+        return cls(*args, **kwargs)
+    except (ValueError, TypeError) as e:
+        raise SpecError(f'{path}: {cls.__name__} rejects these arguments: {e}') from None
+
+
+def make_optimizer(params, optim_spec: dict, path: str = 'agent.net.optim_spec') -> torch.optim.Optimizer:
     """torch.optim.<name>(params, **kwargs) from an optim_spec."""
     kwargs = {k: v for k, v in optim_spec.items() if k != 'name'}
-    return getattr(torch.optim, optim_spec['name'])(params, **kwargs)
+    return _construct(getattr(torch.optim, optim_spec['name']), path, params, **kwargs)
 
 
 def make_loss(loss_spec: dict) -> nn.Module:
     """torch.nn.<name>(**kwargs) from a loss_spec."""
-    return getattr(nn, loss_spec['name'])(**{k: v for k, v in loss_spec.items() if k != 'name'})
+    return _construct(getattr(nn, loss_spec['name']), 'agent.net.loss_spec',
+                      **{k: v for k, v in loss_spec.items() if k != 'name'})
 
 
 def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
@@ -114,7 +123,7 @@ def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
         return torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda _: max(0.0, 1.0 - clock.frame / clock.max_frame))
     kwargs = {k: v for k, v in lr_scheduler_spec.items() if k != 'name'}
-    return getattr(torch.optim.lr_scheduler, name)(optimizer, **kwargs)
+    return _construct(getattr(torch.optim.lr_scheduler, name), 'agent.net.lr_scheduler_spec', optimizer, **kwargs)
 
 
 def get_device(gpu) -> torch.device:

@@ -1,0 +1,601 @@
+"""Generate the spec reference, docs/spec.md, from the schemas the validator itself uses.
+
+    python -m slm_lab.spec_doc           print the reference (markdown) to stdout
+    python -m slm_lab.spec_doc --write   write it to docs/spec.md
+
+The key tables come from the `Field`s in `slm_lab.spec` (env, meta), in each registered
+algorithm, memory and net class (`spec_schema`), and in `slm_lab.lib.decay` (schedules), so the
+reference lists exactly the keys the validator accepts, with their defaults and limits. The prose
+between the tables is written here by hand. test/test_spec_doc.py fails when docs/spec.md differs
+from what this module generates, so after changing a schema, run `--write`.
+"""
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import sys
+from pathlib import Path
+
+from slm_lab.lib.schema import MISSING, TYPE_NAMES, Field
+
+DOC_PATH = Path(__file__).resolve().parent.parent / 'docs' / 'spec.md'
+
+# The top-level and agent keys are declared inside slm_lab.spec.validate_spec, where they cannot be
+# imported; they are mirrored here, and test_spec_doc.py checks the mirror against validate_spec.
+TOP_SCHEMA = {
+    'agent': Field((dict,), doc='the agent: algorithm, memory and net'),
+    'env': Field((dict,), doc='the environment'),
+    'meta': Field((dict,), {}, doc='run settings'),
+    'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
+}
+AGENT_SCHEMA = {
+    'name': Field((str,), None, nullable=True, doc='agent name (free text; default: the algorithm name)'),
+    'algorithm': Field((dict,), doc='the algorithm'),
+    'memory': Field((dict,), None, nullable=True, doc='the memory'),
+    'net': Field((dict,), None, nullable=True, doc='the network'),
+}
+
+# What the custom validators (Field.check) accept, by the validator's function name.
+CHECK_NOTES = {
+    '_check_env_name': 'an id registered in gymnasium (`ALE/...` ids load `ale_py` when it is installed)',
+    '_check_optim_spec': 'a [torch.optim class and its arguments](#optimizers-optim_spec)',
+    '_check_loss_spec': 'a [torch.nn loss and its arguments](#losses-loss_spec)',
+    '_check_lr_scheduler_spec': '[`LinearToZero` or a torch LR scheduler](#lr-schedulers-lr_scheduler_spec)',
+    '_check_schedule': '',  # described by the schema note below
+}
+# Checks written inline (lambdas) in a schema, by (section title, key).
+KEY_NOTES = {
+    ('MLPNet', 'gpu'): '`true`, `false` or `"auto"`',
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering one Field
+
+def json_text(value) -> str:
+    """A value as it is written in a JSON spec."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def type_text(fld: Field) -> str:
+    """The JSON type(s) a Field accepts, e.g. 'int or null', 'list of int'."""
+    names = []
+    for t in fld.types:
+        name = TYPE_NAMES.get(t, t.__name__)
+        if t is list and fld.item_type is not None:
+            name = f'list of {TYPE_NAMES.get(fld.item_type, fld.item_type.__name__)}'
+        names.append(name)
+    if fld.nullable:
+        names.append('null')
+    return ' or '.join(names)
+
+
+def default_text(fld: Field) -> str:
+    """The default as JSON, or 'required'."""
+    if fld.default is MISSING:
+        return '**required**'
+    return f'`{json_text(fld.default)}`'
+
+
+def check_note(fld: Field, section: str, key: str) -> str | None:
+    """What a custom check accepts; None when the check is not described here."""
+    if (section, key) in KEY_NOTES:
+        return KEY_NOTES[(section, key)]
+    if fld.check is None:
+        return ''
+    return CHECK_NOTES.get(getattr(fld.check, '__name__', ''))
+
+
+def valid_text(fld: Field, section: str, key: str) -> str:
+    """Choices, numeric range and nested-schema notes of a Field."""
+    from slm_lab.lib.decay import SCHEDULE_SCHEMA
+    from slm_lab.agent.algorithm.policy_util import PLANNED_PDTYPES
+    parts = []
+    if fld.choices is not None:
+        now = [c for c in fld.choices if c not in PLANNED_PDTYPES]
+        later = [c for c in fld.choices if c in PLANNED_PDTYPES]
+        parts.append(', '.join(f'`{json_text(c)}`' for c in now))
+        if later:
+            parts.append('not implemented yet: ' + ', '.join(f'`{json_text(c)}`' for c in later))
+    if fld.min is not None and fld.max is not None:
+        parts.append(f'{fld.min:g} to {fld.max:g}' if not fld.min_exclusive else f'> {fld.min:g}, <= {fld.max:g}')
+    elif fld.min is not None:
+        parts.append(f'{">" if fld.min_exclusive else ">="} {fld.min:g}')
+    elif fld.max is not None:
+        parts.append(f'<= {fld.max:g}')
+    if fld.schema is SCHEDULE_SCHEMA:
+        parts.append('a [schedule](#schedules)')
+    elif fld.schema is not None:
+        parts.append('an object with keys ' + ', '.join(f'`{k}`' for k in fld.schema))
+    note = check_note(fld, section, key)
+    if note:
+        parts.append(note)
+    return '; '.join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace('|', '\\|').replace('\n', ' ')
+
+
+def table(schema: dict, section: str, keys=None) -> str:
+    """A markdown table of the keys of a schema (all, or `keys`), in schema order."""
+    rows = ['| Key | Type | Default | Valid values | Meaning |', '|---|---|---|---|---|']
+    for key, fld in schema.items():
+        if keys is not None and key not in keys:
+            continue
+        doc = fld.doc
+        rows.append('| ' + ' | '.join(_cell(c) for c in (
+            f'`{key}`', type_text(fld), default_text(fld), valid_text(fld, section, key), doc)) + ' |')
+    return '\n'.join(rows)
+
+
+def _first_paragraph(obj) -> str:
+    doc = inspect.getdoc(obj) or ''
+    return ' '.join(doc.split('\n\n')[0].split())
+
+
+def _names(names) -> str:
+    return ', '.join(f'`{n}`' for n in names)
+
+
+# ---------------------------------------------------------------------------------------------
+# hand-written sections
+
+INTRO = """\
+# Spec reference
+
+<!-- Generated by `python -m slm_lab.spec_doc --write` from the schemas in the code; do not edit by
+hand. test/test_spec_doc.py fails when this file is out of date. -->
+
+A spec is a JSON object that describes one experiment completely: which algorithm learns, with
+what memory and network, in which environment, for how long, and how the run is recorded. The
+lab reads nothing else, and it saves the spec, with every default filled in, next to the
+results, so a saved spec describes its run exactly.
+
+Before anything runs, the spec is checked against the tables below. Every key has a type, a
+default (or is required) and often a list of valid values or a range. An unknown key, a missing
+required key, a wrong type or a value out of range stops the lab with one line that names the
+key path and, where it can, the valid choices (`error: env.max_frme: unknown key (did you mean
+'max_frame'?); ...`). Absent keys get their defaults. The lab then builds the env and the agent
+once, so a spec whose parts do not fit together (say, DQN on an env with continuous actions)
+also fails before the run directory is created.
+
+The tables are generated from the schemas the validator uses: a key that is not listed here is
+rejected, except inside the free-form objects `env.make_kwargs` and `search` and the torch
+arguments of `optim_spec`, `loss_spec` and `lr_scheduler_spec` (checked against torch
+itself)."""
+
+LAYOUT = """\
+## Spec files and the top level
+
+A spec file is a JSON object that maps spec names to specs; the command line picks one by name:
+
+```json
+{
+  "ppo_cartpole": {
+    "agent": {
+      "name": "PPO",
+      "algorithm": {"name": "PPO", "gamma": 0.98},
+      "memory": {"name": "OnPolicyBatchReplay"},
+      "net": {"type": "MLPNet", "hid_layers": [64, 64]}
+    },
+    "env": {"name": "CartPole-v1", "num_envs": 8, "max_frame": 100000},
+    "meta": {"log_frequency": 5000, "max_session": 1}
+  }
+}
+```
+
+The component classes are chosen by name: `agent.algorithm.name`, `agent.memory.name` and
+`agent.net.type` are looked up in the lab's registries, and each class declares the keys it
+accepts. A name that matches no class fails with the list of valid names.
+
+Top-level keys of a spec:"""
+
+OVERRIDES = """\
+## Overrides (`-s`) and `${KEY}` placeholders
+
+`python run_lab.py SPEC_FILE SPEC_NAME MODE -s KEY=VALUE -s KEY=VALUE ...` changes the spec for
+one run without editing the file. The options are applied to the spec as read from the file,
+before validation, so the result is checked like any spec.
+
+- VALUE is read as JSON when it parses as JSON, and kept as a string otherwise:
+  `-s env.max_frame=20000` gives the number 20000, `-s agent.net.hid_layers=[128,128]` a list,
+  `-s meta.random_seed=null` null, and `-s env.name=Acrobot-v1` the string `"Acrobot-v1"`.
+- When KEY is the name of a `${KEY}` placeholder that appears in the spec, the placeholder is
+  filled. A string that is exactly `"${KEY}"` is replaced by the value with its JSON type (a
+  number stays a number); a placeholder inside a longer string is replaced by the value's
+  Python text (`-s n=true` turns `"run_${n}"` into `"run_True"`). Every occurrence is filled.
+  A placeholder left unfilled is an error that names it.
+- Any other KEY is a dotted path into the spec: `-s agent.algorithm.gamma=0.995`. A part that
+  is a number indexes a list (`-s agent.net.hid_layers.0=128`; negative indexes count from the
+  end). Objects missing along the path, or null, are created, so
+  `-s agent.net.lr_scheduler_spec.name=LinearToZero` works on a spec without an LR scheduler;
+  a misspelt key in a path is then reported by validation as an unknown key.
+- Placeholders are filled first, then the paths are set in the order given (a later `-s` for
+  the same path wins).
+- The options are recorded in `meta.overrides` of the saved specs.
+
+For example, with `"env": {"name": "${env}", "max_frame": "${frames}"}` in a spec:
+
+    python run_lab.py my_specs.json my_spec train -s env=Acrobot-v1 -s frames=50000"""
+
+AGENT_INTRO = """\
+## `agent`
+
+The agent is an algorithm, a memory it learns from, and a network. `memory` and `net` may be
+left out (or null) only for an algorithm that needs neither (`Random`)."""
+
+ALGORITHM_INTRO = """\
+## `agent.algorithm`
+
+`name` picks the algorithm. Keys every algorithm accepts (an algorithm below may change a
+default; its own table then lists the key again):"""
+
+ACTION_NOTES = """\
+How actions are drawn. `action_pdtype` names the distribution over actions: `"default"` is
+`Categorical` for a Discrete action space and `Normal` for a 1-D Box space; `Argmax` is for
+Discrete spaces. `Normal` takes the net's outputs as the means, with a learned standard
+deviation per action dimension that does not depend on the state; Box actions are clipped to
+the space's bounds before the env gets them. `action_policy` names how an action is chosen:
+
+- `"default"`: sample from the distribution (for `Argmax`: take the largest output);
+- `"epsilon_greedy"`: with probability explore_var a uniformly random action, else the largest
+  output;
+- `"boltzmann"`: sample from softmax(output / explore_var).
+
+explore_var is the value of `explore_var_spec` at the current frame. `epsilon_greedy` and
+`boltzmann` are meant for Discrete actions and need an `explore_var_spec`: with a null one
+there is no value (NaN), and `epsilon_greedy` then never explores.
+
+Evaluation (`meta.rigorous_eval`) takes greedy actions: the largest output for Discrete
+actions, the mean for `Normal` (`Random` stays random)."""
+
+MEMORY_INTRO = """\
+## `agent.memory`
+
+`name` picks the memory. Each algorithm accepts only the memories listed with it above."""
+
+MEMORY_NOTES = {
+    'OnPolicyBatchReplay': 'The batch length is set by the algorithm, not here: `time_horizon` vector '
+                           'steps for PPO, `training_frequency` vector steps for Reinforce.',
+    'OnPolicyReplay': 'Reinforce trains once `training_frequency` episodes have finished.',
+    'Replay': 'Each vector step adds `num_envs` transitions; once `max_size` is reached the oldest '
+              'are overwritten.',
+}
+
+NET_INTRO = """\
+## `agent.net`
+
+`type` picks the network class. The algorithm builds the nets it needs from this one spec:"""
+
+NET_USE = """\
+- `Reinforce`: one MLP with the policy output (and, for `Normal`, a learned log standard
+  deviation); one optimizer, `optim_spec`. It does not use `loss_spec`.
+- `VanillaDQN`, `DQN`, `DoubleDQN`: one MLP with a Q-value per action; `DQN` and `DoubleDQN`
+  add a target net, a copy of it, which follows the online net every `update_frequency` frames:
+  `update_type` `"replace"` copies the weights, `"polyak"` sets
+  target = `polyak_coef` * target + (1 - `polyak_coef`) * online. `VanillaDQN` has no target net
+  and ignores these three keys. The Q loss is `loss_spec`.
+- `PPO`: a policy and a value function. With `shared: false`, two MLPs with the same hidden
+  layers (actor and critic); with `shared: true`, one MLP with a policy head and a value head. One optimizer
+  from `optim_spec`, unless `shared` is false and `actor_optim_spec` is given: then the actor
+  uses `actor_optim_spec` and the critic uses `actor_optim_spec` too when `use_same_optim` is
+  true, else `critic_optim_spec` (or `actor_optim_spec` when that is null). `shared: true`
+  together with `actor_optim_spec` or `critic_optim_spec` is an error; `critic_optim_spec`
+  without `actor_optim_spec` is not used. The value loss is `loss_spec`.
+- Keys an algorithm does not read are still validated, and ignored.
+
+`clip_grad_val` clips the global norm of all gradients of an optimizer step (the CSV column
+`grad_norm` is the norm before clipping). `init_fn` names a `torch.nn.init` function for the
+weights of every linear layer (biases are then set to zero); null keeps torch's default
+initialisation. `gpu`: with `true` or `"auto"` the nets run on CUDA when torch finds a GPU, and
+on the CPU otherwise."""
+
+TORCH_SPECS = """\
+## Optimizers (`optim_spec`)
+
+`{"name": CLASS, ...arguments}` builds `torch.optim.CLASS(parameters, **arguments)`:
+`{"name": "Adam", "lr": 0.001, "eps": 1e-5}`. CLASS is any optimizer class in `torch.optim`
+(`Adam`, `AdamW`, `SGD`, `RMSprop`, ...); each argument must be a keyword argument of that
+class, and its value must not be an object. The class and argument names are checked when the
+spec is validated (a wrong one fails with the valid names); the values are passed to torch as
+they are, when the lab builds the agent before it creates the run directory, and torch reports
+a value it rejects (say a negative `lr`) with its own error.
+
+## Losses (`loss_spec`)
+
+`{"name": CLASS, ...arguments}` builds `torch.nn.CLASS(**arguments)`, where CLASS is a class
+of `torch.nn` whose name ends in `Loss`: `{"name": "MSELoss"}`,
+`{"name": "SmoothL1Loss", "beta": 1.0}`. The same rules for arguments apply.
+
+## LR schedulers (`lr_scheduler_spec`)
+
+null (the default) keeps the learning rate constant. Otherwise the scheduler is stepped once
+after every training update (not every frame, and not every gradient step), and the CSV column
+`lr` shows the learning rate of the first optimizer.
+
+- `{"name": "LinearToZero"}`: the learning rate is the initial one times
+  max(0, 1 - frame / env.max_frame), where frame is the frame count at the update. It takes no
+  arguments.
+- `{"name": CLASS, ...arguments}`: `torch.optim.lr_scheduler.CLASS(optimizer, **arguments)`,
+  e.g. `{"name": "StepLR", "step_size": 100, "gamma": 0.5}` (step_size counts training
+  updates). `LambdaLR`, `MultiplicativeLR`, `SequentialLR`, `ChainedScheduler` and
+  `ReduceLROnPlateau` need Python objects or a metric and are rejected."""
+
+SCHEDULES = """\
+## Schedules
+
+A schedule makes a coefficient depend on the frame count (env steps summed over all
+sub-envs). Schedules are used by `explore_var_spec` (epsilon or temperature),
+`entropy_coef_spec` (entropy bonus of Reinforce and PPO) and `clip_eps_spec` (PPO). A schedule
+spec is an object with these keys:"""
+
+SCHEDULE_FORMULAS = """\
+With `f` the frame, `s` = `start_step`, `e` = `end_step`, `v0` = `start_val` and
+`v1` = `end_val` (`start_val` when `end_val` is null), every schedule except `no_decay` gives
+`v0` for `f <= s` and `v1` for `f >= e`. In between, with `p = (f - s) / (e - s)`:
+
+| `name` | value for `s < f < e` |
+|---|---|
+| `no_decay` | `v0` at every frame (`end_val` and the steps are ignored) |
+| `linear_decay` | `v0 + p * (v1 - v0)` |
+| `rate_decay` | `v0 * decay_rate ** floor(p * frequency)`, kept from passing `v1` (no lower than `v1` when `v0 >= v1`, no higher otherwise) |
+| `periodic_decay` | `v1 + (1 - p) * (v0 - v1) * 0.5 * (1 + cos(pi * ((p * frequency) mod 1)))`: a cosine that restarts `frequency` times, inside an envelope that shrinks linearly to `v1` |
+
+`end_step` must not be before `start_step` (except for `no_decay`). `explore_var_spec` and
+`entropy_coef_spec` may be null, which means no schedule: the CSV columns `explore_var` and
+`entropy_coef` are then empty, and a null `entropy_coef_spec` means no entropy bonus. The value
+is a function of the frame only, so a schedule has no state of its own.
+
+Example: epsilon from 1.0 down to 0.05 over the first 10000 frames, then constant:
+
+```json
+"explore_var_spec": {"name": "linear_decay", "start_val": 1.0, "end_val": 0.05, "start_step": 0, "end_step": 10000}
+```"""
+
+ENV_INTRO = """\
+## `env`
+
+Every env is a `gymnasium.vector` env, also when `num_envs` is 1; sub-envs that finish an
+episode are reset in the same step. Episode returns in the records are the env's own rewards,
+before any reward normalisation."""
+
+META_INTRO = """\
+## `meta`
+
+Run settings. Frequencies are in frames (env steps summed over all sub-envs); a row is also
+written when a session reaches `env.max_frame`."""
+
+META_RUNTIME = """\
+The lab sets these keys itself when it runs a spec and records them in the saved specs; a spec
+file leaves them out."""
+
+SEARCH = """\
+## `search`
+
+An object or null. It is accepted so that SLM-Lab specs load, and saved with the spec, but not
+used or checked yet: hyperparameter search (mode `search`) comes in a later version."""
+
+SEEDS = """\
+## Seeds
+
+Every session has one integer seed:
+
+    seed = meta.random_seed + 1000 * trial + session
+
+`session` counts from 0 to `meta.max_session - 1`; `trial` is 0 in this version (there is no
+search yet). When `meta.random_seed` is null the lab draws one at random (0 <= random_seed <
+2**31 - 10**7) and records it in the saved specs, so `-s meta.random_seed=N` repeats the seeds
+of a run. From the session seed:
+
+| What | Seeded with |
+|---|---|
+| Python `random`, NumPy's global generator, `torch.manual_seed` | `seed` (NumPy: `seed mod 2**32`) |
+| the training env, at its first reset | `seed`; gymnasium gives sub-env `i` the seed `seed + i` |
+| the memory's generator (`Replay` sampling) | `seed + 1` |
+| the algorithm's generator (exploration draws; the action space for `Random`) | `seed + 2` |
+| the `rigorous_eval` env, at its first reset | `seed + 1000000` |
+
+A session resumed with `train@` restores every generator from its snapshot instead. Replay
+(`enjoy@`) plays episode `i` (from 0) with the env reset to `meta.random_seed + 10000000 + i`."""
+
+RESUME_EDITS = """\
+## Editing a spec before resuming (`train@`)
+
+`train@latest` and `train@<run dir>` read the spec file as it is now (with the `-s` options
+given) and compare it with the run's saved spec. These keys may change: {allowed}. Any other
+change is refused with the list of changes, unless `--force` is given; a resume that goes ahead
+records its changes in the run's `{spec_name}_resumes.json`. `meta.max_session` may grow but
+never shrink, even with `--force`. `env.max_frame` may not be below the frame the run has
+reached; when every session has already reached it, the lab says the run is finished and exits
+with 0 without training. A null `meta.random_seed` keeps the run's seed."""
+
+COMPAT = """\
+## SLM-Lab compatibility
+
+Specs follow SLM-Lab's layout and names, with these differences:
+
+- `agent` and `env` may be one-element lists (`"agent": [{...}]`), as in SLM-Lab v4 specs; the
+  single element is used. Lists of more than one agent or env are rejected. Overrides are
+  applied before this unwrapping, so for such a spec a path needs the index:
+  `-s agent.0.algorithm.gamma=0.99`.
+- A top-level `body` key (SLM-Lab's agent-env layout) and a top-level `name` are accepted and
+  dropped.
+{false_only}
+Names SLM-Lab has that this version does not implement yet fail with "not implemented in this
+version yet" and the list of what is available:"""
+
+
+# ---------------------------------------------------------------------------------------------
+# the document
+
+def schedule_schema() -> dict:
+    """The Fields of a schedule object (explore_var_spec and the like)."""
+    from slm_lab.lib.decay import SCHEDULE_SCHEMA
+    return SCHEDULE_SCHEMA
+
+
+def algorithm_groups() -> list[list[type]]:
+    """Registered algorithm classes grouped by module, in registry order."""
+    from slm_lab.agent.algorithm import ALGORITHMS
+    groups: dict[str, list[type]] = {}
+    for cls in ALGORITHMS.values():
+        groups.setdefault(cls.__module__, []).append(cls)
+    return list(groups.values())
+
+
+def algorithm_own_keys(cls: type) -> list[str]:
+    """Keys of an algorithm's schema that are not the common Field (new or changed)."""
+    from slm_lab.agent.algorithm.base import BASE_SCHEMA
+    return [k for k, f in cls.spec_schema.items() if BASE_SCHEMA.get(k) is not f]
+
+
+def _algorithm_section(group: list[type]) -> str:
+    from slm_lab.agent.algorithm import policy_util
+    from slm_lab.agent.memory import MEMORIES
+    out = ['### ' + ', '.join(f'`{cls.__name__}`' for cls in group)]
+    module_doc = inspect.getdoc(sys.modules[group[0].__module__]) or ''
+    if module_doc:
+        out.append('```text\n' + module_doc + '\n```')
+    documented: dict[int, str] = {}
+    for cls in group:
+        lines = [f'`{cls.__name__}`: {_first_paragraph(cls)}', '']
+        needs = [f'`agent.{r}`' for r in cls.requires]
+        lines.append(f'- Needs: {" and ".join(needs) if needs else "no memory and no net"}.')
+        if 'memory' in cls.requires or cls.memory_names is not None:
+            memories = cls.memory_names if cls.memory_names is not None else tuple(MEMORIES)
+            lines.append(f'- Memories: {_names(memories)}.')
+        spaces = 'Discrete or 1-D Box' if cls.continuous_ok else 'Discrete only'
+        pdtypes = policy_util.PDTYPES if cls.continuous_ok else ('default',) + policy_util.DISCRETE_PDTYPES
+        lines.append(f'- Action spaces: {spaces} (action_pdtype {_names(pdtypes)}).')
+        out.append('\n'.join(lines))
+        own = algorithm_own_keys(cls)
+        if id(cls.spec_schema) in documented:
+            out.append(f'Keys: the same as `{documented[id(cls.spec_schema)]}`.')
+        elif own:
+            out.append(f'Keys of `{cls.__name__}`, besides the common ones:\n\n'
+                       + table(cls.spec_schema, cls.__name__, own))
+            documented[id(cls.spec_schema)] = cls.__name__
+        else:
+            out.append('Keys: only the common ones.')
+            documented[id(cls.spec_schema)] = cls.__name__
+    return '\n\n'.join(out)
+
+
+def _memory_sections() -> str:
+    from slm_lab.agent.algorithm import ALGORITHMS
+    from slm_lab.agent.memory import MEMORIES
+    out = []
+    for name, cls in MEMORIES.items():
+        users = [a for a, c in ALGORITHMS.items() if c.memory_names is not None and name in c.memory_names]
+        text = [f'### `{name}`', '', _first_paragraph(cls)]
+        if name in MEMORY_NOTES:
+            text += ['', MEMORY_NOTES[name]]
+        text += ['', f'Used by: {_names(users) if users else "no algorithm yet"}.', '', table(cls.spec_schema, name)]
+        out.append('\n'.join(text))
+    return '\n\n'.join(out)
+
+
+def _net_sections() -> str:
+    from slm_lab.agent.net import NETS
+    out = []
+    for name, cls in NETS.items():
+        out.append('\n'.join([f'### `{name}`', '', _first_paragraph(cls), '', table(cls.spec_schema, name)]))
+    return '\n\n'.join(out)
+
+
+def _planned() -> str:
+    from slm_lab.agent.algorithm import PLANNED_ALGORITHMS, policy_util
+    from slm_lab.agent.memory import PLANNED_MEMORIES
+    from slm_lab.agent.net import PLANNED_NETS
+    rows = [
+        ('`agent.algorithm.name`', PLANNED_ALGORITHMS),
+        ('`agent.memory.name`', PLANNED_MEMORIES),
+        ('`agent.net.type`', PLANNED_NETS),
+        ('`agent.algorithm.action_pdtype`', policy_util.PLANNED_PDTYPES),
+    ]
+    lines = ['| Key | Not implemented yet |', '|---|---|']
+    lines += [f'| {key} | {_names(names)} |' for key, names in rows]
+    return '\n'.join(lines)
+
+
+def _allowed_edits() -> tuple:
+    """Spec keys that train@ lets change without --force."""
+    from slm_lab.resume import ALLOWED_EDITS
+    return ALLOWED_EDITS
+
+
+def _false_only_keys() -> str:
+    """Keys kept for SLM-Lab specs that accept only false."""
+    from slm_lab.spec import META_SCHEMA
+    found = [f'`meta.{k}`' for k, f in META_SCHEMA.items() if f.choices == (False,)]
+    for name, schema in component_schemas():
+        prefix = {'algorithm': 'agent.algorithm', 'memory': 'agent.memory', 'net': 'agent.net'}[name[0]]
+        for k, f in schema.items():
+            if f.choices == (False,) and f'`{prefix}.{k}`' not in found:
+                found.append(f'`{prefix}.{k}`')
+    if not found:
+        return ''
+    return '- These keys exist for SLM-Lab specs and accept only `false`: ' + ', '.join(found) + '.\n'
+
+
+
+def component_schemas() -> list[tuple[tuple[str, str], dict]]:
+    """((kind, class name), spec_schema) of every registered algorithm, memory and net."""
+    from slm_lab.agent.algorithm import ALGORITHMS
+    from slm_lab.agent.memory import MEMORIES
+    from slm_lab.agent.net import NETS
+    out = [(('algorithm', n), c.spec_schema) for n, c in ALGORITHMS.items()]
+    out += [(('memory', n), c.spec_schema) for n, c in MEMORIES.items()]
+    out += [(('net', n), c.spec_schema) for n, c in NETS.items()]
+    return out
+
+
+def generate() -> str:
+    """The whole reference as markdown (deterministic: it depends only on the code)."""
+    from slm_lab.agent.algorithm.base import BASE_SCHEMA
+    from slm_lab.spec import ENV_SCHEMA, META_SCHEMA, RUNTIME_META
+
+    user_meta = [k for k in META_SCHEMA if k not in RUNTIME_META]
+    runtime_meta = [k for k in META_SCHEMA if k in RUNTIME_META]
+    parts = [
+        INTRO,
+        LAYOUT, table(TOP_SCHEMA, 'spec'),
+        OVERRIDES,
+        AGENT_INTRO, table(AGENT_SCHEMA, 'agent'),
+        ALGORITHM_INTRO, table(BASE_SCHEMA, 'algorithm'), ACTION_NOTES,
+        *[_algorithm_section(group) for group in algorithm_groups()],
+        MEMORY_INTRO, _memory_sections(),
+        NET_INTRO, NET_USE, _net_sections(),
+        TORCH_SPECS,
+        SCHEDULES, table(schedule_schema(), 'schedule'), SCHEDULE_FORMULAS,
+        ENV_INTRO, table(ENV_SCHEMA, 'env'),
+        META_INTRO, table(META_SCHEMA, 'meta', user_meta),
+        META_RUNTIME, table(META_SCHEMA, 'meta', runtime_meta),
+        SEARCH,
+        SEEDS,
+        RESUME_EDITS.replace('{allowed}', _names(_allowed_edits())),
+        COMPAT.replace('{false_only}', _false_only_keys()), _planned(),
+    ]
+    return '\n\n'.join(p for p in parts if p) + '\n'
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the reference, or write it to docs/spec.md with --write."""
+    parser = argparse.ArgumentParser(prog='python -m slm_lab.spec_doc', description=__doc__.split('\n')[0])
+    parser.add_argument('--write', action='store_true', help=f'write {DOC_PATH.relative_to(DOC_PATH.parent.parent)} '
+                                                             'instead of printing')
+    args = parser.parse_args(argv)
+    text = generate()
+    if args.write:
+        from slm_lab.lib.io import atomic_write_text
+        atomic_write_text(DOC_PATH, text)
+        print(f'wrote {DOC_PATH}')
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

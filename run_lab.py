@@ -36,8 +36,15 @@ exit codes: 0 done (or already finished), 2 bad input (one line on stderr, nothi
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Command-line mistakes are user errors too: one line, exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f'error: {message} (see python run_lab.py --help)\n')
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog='run_lab.py', description=HELP,
+    parser = OneLineParser(prog='run_lab.py', description=HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('spec_file', nargs='?', help='path of a JSON spec file')
     parser.add_argument('spec_name', nargs='?', help='name of a spec in that file')
@@ -70,8 +77,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from slm_lab.experiment.control import Preempted
-    from slm_lab.lib.errors import LabError
+    from slm_lab.lib.errors import LabError, Preempted
     try:
         from slm_lab import lab
         if args.mode.startswith('enjoy@'):

@@ -291,6 +291,8 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
 def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None) -> dict:
     """Read, override and validate a spec; record its origin in meta."""
     raw = get_raw_spec(spec_file, spec_name)
+    for key in ('agent', 'env'):  # so that -s agent.x / env.x paths work on SLM-Lab v4 list specs too
+        _unwrap_single(raw, key)
     raw = apply_overrides(raw, overrides or [])
     spec = validate_spec(raw, spec_name)
     spec['name'] = spec_name

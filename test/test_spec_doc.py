@@ -138,29 +138,6 @@ def test_gpu_accepts_what_the_doc_says():
         validate_spec({**MINIMAL, 'agent': {**MINIMAL['agent'], 'net': {**net, 'gpu': 'cuda'}}})
 
 
-def test_polyak_coef_weighs_the_old_target_net():
-    """The reference corrects the code's one-line doc of polyak_coef; this is what the code does."""
-    import gymnasium as gym
-    import torch
-    from slm_lab.agent import Agent
-    from slm_lab.env import Clock
-    spec = validate_spec({
-        'agent': {'algorithm': {'name': 'DQN'}, 'memory': {'name': 'Replay'},
-                  'net': {'type': 'MLPNet', 'hid_layers': [4], 'update_type': 'polyak', 'polyak_coef': 0.25}},
-        'env': {'name': 'CartPole-v1', 'max_frame': 100}})
-    env = gym.make('CartPole-v1')
-    algorithm = Agent(spec, env.observation_space, env.action_space, 1, Clock(100, 1), seed=0).algorithm
-    env.close()
-    with torch.no_grad():
-        for p in algorithm.net.parameters():
-            p.fill_(1.0)
-        for p in algorithm.target_net.parameters():
-            p.fill_(0.0)
-    algorithm.update_target()
-    for p in algorithm.target_net.parameters():
-        assert torch.allclose(p, torch.full_like(p, 0.75))
-
-
 def test_write_replaces_the_file(tmp_path, monkeypatch, capsys):
     target = tmp_path / 'docs' / 'spec.md'
     monkeypatch.setattr(spec_doc, 'DOC_PATH', target)

@@ -23,24 +23,11 @@ from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vect
 from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import EXIT_CODES, Preempted
 from slm_lab.lib.io import atomic_write_text, atomic_write_with, write_json
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + signal number, as shells report
-
-
-class Preempted(Exception):
-    """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
-
-    def __init__(self, signum: int, frame: int | None = None):
-        where = f'at frame {frame}; a snapshot was saved' if frame is not None else 'before training started'
-        super().__init__(f'stopped by {signal.Signals(signum).name} {where}')
-        self.signum, self.frame = signum, frame
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_CODES.get(self.signum, 1)
 
 
 class StopSignal:

@@ -1,4 +1,9 @@
-"""Errors a user can cause. run_lab.py prints their message as one line and exits non-zero."""
+"""Errors a user can cause (run_lab.py prints their message as one line and exits non-zero), and
+the stop of a run by a signal."""
+
+import signal
+
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + signal number, as shells report
 
 
 class LabError(Exception):
@@ -17,3 +22,16 @@ class ModeError(LabError):
 
 class ResumeError(LabError):
     """A run cannot be resumed as asked."""
+
+
+class Preempted(Exception):
+    """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
+
+    def __init__(self, signum: int, frame: int | None = None):
+        where = f'at frame {frame}; a snapshot was saved' if frame is not None else 'before training started'
+        super().__init__(f'stopped by {signal.Signals(signum).name} {where}')
+        self.signum, self.frame = signum, frame
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.signum, 1)

@@ -118,6 +118,8 @@ def check_object(obj: Any, schema: dict, path: str, extra_ok: Callable[[str], bo
             out[key] = check_value(obj[key], fld, f'{path}.{key}')
         elif fld.default is MISSING:
             raise SpecError(f'{path}.{key}: required key is missing ({fld.doc or _expect(fld)})')
+        elif fld.schema is not None and fld.default is not None:
+            out[key] = check_value(_copy_default(fld.default), fld, f'{path}.{key}')
         else:
             out[key] = _copy_default(fld.default)
     for key in obj:

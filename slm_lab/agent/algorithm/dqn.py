@@ -7,7 +7,8 @@ For a sampled batch (B transitions):
   loss = loss_fn(Q(s, a), y)
 Every training_frequency frames (once training_start_step transitions are stored): training_iter
 batches, each used for training_batch_iter gradient steps. The target net follows the online net
-every update_frequency frames: a copy (replace) or target <- polyak_coef*target + (1-polyak_coef)*online.
+every update_frequency frames: a copy (replace) or target <- polyak_coef*online + (1-polyak_coef)*target
+(SLM-Lab's convention: polyak_coef is the weight of the online net).
 """
 from __future__ import annotations
 
@@ -141,7 +142,7 @@ class VanillaDQN(Algorithm):
                 tb.copy_(b)
         else:
             for tp, p in zip(self.target_net.parameters(), self.net.parameters()):
-                tp.mul_(self.polyak_coef).add_(p, alpha=1.0 - self.polyak_coef)
+                tp.mul_(1.0 - self.polyak_coef).add_(p, alpha=self.polyak_coef)
 
 
 class DQN(VanillaDQN):

@@ -103,4 +103,4 @@ class Reinforce(Algorithm):
         loss = -(log_probs * returns).mean() - entropy_coef * entropy
         grad_norm = self.step_optimizers(loss)
         self.step_lr_schedulers()
-        return {'loss': float(loss), 'entropy': float(entropy), 'grad_norm': grad_norm}
+        return {'loss': float(loss.detach()), 'entropy': float(entropy.detach()), 'grad_norm': grad_norm}

@@ -1,0 +1,100 @@
+"""Shared fixtures: minimal specs per algorithm and a runner that keeps every file in tmp_path.
+
+PNG export (a headless browser, ~2 s per graph) is switched off in `lab_run` so the suite stays
+fast; the HTML graphs, which every run writes, are still checked.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+NET = {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
+       'optim_spec': {'name': 'Adam', 'lr': 0.001}}
+
+ALGORITHMS = {
+    'Random': {'algorithm': {'name': 'Random'}},
+    'Reinforce': {
+        'algorithm': {'name': 'Reinforce', 'gamma': 0.99, 'training_frequency': 1,
+                      'entropy_coef_spec': {'name': 'linear_decay', 'start_val': 0.01, 'end_val': 0.001,
+                                            'start_step': 0, 'end_step': 1000}},
+        'memory': {'name': 'OnPolicyReplay'}, 'net': NET},
+    'VanillaDQN': {
+        'algorithm': {'name': 'VanillaDQN', 'training_start_step': 32, 'training_frequency': 4,
+                      'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1,
+                                           'start_step': 0, 'end_step': 200}},
+        'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1000}, 'net': NET},
+    'PPO': {
+        'algorithm': {'name': 'PPO', 'time_horizon': 32, 'minibatch_size': 32, 'training_epoch': 2,
+                      'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
+        'memory': {'name': 'OnPolicyBatchReplay'}, 'net': NET},
+}
+ALGORITHMS['DQN'] = copy.deepcopy(ALGORITHMS['VanillaDQN'])
+ALGORITHMS['DQN']['algorithm']['name'] = 'DQN'
+ALGORITHMS['DoubleDQN'] = copy.deepcopy(ALGORITHMS['DQN'])
+ALGORITHMS['DoubleDQN']['algorithm']['name'] = 'DoubleDQN'
+
+
+def build_spec(algorithm: str, env: str = 'CartPole-v1', max_frame: int = 256, num_envs: int = 1,
+               log_frequency: int | None = None, random_seed: int | None = 42, **meta) -> dict:
+    """A small runnable spec for `algorithm` (a key of ALGORITHMS) on `env`."""
+    agent = copy.deepcopy(ALGORITHMS[algorithm])
+    agent['name'] = algorithm
+    return {
+        'agent': agent,
+        'env': {'name': env, 'num_envs': num_envs, 'max_frame': max_frame},
+        'meta': {'log_frequency': log_frequency or max(max_frame // 4, num_envs), 'random_seed': random_seed,
+                 **meta},
+    }
+
+
+def write_spec_file(path: Path, specs: dict) -> str:
+    """Write {spec_name: spec} as a JSON spec file; return its path as a string."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(specs, indent=2))
+    return str(path)
+
+
+@pytest.fixture
+def make_spec():
+    """build_spec(algorithm, env=..., max_frame=..., num_envs=..., log_frequency=..., **meta)."""
+    return build_spec
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    """spec_file(specs: dict, name='specs.json') -> path of a spec file in tmp_path."""
+    def write(specs: dict, name: str = 'specs.json') -> str:
+        return write_spec_file(tmp_path / 'spec' / name, specs)
+    return write
+
+
+@pytest.fixture
+def no_png(monkeypatch):
+    """No PNG export, here and in session subprocesses (they find no browser)."""
+    from slm_lab.experiment import viz
+    monkeypatch.setattr(viz, 'png_available', lambda: False)
+    monkeypatch.setenv('BROWSER_PATH', os.devnull + '/no-browser')
+
+
+@pytest.fixture
+def lab_run(tmp_path, no_png):
+    """lab_run(spec, spec_name, mode='train', overrides=None, data_dir=tmp_path/'data') runs the
+    lab on a spec dict (written to a file in tmp_path) and returns (trial metrics, run dir)."""
+    from slm_lab import lab
+
+    def run(spec: dict, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
+            data_dir: Path | None = None):
+        data_dir = Path(data_dir or tmp_path / 'data')
+        path = write_spec_file(tmp_path / 'spec' / f'{spec_name}.json', {spec_name: spec})
+        before = set(data_dir.iterdir()) if data_dir.exists() else set()
+        metrics = lab.run(path, spec_name, mode, overrides, data_dir=str(data_dir))
+        new = sorted(set(data_dir.iterdir()) - before)
+        assert len(new) == 1, f'expected one new run directory, got {new}'
+        return metrics, new[0]
+    return run

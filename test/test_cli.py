@@ -1,0 +1,148 @@
+"""run_lab.py end to end, as a user runs it: a subprocess in a scratch directory (so data/ lands
+in tmp_path). User errors are one line on stderr, a non-zero exit, and no run directory."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RUN_LAB = str(REPO_ROOT / 'run_lab.py')
+DEMO = str(REPO_ROOT / 'spec' / 'demo.json')
+DQN_ZOO = str(REPO_ROOT / 'spec' / 'benchmark' / 'dqn' / 'dqn_cartpole_zoo.json')
+SHORT = ['-s', 'env.max_frame=256', '-s', 'meta.log_frequency=64', '-s', 'meta.eval_frequency=128',
+         '-s', 'meta.random_seed=3']
+
+
+def lab_env() -> dict:
+    # no headless browser for PNG export: keeps runs short; HTML graphs are still written
+    return {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONUNBUFFERED': '1'}
+
+
+def run_lab(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=lab_env())
+
+
+def test_train_from_the_command_line(tmp_path):
+    out = run_lab([DEMO, 'ppo_cartpole', 'train', *SHORT], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert 'Traceback' not in out.stderr
+    run_dirs = list((tmp_path / 'data').iterdir())
+    assert len(run_dirs) == 1 and run_dirs[0].name.startswith('ppo_cartpole_')
+    run_dir = run_dirs[0]
+    df = pd.read_csv(run_dir / 'info' / 'ppo_cartpole_t0_s0_session_df_train.csv')
+    assert df['frame'].iloc[-1] == 256
+    assert (run_dir / 'info' / 'ppo_cartpole_t0_trial_metrics.json').exists()
+    meta = json.loads((run_dir / 'ppo_cartpole_spec.json').read_text())['meta']
+    assert meta['overrides'] == [a for a in SHORT if a != '-s']
+    assert meta['mode'] == 'train'
+    assert run_dir.name in out.stderr, 'the log names the run directory'
+
+
+def test_help_lists_modes_and_overrides(tmp_path):
+    out = run_lab(['--help'], tmp_path, timeout=30)
+    assert out.returncode == 0
+    for word in ('train', 'dev', 'train@latest', 'enjoy@', 'search', '-s', 'KEY=VALUE'):
+        assert word in out.stdout
+    assert not (tmp_path / 'data').exists()
+
+
+def test_too_few_arguments_is_a_usage_error(tmp_path):
+    out = run_lab([DEMO, 'ppo_cartpole'], tmp_path, timeout=30)
+    assert out.returncode == 2
+    assert 'Traceback' not in out.stderr and 'SPEC_FILE SPEC_NAME MODE' in out.stderr
+    assert not (tmp_path / 'data').exists()
+
+
+def write_bad_json(tmp_path: Path) -> str:
+    path = tmp_path / 'bad.json'
+    path.write_text('{"s": {"agent": {"name": "PPO"},,}}')
+    return str(path)
+
+
+USER_ERRORS = {
+    'misspelled key': ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.algorithm.gama=0.9'], 'agent.algorithm.gama'),
+    'unknown algorithm': ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.algorithm.name=PPOO'], 'Reinforce'),
+    'unknown env': ([DEMO, 'ppo_cartpole', 'train', '-s', 'env.name=CartPol-v1'], 'CartPole-v1'),
+    'wrong type': ([DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=abc'], 'env.max_frame'),
+    'negative max_frame': ([DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=-5'], 'env.max_frame'),
+    'override without =': ([DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame'], 'KEY=VALUE'),
+    'malformed JSON': ([write_bad_json, 's', 'train'], 'line 1 column'),
+    'spec name not in file': ([DEMO, 'ppo_cartpol', 'train'], 'ppo_cartpole'),
+    'missing file': (['nope.json', 'ppo_cartpole', 'train'], 'nope.json'),
+    'algorithm does not fit env': ([DQN_ZOO, 'dqn_cartpole_zoo', 'train', '-s', 'env.name=Pendulum-v1'],
+                                   'continuous'),
+    'unknown mode': ([DEMO, 'ppo_cartpole', 'trian'], 'dev, train'),
+    # resume and replay of runs that do not exist
+    'resume latest without a run': ([DEMO, 'ppo_cartpole', 'train@latest'], 'train@latest'),
+    'resume a missing run dir': ([DEMO, 'ppo_cartpole', 'train@data/ppo_cartpole_2020_01_01_000000'],
+                                 'ppo_cartpole_2020_01_01_000000'),
+    'enjoy a missing session': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json'], 'x_t0_s0_spec.json'),
+    'enjoy a file that is not a session spec': (['enjoy@' + DEMO], 'demo.json'),
+    'search': ([DEMO, 'ppo_cartpole', 'search'], 'not available'),
+}
+
+
+@pytest.fixture(scope='module')
+def user_error_runs(tmp_path_factory):
+    """Every USER_ERRORS case run as a subprocess, each in its own scratch directory; started
+    together (one per core) since each pays the lab's ~2 s import time. {case: (result, cwd)}."""
+    def run_case(case: str):
+        cwd = tmp_path_factory.mktemp(re.sub(r'\W+', '_', case))
+        args = [a(cwd) if callable(a) else a for a in USER_ERRORS[case][0]]
+        return run_lab(args, cwd, timeout=120), cwd
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        futures = {case: pool.submit(run_case, case) for case in USER_ERRORS}
+        yield {case: future.result() for case, future in futures.items()}
+
+
+@pytest.mark.parametrize('case', list(USER_ERRORS))
+def test_user_error_is_one_line_and_creates_nothing(user_error_runs, case):
+    out, cwd = user_error_runs[case]
+    expected = USER_ERRORS[case][1]
+    assert out.returncode != 0
+    assert 'Traceback' not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, f'stderr must be one line, got:\n{out.stderr}'
+    assert lines[0].startswith('error: ') and expected in lines[0]
+    assert not (cwd / 'data').exists(), 'a user error must not create a run directory'
+
+
+def test_ctrl_c_stops_promptly_and_keeps_the_records(tmp_path):
+    args = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
+            '-s', 'meta.log_frequency=256']
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=lab_env())
+    try:
+        deadline = time.monotonic() + 90
+        csvs = []
+        while not csvs and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            csvs = list(tmp_path.glob('data/*/info/*_session_df_train.csv'))
+        assert csvs, 'the train CSV never appeared'
+        time.sleep(0.5)  # a few more rows
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=30)
+        assert time.monotonic() - sent < 15, 'Ctrl-C must stop the run promptly'
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr  # 128 + SIGINT, as documented in --help
+    assert 'Traceback' not in stderr
+    df = pd.read_csv(csvs[0])
+    assert len(df) >= 1 and 0 < df['frame'].iloc[-1] < 100000000
+    assert df['frame'].is_monotonic_increasing
+    run_dir = csvs[0].parents[1]
+    assert list(run_dir.glob('model/*_model_latest.pt')), 'the latest model is saved on Ctrl-C'

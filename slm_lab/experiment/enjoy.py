@@ -6,6 +6,7 @@ writes into the run's records, models or snapshots; --record writes videos under
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
     from slm_lab.env import Clock, make_single_env
     from slm_lab.spec import validate_spec
     run_root, spec_name, trial, session = parse_session_spec_path(session_spec_path)
+    if render and not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
+        raise SpecError('--render needs a display (DISPLAY is not set); use --record to write videos instead')
     try:
         raw = read_json(session_spec_path)
     except ValueError as e:

@@ -114,7 +114,7 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
     from slm_lab.experiment.control import Trial
     run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
     old_spec = resume_lib.read_run_spec(run_dir)
-    spec = load_spec(spec_file, spec_name, overrides)
+    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
     meta = spec['meta']
     if meta['random_seed'] is None:
         meta['random_seed'] = old_spec['meta']['random_seed']

@@ -288,12 +288,36 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     return spec
 
 
-def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None) -> dict:
-    """Read, override and validate a spec; record its origin in meta."""
+def load_raw_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None) -> dict:
+    """The named spec with overrides applied, before defaults and validation."""
     raw = get_raw_spec(spec_file, spec_name)
     for key in ('agent', 'env'):  # so that -s agent.x / env.x paths work on SLM-Lab v4 list specs too
         _unwrap_single(raw, key)
-    raw = apply_overrides(raw, overrides or [])
+    return apply_overrides(raw, overrides or [])
+
+
+def merge_specs(base: dict, over: dict) -> dict:
+    """`base` with every key that `over` gives replaced by `over`'s value (objects merged key by
+    key). Resuming fills what the spec file leaves out from the run's saved spec, so a default
+    that changed in a newer lab does not change an older run."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_specs(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None,
+              base: dict | None = None) -> dict:
+    """Read, override and validate a spec (keys it omits filled from `base` when given, then
+    from the defaults); record its origin in meta."""
+    raw = load_raw_spec(spec_file, spec_name, overrides)
+    if base is not None:
+        base = {k: v for k, v in base.items() if k != 'name'}
+        base['meta'] = {k: v for k, v in base.get('meta', {}).items() if k not in RUNTIME_META}
+        raw = merge_specs(base, raw)
     spec = validate_spec(raw, spec_name)
     spec['name'] = spec_name
     spec['meta']['spec_file'] = os.path.abspath(spec_file)

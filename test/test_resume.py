@@ -274,3 +274,21 @@ def test_enjoy_replays_without_touching_the_run(tmp_path):
     assert mean >= 0.5 * best_ma, (mean, best_ma)
     assert tree_digest(run) == before
     assert not (tmp_path / 'data' / 'enjoy').exists() and len(run_dirs(tmp_path / 'data', 'enjoy')) == 1
+
+
+def test_resume_keeps_the_runs_values_for_keys_the_spec_omits(tmp_path):
+    """A default that changed in a newer lab does not block or alter an older run: keys the spec
+    file leaves out are taken from the run's saved spec."""
+    spec_file = write_spec(tmp_path, 'olddefault', PPO)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'olddefault', 'train', ['env.max_frame=1000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'olddefault')
+    for path in run.glob('olddefault*_spec.json'):  # as if written by a lab with other defaults
+        saved = json.loads(path.read_text())
+        saved['agent']['net']['polyak_coef'] = 0.0
+        saved['agent']['algorithm']['normalize_advantage'] = False
+        path.write_text(json.dumps(saved))
+    lab.run(spec_file, 'olddefault', 'train@latest', ['env.max_frame=1500'], data_dir=data)
+    saved = json.loads((run / 'olddefault_spec.json').read_text())
+    assert saved['agent']['algorithm']['normalize_advantage'] is False
+    assert saved['env']['max_frame'] == 1500

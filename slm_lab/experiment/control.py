@@ -120,7 +120,6 @@ class Session:
         self.keep_checkpoints = meta['keep_checkpoints']
         self.ckpt_dir = run_dir.ckpt_dir(trial, session)
         self.obs = None
-        self.resumed_from = None
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:

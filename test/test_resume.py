@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
 from slm_lab import checkpoint, lab
 from slm_lab.lib.errors import ResumeError
@@ -292,3 +293,24 @@ def test_resume_keeps_the_runs_values_for_keys_the_spec_omits(tmp_path):
     saved = json.loads((run / 'olddefault_spec.json').read_text())
     assert saved['agent']['algorithm']['normalize_advantage'] is False
     assert saved['env']['max_frame'] == 1500
+
+
+class OpaqueCartPole(CartPoleEnv):
+    """CartPole defined outside gymnasium's classic-control package: the lab cannot know that
+    its dynamics live in plain attributes, so it treats it like a physics-engine env."""
+
+
+def test_env_that_cannot_be_snapshotted_resumes_approximately(tmp_path):
+    import gymnasium as gym
+    if 'OpaqueCartPole-v0' not in gym.envs.registry:
+        gym.register('OpaqueCartPole-v0', entry_point=OpaqueCartPole, max_episode_steps=500)
+    spec = json.loads(json.dumps(PPO))
+    spec['env']['name'] = 'OpaqueCartPole-v0'
+    spec_file = write_spec(tmp_path, 'opaque', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'opaque', 'train', ['env.max_frame=1000'], data_dir=data)
+    lab.run(spec_file, 'opaque', 'train@latest', ['env.max_frame=2000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'opaque')
+    assert 'continuation is approximate' in (run / 'log' / 'opaque_t0_s0.log').read_text()
+    frames = train_csv(run, 'opaque')['frame']
+    assert frames.tolist() == [500, 1000, 1500, 2000]

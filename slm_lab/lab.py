@@ -1,6 +1,7 @@
 """The lab's entry: parse a mode, load and check the spec, create the run directory, run."""
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -30,6 +31,7 @@ def check_mode(mode: str) -> str:
                     'enjoy@<run dir>/<spec_name>_t0_s0_spec.json (search comes later)')
 
 
+@functools.lru_cache(maxsize=1)
 def git_sha() -> str | None:
     """The lab's git commit, when it runs from a git checkout."""
     try:

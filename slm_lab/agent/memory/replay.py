@@ -75,8 +75,8 @@ class Replay(Memory):
         (meta.snapshot_replay), as whole arrays so a snapshot can memory-map them back."""
         state = {'persisted': self.persist, 'rng': self.rng.bit_generator.state, 'head': self.head, 'size': self.size}
         if self.persist:
-            for key in self.ARRAY_KEYS:
-                state[key] = getattr(self, key)
+            for key in self.ARRAY_KEYS:  # views, no copies; only the filled part
+                state[key] = getattr(self, key)[:self.size]
         return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -275,7 +275,8 @@ NET_USE = """\
 - `VanillaDQN`, `DQN`, `DoubleDQN`: one MLP with a Q-value per action; `DQN` and `DoubleDQN`
   add a target net, a copy of it, which follows the online net every `update_frequency` frames:
   `update_type` `"replace"` copies the weights, `"polyak"` sets
-  target = `polyak_coef` * target + (1 - `polyak_coef`) * online. `VanillaDQN` has no target net
+  target = `polyak_coef` * online + (1 - `polyak_coef`) * target (SLM-Lab's convention: a
+  small `polyak_coef` such as 0.005 is a slow target). `VanillaDQN` has no target net
   and ignores these three keys. The Q loss is `loss_spec`.
 - `PPO`: a policy and a value function. With `shared: false`, two MLPs with the same hidden
   layers (actor and critic); with `shared: true`, one MLP with a policy head and a value head. One optimizer

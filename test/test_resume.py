@@ -94,16 +94,29 @@ def cli(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
                           timeout=300, **kwargs)
 
 
-@pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN)])
+PENDULUM = {  # continuous actions, observation and reward normalisation, rigorous eval
+    'agent': {'name': 'PPO',
+              'algorithm': {'name': 'PPO', 'time_horizon': 64, 'minibatch_size': 64, 'training_epoch': 2},
+              'memory': {'name': 'OnPolicyBatchReplay'},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
+                      'optim_spec': {'name': 'Adam', 'lr': 3e-4}}},
+    'env': {'name': 'Pendulum-v1', 'num_envs': 2, 'max_frame': 2048, 'normalize_obs': True,
+            'normalize_reward': True},
+    'meta': {'log_frequency': 512, 'eval_frequency': 1024, 'rigorous_eval': 1, 'random_seed': 3},
+}
+
+
+@pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN), ('pendulum_exact', PENDULUM)])
 def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
     """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F."""
     spec_file = write_spec(tmp_path, name, spec)
     data_a, data_b = str(tmp_path / 'a'), str(tmp_path / 'b')
     lab.run(spec_file, name, 'train', data_dir=data_a)
-    lab.run(spec_file, name, 'train@latest', ['env.max_frame=4000'], data_dir=data_a)
-    lab.run(spec_file, name, 'train', ['env.max_frame=4000'], data_dir=data_b)
+    end = 2 * spec['env']['max_frame']
+    lab.run(spec_file, name, 'train@latest', [f'env.max_frame={end}'], data_dir=data_a)
+    lab.run(spec_file, name, 'train', [f'env.max_frame={end}'], data_dir=data_b)
     (run_a,), (run_b,) = run_dirs(Path(data_a), name), run_dirs(Path(data_b), name)
-    assert train_csv(run_a, name)['frame'].iloc[-1] == 4000
+    assert train_csv(run_a, name)['frame'].iloc[-1] == end
     assert_same_run(run_a, run_b, name)
 
 

@@ -5,6 +5,7 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
+from slm_lab.env.wrappers import NormalizeObservation
 
 
 def ensure_env_registered(name: str) -> None:
@@ -42,7 +43,7 @@ def make_env(env_spec: dict, num_envs: int | None = None) -> gym.vector.VectorEn
         # the agent keeps (and learns from) the action it sampled; the env gets it clipped
         env = gym.wrappers.vector.ClipAction(env)
     if env_spec.get('normalize_obs'):
-        env = gym.wrappers.vector.NormalizeObservation(env)
+        env = NormalizeObservation(env)
     if env_spec.get('normalize_reward'):
         env = gym.wrappers.vector.NormalizeReward(env)
     return env
@@ -67,22 +68,16 @@ def find_wrapper(env, cls):
 
 
 def normalize_obs_fn(env):
-    """A function mapping raw observations the way the env's NormalizeObservation wrapper does
-    (without updating its statistics), or None when observations are not normalised."""
-    wrapper = find_wrapper(env, gym.wrappers.vector.NormalizeObservation)
-    if wrapper is None:
-        return None
-    rms, eps = wrapper.obs_rms, wrapper.epsilon
-
-    def normalize(obs: np.ndarray) -> np.ndarray:
-        return ((obs - rms.mean) / np.sqrt(rms.var + eps)).astype(np.float32)
-    return normalize
+    """The env's observation normalisation (without updating its statistics), or None when
+    observations are not normalised."""
+    wrapper = find_wrapper(env, NormalizeObservation)
+    return None if wrapper is None else wrapper.normalize
 
 
 def obs_norm_state(env) -> dict | None:
     """The observation-normalisation statistics (mean, var, count, epsilon) a policy was trained
     with, or None; saved with model weights so a replay normalises the same way."""
-    wrapper = find_wrapper(env, gym.wrappers.vector.NormalizeObservation)
+    wrapper = find_wrapper(env, NormalizeObservation)
     if wrapper is None:
         return None
     rms = wrapper.obs_rms

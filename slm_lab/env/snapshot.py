@@ -65,9 +65,8 @@ def _layer_state(layer) -> dict:
 
 def _load_layer_state(layer, state: dict) -> None:
     for key, enc in state.items():
-        if not hasattr(layer, key):
-            continue
-        current = getattr(layer, key)
+        # attributes an env creates only in reset() (e.g. Pendulum's `state`) are set too
+        current = getattr(layer, key, None)
         if isinstance(enc, dict) and '__rng__' in enc:
             if isinstance(current, np.random.Generator):
                 current.bit_generator.state = enc['__rng__']
@@ -79,6 +78,10 @@ def _load_layer_state(layer, state: dict) -> None:
             setattr(layer, key, deque(enc['__deque__'], maxlen=enc['maxlen']))
         elif isinstance(enc, dict) and '__rms__' in enc:
             rms = enc['__rms__']
+            if current is None:
+                from gymnasium.wrappers.utils import RunningMeanStd
+                current = RunningMeanStd(shape=np.shape(rms['mean']))
+                setattr(layer, key, current)
             current.mean, current.var, current.count = np.array(rms['mean']), np.array(rms['var']), rms['count']
         elif isinstance(enc, np.ndarray) or hasattr(enc, 'numpy'):
             arr = np.array(enc)

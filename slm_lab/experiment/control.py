@@ -182,7 +182,6 @@ class Session:
             self.obs, _ = self.env.reset(seed=self.seed)
         env = self.env
         obs = self.obs
-        normalize = normalize_obs_fn(env)
         next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
         next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
         next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
@@ -196,8 +195,7 @@ class Session:
                 if done.any():
                     true_next_obs = next_obs.copy()
                     mask = info['_final_obs']
-                    final = np.stack(info['final_obs'][mask])
-                    true_next_obs[mask] = normalize(final) if normalize else final
+                    true_next_obs[mask] = np.stack(info['final_obs'][mask])
                     body.track_episodes(info['episode']['r'][info['_episode']])
                 metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
                 if metrics is not None:

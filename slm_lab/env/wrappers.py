@@ -1,0 +1,50 @@
+"""Vector-env wrappers gymnasium does not provide in the form the lab needs."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.wrappers.utils import RunningMeanStd
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """Running mean/std observation normalisation for a vector env that resets finished sub-envs
+    in the same step. gymnasium's vector NormalizeObservation refuses that autoreset mode because
+    it would leave info['final_obs'] unnormalised (and so does VectorObservationWrapper, hence a
+    plain VectorWrapper here); this one normalises final_obs too, with the same
+    statistics, so a transition's next observation is on the same scale as its observation.
+    Statistics update on the observations returned by step and reset (not on final_obs, which
+    the next step's statistics would count twice otherwise).
+
+    State (for snapshots): obs_rms (mean, var, count), epsilon, update_running_mean.
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, epsilon: float = 1e-8):
+        super().__init__(env)
+        self.obs_rms = RunningMeanStd(shape=self.single_observation_space.shape,
+                                      dtype=self.single_observation_space.dtype)
+        self.epsilon = epsilon
+        self.update_running_mean = True
+
+    def normalize(self, observations: np.ndarray) -> np.ndarray:
+        """Normalise with the current statistics, without updating them."""
+        return ((observations - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)).astype(np.float32)
+
+    def observations(self, observations: np.ndarray) -> np.ndarray:
+        if self.update_running_mean:
+            self.obs_rms.update(observations)
+        return self.normalize(observations)
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = self.env.reset(seed=seed, options=options)
+        return self.observations(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        if '_final_obs' in infos and infos['_final_obs'].any():
+            mask = infos['_final_obs']
+            final = infos['final_obs'].copy()
+            normalized = self.normalize(np.stack(final[mask]))
+            for i, j in enumerate(np.flatnonzero(mask)):
+                final[j] = normalized[i]
+            infos = {**infos, 'final_obs': final}
+        return self.observations(obs), rewards, terminations, truncations, infos

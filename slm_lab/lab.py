@@ -116,6 +116,8 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
     from slm_lab.experiment.control import Trial
     run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
     old_spec = resume_lib.read_run_spec(run_dir)
+    # the run's own -s overrides first, so a bare train@latest continues the run as it was started
+    overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
     spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
     meta = spec['meta']
     if meta['random_seed'] is None:
@@ -135,6 +137,7 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
               f'to continue, raise it, e.g. -s env.max_frame={2 * reached}')
         return None
     preflight(spec)
+    resume_lib.check_snapshots_fit(run_dir, spec)
     resume_lib.append_run_record(run_dir, {
         'when': _time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}', 'frames': frames,
         'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force})

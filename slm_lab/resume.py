@@ -26,11 +26,18 @@ def _runs_of(spec_name: str, data_dir: str) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir() and pattern.match(p.name)), key=lambda p: p.name[-17:])
 
 
+def _is_dev_run(root: Path, spec_name: str) -> bool:
+    try:
+        return read_json(root / f'{spec_name}_spec.json')['meta'].get('mode') == 'dev'
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def resolve_run_dir(target: str, spec_name: str, data_dir: str) -> RunDir:
     """The run directory named by train@<target>: 'latest' (newest run of spec_name by the
     timestamp in its name) or a path."""
-    if target == 'latest':
-        runs = _runs_of(spec_name, data_dir)
+    if target == 'latest':  # dev runs are debugging runs: resume them only by name
+        runs = [r for r in _runs_of(spec_name, data_dir) if not _is_dev_run(r, spec_name)]
         if not runs:
             raise ResumeError(f"train@latest: no run of spec '{spec_name}' in {data_dir}/; "
                               f'start one with: python run_lab.py SPEC_FILE {spec_name} train')
@@ -86,6 +93,30 @@ def session_frames(run_dir: RunDir, old_spec: dict) -> dict[str, int]:
             except ResumeError:
                 continue
     return frames
+
+
+def check_snapshots_fit(run_dir: RunDir, spec: dict) -> None:
+    """Load each session's newest snapshot into an agent built from `spec`, so that a snapshot
+    that does not fit (e.g. a net shape changed with --force) is refused before the run changes."""
+    from slm_lab.agent import Agent
+    from slm_lab.env import Clock, make_env
+    env = make_env({**spec['env'], 'vectorization_mode': 'sync'})
+    try:
+        for s in range(spec['meta']['max_session']):
+            loaded = checkpoint.load_latest_snapshot(run_dir.ckpt_dir(0, s))
+            if loaded is None:
+                continue
+            state, _, path = loaded
+            agent = Agent(spec, env.single_observation_space, env.single_action_space, env.num_envs,
+                          Clock(spec['env']['max_frame'], env.num_envs), seed=0)
+            try:
+                agent.load_state_dict(state['agent'])
+            except (RuntimeError, KeyError, ValueError, IndexError) as e:
+                first = str(e).strip().splitlines()[0][:300]
+                raise ResumeError(f'snapshot {path} does not fit this spec ({type(e).__name__}: {first}); '
+                                  'resume with the spec the run was trained with') from None
+    finally:
+        env.close()
 
 
 def append_run_record(run_dir: RunDir, record: dict) -> None:

@@ -327,3 +327,33 @@ def test_env_that_cannot_be_snapshotted_resumes_approximately(tmp_path):
     assert 'continuation is approximate' in (run / 'log' / 'opaque_t0_s0.log').read_text()
     frames = train_csv(run, 'opaque')['frame']
     assert frames.tolist() == [500, 1000, 1500, 2000]
+
+
+def test_bare_resume_keeps_the_runs_overrides_and_a_misfit_snapshot_changes_nothing(tmp_path, capsys):
+    spec_file = write_spec(tmp_path, 'keep', PPO)  # the file says max_frame 2000
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'keep', 'train', ['env.max_frame=1000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'keep')
+    before = tree_digest(run)
+    capsys.readouterr()
+    assert lab.run(spec_file, 'keep', 'train@latest', data_dir=data) is None  # not extended to 2000
+    assert 'already finished at frame 1000' in capsys.readouterr().out
+    assert tree_digest(run) == before
+    # --force past a net-shape change: the snapshot cannot load, so nothing in the run changes
+    with pytest.raises(ResumeError, match='does not fit this spec'):
+        lab.run(spec_file, 'keep', 'train@latest', ['env.max_frame=1500', 'agent.net.hid_layers=[8]'],
+                data_dir=data, force=True)
+    assert tree_digest(run) == before
+
+
+def test_latest_skips_dev_runs(tmp_path):
+    spec_file = write_spec(tmp_path, 'devskip', PPO)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'devskip', 'train', ['env.max_frame=1000'], data_dir=data)
+    time.sleep(1.1)  # run directories are named by the second
+    lab.run(spec_file, 'devskip', 'dev', ['env.max_frame=1000'], data_dir=data)
+    train_run, dev_run = run_dirs(Path(data), 'devskip')
+    dev_before = tree_digest(dev_run)
+    lab.run(spec_file, 'devskip', 'train@latest', ['env.max_frame=1500'], data_dir=data)
+    assert train_csv(train_run, 'devskip')['frame'].iloc[-1] == 1500
+    assert tree_digest(dev_run) == dev_before

@@ -120,6 +120,8 @@ class Session:
         self.keep_checkpoints = meta['keep_checkpoints']
         self.ckpt_dir = run_dir.ckpt_dir(trial, session)
         self.obs = None
+        self.resume_record: dict = {}
+        self.resume_t0 = time.perf_counter()
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -175,7 +177,11 @@ class Session:
         clock, agent, body = self.clock, self.agent, self.body
         if resume_state is not None:
             self.load_state_dict(resume_state)
-            logger.info(f'{self.prename}: resumed at frame {clock.frame}/{clock.max_frame}')
+            record = self.resume_record
+            record['load_s'] = round(time.perf_counter() - self.resume_t0, 3)
+            _append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), record)
+            logger.info(f'{self.prename}: resumed at frame {clock.frame}/{clock.max_frame} from snapshot '
+                        f'{record["snapshot"]} (loaded in {record["load_s"]:.2f}s)')
         else:
             logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
                         f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
@@ -363,12 +369,10 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
                 logger.info(f'{sess.prename}: no snapshot to resume from; starting this session fresh')
             else:
                 state, manifest, path = loaded
-                record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'), 'snapshot': str(path.relative_to(run_dir.root)),
-                          'frame': manifest['frame'], 'load_s': round(time.perf_counter() - t0, 3),
-                          'lab_version': manifest.get('lab_version')}
-                _append_json_list(run_dir.session_resume_log_path(trial, session), record)
-                logger.info(f'{sess.prename}: loaded snapshot {path.name} (frame {manifest["frame"]}) '
-                            f'in {record["load_s"]:.2f}s')
+                sess.resume_record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'),
+                                      'snapshot': str(path.relative_to(run_dir.root)), 'frame': manifest['frame'],
+                                      'load_s': None, 'lab_version': manifest.get('lab_version')}
+                sess.resume_t0 = t0
         return sess.run(resume_state=state)
     finally:
         if own_stop:

@@ -47,7 +47,13 @@ def preflight(spec: dict) -> None:
     not fit the env's action space) fails before the run directory exists."""
     from slm_lab.agent import Agent
     from slm_lab.env import Clock, make_env
-    env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
+    try:
+        env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
+    except Exception as e:  # whatever gym.make raises for these arguments is a spec problem
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
+        kwargs = spec['env'].get('make_kwargs') or {}
+        where = f'env.make_kwargs: {kwargs} do not fit' if kwargs else 'env.name:'
+        raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
     try:
         Agent(spec, env.single_observation_space, env.single_action_space, spec['env']['num_envs'],
               Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
@@ -64,15 +70,7 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
     meta['lab_version'] = __version__
     meta['git_sha'] = git_sha()
     meta['mode'] = mode
-    try:
-        preflight(spec)
-    except SpecError:
-        raise
-    except Exception as e:  # an env that cannot be made is a spec problem for the user
-        import gymnasium as gym
-        if isinstance(e, gym.error.Error):
-            raise SpecError(f"env.name: '{spec['env']['name']}' cannot be made: {e}") from None
-        raise
+    preflight(spec)
     return spec
 
 

@@ -7,6 +7,7 @@ import torch
 
 from slm_lab.agent.algorithm import ALGORITHMS
 from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay, Replay
+from slm_lab.lib.errors import SpecError
 
 
 class Agent:
@@ -15,6 +16,9 @@ class Agent:
 
     def __init__(self, spec: dict, obs_space: gym.Space, action_space: gym.Space, num_envs: int, clock,
                  seed: int):
+        if not (isinstance(obs_space, gym.spaces.Box) and obs_space.shape):
+            raise SpecError(f"env.name: observation space {obs_space} is not supported yet; the lab's nets need "
+                            'Box observations (e.g. CartPole-v1, Pendulum-v1)')
         agent_spec = spec['agent']
         self.name = agent_spec['name']
         algo_spec, memory_spec = agent_spec['algorithm'], agent_spec['memory']

@@ -12,7 +12,8 @@ from slm_lab.lib.schema import Field
 NET_SCHEMA = {
     'type': Field((str,), doc='network class: MLPNet'),
     'shared': Field((bool,), False, doc='actor-critic: one body with a policy head and a value head'),
-    'hid_layers': Field((list,), [64, 64], item_type=int, doc='hidden layer widths'),
+    'hid_layers': Field((list,), [64, 64], item_type=int, check=lambda v, p: _check_widths(v, p),
+                        doc='hidden layer widths (each >= 1)'),
     'hid_layers_activation': Field((str,), 'relu', choices=tuple(net_util.ACTIVATIONS),
                                    doc='activation after each hidden layer'),
     'out_layer_activation': Field((str,), None, nullable=True, choices=tuple(net_util.ACTIVATIONS),
@@ -36,6 +37,13 @@ NET_SCHEMA = {
     'batch_norm': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
     'normalize': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
 }
+
+
+def _check_widths(value, path):
+    from slm_lab.lib.errors import SpecError
+    for i, width in enumerate(value):
+        if width < 1:
+            raise SpecError(f'{path}[{i}]: {width} is out of range; a layer width must be >= 1')
 
 
 def _check_gpu(value, path):

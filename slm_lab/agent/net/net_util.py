@@ -96,7 +96,7 @@ def _construct(cls, path: str, *args, **kwargs):
     """cls(*args, **kwargs); a bad argument value from the spec becomes a SpecError at `path`."""
     try:
         return cls(*args, **kwargs)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, IndexError) as e:
         raise SpecError(f'{path}: {cls.__name__} rejects these arguments: {e}') from None
 
 

@@ -47,6 +47,7 @@ CHECK_NOTES = {
 # Checks written inline (lambdas) in a schema, by (section title, key).
 KEY_NOTES = {
     ('MLPNet', 'gpu'): '`true`, `false` or `"auto"`',
+    ('MLPNet', 'hid_layers'): 'each width >= 1',
 }
 
 

@@ -222,5 +222,17 @@ def prune_snapshots(ckpt_dir: Path, keep: int) -> None:
             pid = int(leftover.name.rsplit('-', 1)[1])
         except ValueError:
             pid = -1
-        if pid != os.getpid():
+        if pid != os.getpid() and not _alive(pid):
             shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -89,10 +89,15 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     spec['meta']['experiment_ts'] = ts
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
     run_dir.create()
+    from slm_lab.resume import lock_run
+    lock = lock_run(run_dir)
     logger.info(f'run directory {run_dir.root}')
     trial = Trial(spec, run_dir, mode, trial=0)
     write_specs(run_dir, trial)
-    metrics = trial.run()
+    try:
+        metrics = trial.run()
+    finally:
+        lock.close()
     logger.info(f'done: {run_dir.root}')
     return metrics
 
@@ -108,11 +113,21 @@ def write_specs(run_dir, trial) -> None:
 def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | None, data_dir: str,
            force: bool) -> dict | None:
     """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
-    edited) spec. Everything is checked before the run directory is touched."""
+    edited) spec. Everything is checked before the run directory is touched, under a lock so that
+    no other process trains the run meanwhile."""
+    from slm_lab import resume as resume_lib
+    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
+    lock = resume_lib.lock_run(run_dir)
+    try:
+        return _resume_locked(spec_file, spec_name, target, overrides, force, run_dir)
+    finally:
+        lock.close()
+
+
+def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> dict | None:
     import time as _time
     from slm_lab import resume as resume_lib
     from slm_lab.experiment.control import Trial
-    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
     old_spec = resume_lib.read_run_spec(run_dir)
     # the run's own -s overrides first, so a bare train@latest continues the run as it was started
     overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])

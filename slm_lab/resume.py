@@ -95,6 +95,20 @@ def session_frames(run_dir: RunDir, old_spec: dict) -> dict[str, int]:
     return frames
 
 
+def lock_run(run_dir: RunDir):
+    """Hold an exclusive lock on the run for as long as the returned file stays open, so two
+    processes never train one run at once; ResumeError when another process holds it."""
+    import fcntl
+    f = open(run_dir.root / '.lock', 'a')  # an empty file; the kernel drops the lock if we die
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ResumeError(f'{run_dir.root} is being trained by another process; wait for it to finish or '
+                          'stop it first') from None
+    return f
+
+
 def check_snapshots_fit(run_dir: RunDir, spec: dict) -> None:
     """Load each session's newest snapshot into an agent built from `spec`, so that a snapshot
     that does not fit (e.g. a net shape changed with --force) is refused before the run changes."""

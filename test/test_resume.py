@@ -357,3 +357,20 @@ def test_latest_skips_dev_runs(tmp_path):
     lab.run(spec_file, 'devskip', 'train@latest', ['env.max_frame=1500'], data_dir=data)
     assert train_csv(train_run, 'devskip')['frame'].iloc[-1] == 1500
     assert tree_digest(dev_run) == dev_before
+
+
+def test_a_run_being_trained_cannot_be_resumed_twice(tmp_path):
+    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab.resume import lock_run
+    spec_file = write_spec(tmp_path, 'locked', PPO)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'locked', 'train', ['env.max_frame=1000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'locked')
+    before = tree_digest(run)
+    held = lock_run(RunDir(run, 'locked'))  # as a training process would
+    try:
+        done = cli([spec_file, 'locked', 'train@latest', '-s', 'env.max_frame=1500'], cwd=tmp_path)
+    finally:
+        held.close()
+    assert done.returncode == 2 and 'being trained by another process' in done.stderr
+    assert tree_digest(run) == before

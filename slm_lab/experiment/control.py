@@ -30,6 +30,9 @@ logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
 class StopSignal:
     """Turns the first SIGTERM/SIGINT into a request to stop after the current step (so the
     session can save a snapshot); a second one exits at once."""
@@ -405,6 +408,9 @@ def _session_worker(args, queue) -> None:
     _die_with_parent()
     session = args[4]
     stop = StopSignal().install()
+    # the lab started this process with stop signals blocked (so a Ctrl-C to the terminal's
+    # process group during start-up cannot kill it half-made); a pending one is handled now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
     try:
         queue.put(('ok', session, run_session(*args, stop=stop)))
@@ -452,8 +458,12 @@ class Trial:
                              args=((spec, self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
                                    queue))
                  for s, spec in enumerate(specs)]
-        for p in procs:
-            p.start()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the children
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         results: dict[int, dict] = {}
         preempted, errors, started, signalled = [], [], set(), set()
         try:
@@ -474,6 +484,9 @@ class Trial:
                     status, s, payload = queue.get(timeout=0.2)
                 except Exception:  # queue.Empty
                     if not any(p.is_alive() for p in procs) and queue.empty():
+                        if stop.requested:  # stopped before it could start: nothing to save
+                            preempted.append((stop.signum, None))
+                            continue
                         errors.append('a session process died without reporting')
                         break
                     continue

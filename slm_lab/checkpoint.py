@@ -120,7 +120,11 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict) -> Path:
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f'f{frame:012d}'
     if final.exists():
-        return final
+        try:
+            verify_snapshot(final)
+            return final
+        except ResumeError:  # a damaged snapshot of this frame: replace it
+            shutil.rmtree(final, ignore_errors=True)
     tmp = ckpt_dir / f'.{final.name}.tmp-{os.getpid()}'
     if tmp.exists():
         shutil.rmtree(tmp)

@@ -70,6 +70,8 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
     meta['lab_version'] = __version__
     meta['git_sha'] = git_sha()
     meta['mode'] = mode
+    if mode == 'dev':  # dev runs one session; the saved specs say so
+        meta['max_session'] = 1
     preflight(spec)
     return spec
 

@@ -55,10 +55,33 @@ def preflight(spec: dict) -> None:
         where = f'env.make_kwargs: {kwargs} do not fit' if kwargs else 'env.name:'
         raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
     try:
-        Agent(spec, env.single_observation_space, env.single_action_space, spec['env']['num_envs'],
-              Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
+        agent = Agent(spec, env.single_observation_space, env.single_action_space, spec['env']['num_envs'],
+                      Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
     finally:
         env.close()
+    _try_torch_pieces(agent.algorithm)
+
+
+def _try_torch_pieces(algorithm) -> None:
+    """Use the loss and step the LR schedulers of a throwaway agent once: some torch arguments
+    (a loss's reduction, a scheduler's step_size) are only checked when first used."""
+    import warnings
+
+    import torch
+    loss_fn = getattr(algorithm, 'loss_fn', None)
+    if loss_fn is not None:
+        try:
+            loss_fn(torch.zeros(2), torch.zeros(2))
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
+    for sched in algorithm.lr_schedulers.values():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')  # stepping a scheduler before its optimizer
+                sched.step()
+        except (ValueError, TypeError, ZeroDivisionError, IndexError) as e:
+            raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} fails with these arguments: '
+                            f'{e}') from None
 
 
 def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:

@@ -368,3 +368,17 @@ def test_diff_specs_lists_changed_added_and_removed_paths(ppo, spec_file):
     assert diff_specs(old, copy.deepcopy(old)) == []
     removed = dict((p, (a, b)) for p, a, b in diff_specs({'a': {'b': 1, 'c': 2}}, {'a': {'b': 1}}))
     assert removed == {'a.c': (2, None)}
+
+
+@pytest.mark.parametrize('override,key', [
+    ('agent.net.lr_scheduler_spec={"name": "StepLR", "step_size": "x"}', 'agent.net.lr_scheduler_spec'),
+    ('agent.net.loss_spec={"name": "MSELoss", "reduction": "foo"}', 'agent.net.loss_spec'),
+])
+def test_torch_arguments_checked_only_on_use_fail_before_the_run(override, key, tmp_path):
+    """Arguments torch accepts at construction but rejects when used are found by preflight."""
+    from slm_lab import lab
+    from slm_lab.lib.errors import SpecError
+    spec_file = str(Path(__file__).resolve().parents[1] / 'spec' / 'demo.json')
+    with pytest.raises(SpecError, match=key):
+        lab.run(spec_file, 'ppo_cartpole', 'train', ['env.max_frame=1000', override], data_dir=str(tmp_path / 'data'))
+    assert not (tmp_path / 'data').exists() or not any((tmp_path / 'data').iterdir())

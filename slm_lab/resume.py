@@ -8,7 +8,7 @@ from pathlib import Path
 from slm_lab import checkpoint
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib.errors import ResumeError
-from slm_lab.lib.io import read_json, write_json
+from slm_lab.lib.io import append_json_list, read_json
 from slm_lab.spec import RUNTIME_META, diff_specs
 
 # edits that keep the past and the future of a run consistent
@@ -135,7 +135,4 @@ def check_snapshots_fit(run_dir: RunDir, spec: dict) -> None:
 
 def append_run_record(run_dir: RunDir, record: dict) -> None:
     """Append a record of this resume to the run's resume log."""
-    path = run_dir.resume_log_path()
-    records = read_json(path) if path.exists() else []
-    records.append(record)
-    write_json(path, records)
+    append_json_list(run_dir.resume_log_path(), record)

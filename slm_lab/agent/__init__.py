@@ -57,11 +57,6 @@ class Agent:
         state = self.algorithm.state_dict()
         return {k: state[k] for k in ('nets', 'optimizers', 'lr_schedulers')}
 
-    def load_model_state_dict(self, state: dict) -> None:
-        """Load weights (and optimizers when present) from a model file."""
-        for k, net in self.algorithm.nets().items():
-            net.load_state_dict(state['nets'][k])
-
     def state_dict(self) -> dict:
         return {'algorithm': self.algorithm.state_dict(),
                 'memory': self.memory.state_dict() if self.memory is not None else None}

@@ -24,7 +24,7 @@ from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import EXIT_CODES, Preempted
-from slm_lab.lib.io import atomic_write_text, atomic_write_with, write_json
+from slm_lab.lib.io import append_json_list, atomic_write_text, atomic_write_with, write_json
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
@@ -182,7 +182,7 @@ class Session:
             self.load_state_dict(resume_state)
             record = self.resume_record
             record['load_s'] = round(time.perf_counter() - self.resume_t0, 3)
-            _append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), record)
+            append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), record)
             logger.info(f'{self.prename}: resumed at frame {clock.frame}/{clock.max_frame} from snapshot '
                         f'{record["snapshot"]} (loaded in {record["load_s"]:.2f}s)')
         else:
@@ -381,14 +381,6 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         if own_stop:
             stop.uninstall()
         lab_logger.remove_handler(handler)
-
-
-def _append_json_list(path, record: dict) -> None:
-    """Append a record to a JSON list file (rewritten atomically)."""
-    from slm_lab.lib.io import read_json
-    records = read_json(path) if os.path.exists(path) else []
-    records.append(record)
-    write_json(path, records)
 
 
 def _die_with_parent() -> None:

@@ -14,14 +14,13 @@ DECAY_NAMES = ('no_decay', 'linear_decay', 'rate_decay', 'periodic_decay')
 
 SCHEDULE_SCHEMA = {
     'name': Field((str,), 'no_decay', choices=DECAY_NAMES, doc='decay function'),
-    'start_val': Field((float,), doc='value at start_step and before'),
+    'start_val': Field((float,), 0.0, doc='value at start_step and before'),
     'end_val': Field((float,), None, nullable=True, doc='value at end_step and after (default: start_val)'),
     'start_step': Field((int,), 0, min=0, doc='frame at which decay starts'),
     'end_step': Field((int,), 0, min=0, doc='frame at which decay ends'),
     'decay_rate': Field((float,), 0.9, min=0, max=1, doc='rate_decay: factor per decay period'),
     'frequency': Field((int,), 20, min=1, doc='rate_decay / periodic_decay: number of periods'),
 }
-SCHEDULE_SCHEMA['start_val'].default = 0.0
 
 
 def _check_schedule(spec: dict, path: str) -> None:

@@ -67,3 +67,10 @@ def read_json(path: str | os.PathLike):
     """Read a JSON file."""
     with open(path, encoding='utf-8') as f:
         return ujson.load(f)
+
+
+def append_json_list(path: str | os.PathLike, record: dict) -> None:
+    """Append a record to a JSON list file (rewritten atomically)."""
+    records = read_json(path) if os.path.exists(path) else []
+    records.append(record)
+    write_json(path, records)

@@ -50,6 +50,7 @@ class VanillaDQN(Algorithm):
         spec, net_spec = self.algorithm_spec, self.net_spec
         self.device = net_util.get_device(net_spec['gpu'])
         self.net = MLPNet(net_spec, self.in_dim, self.act_dim).to(self.device)
+        self.head = policy_util.PolicyHead(self.pdtype, self.act_dim)  # boltzmann / default sampling
         self.target_net = copy.deepcopy(self.net) if self.uses_target_net else None
         if self.target_net is not None:
             self.target_net.requires_grad_(False)
@@ -81,8 +82,7 @@ class VanillaDQN(Algorithm):
             greedy = self.net(self.tensor(obs)).argmax(dim=-1).cpu().numpy()
             return np.where(explore, random_actions, greedy)
         out = self.net(self.tensor(obs))
-        head = policy_util.PolicyHead(self.pdtype, self.act_dim)
-        actions = policy_util.sample_actions(out, head, self.action_policy, epsilon, self.rng, self.act_dim)
+        actions = policy_util.sample_actions(out, self.head, self.action_policy, epsilon, self.rng, self.act_dim)
         return policy_util.to_env_actions(actions, self.action_space)
 
     @torch.no_grad()

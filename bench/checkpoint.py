@@ -225,7 +225,7 @@ def write_twice(write, remove) -> tuple[float, float]:
 
 def phase_snapshot_save(work: Path, size: int) -> dict:
     from slm_lab import checkpoint
-    from slm_lab.lab import git_sha
+    from slm_lab.lib.version import git_sha
     replay = make_replay(size, fill=True)
     state = {'memory': replay.state_dict()}
     ckpt_dir = work / 'ckpt'

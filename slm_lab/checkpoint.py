@@ -31,6 +31,7 @@ from slm_lab import __version__
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import _fsync_dir, read_json, write_json
+from slm_lab.lib.version import git_sha
 
 logger = lab_logger.get_logger('slm_lab.checkpoint')
 FORMAT_VERSION = 1
@@ -141,7 +142,6 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict) -> Path:
         f.flush()
         os.fsync(f.fileno())
     files[STATE_FILE] = {'size': state_path.stat().st_size, 'crc32': _crc_file(state_path)}
-    from slm_lab.lab import git_sha
     manifest = {'format_version': FORMAT_VERSION, 'lab_version': __version__, 'git_sha': git_sha(),
                 'spec_digest': spec_digest(spec), 'frame': frame, 'created': time.time(), 'files': files,
                 'save_s': round(time.perf_counter() - t0, 4)}

@@ -1,16 +1,14 @@
 """The lab's entry: parse a mode, load and check the spec, create the run directory, run."""
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import secrets
-import subprocess
 
 from slm_lab import __version__
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, SpecError
 from slm_lab.lib.io import write_json
+from slm_lab.lib.version import git_sha
 from slm_lab.spec import load_spec
 
 logger = lab_logger.get_logger('slm_lab.lab')
@@ -29,17 +27,6 @@ def check_mode(mode: str) -> str:
                             'use dev, train, train@latest, train@<run dir> or enjoy@<session spec>')
     raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir>, "
                     'enjoy@<run dir>/<spec_name>_t0_s0_spec.json (search comes later)')
-
-
-@functools.lru_cache(maxsize=1)
-def git_sha() -> str | None:
-    """The lab's git commit, when it runs from a git checkout."""
-    try:
-        out = subprocess.run(['git', 'rev-parse', 'HEAD'], cwd=os.path.dirname(os.path.abspath(__file__)),
-                             capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def preflight(spec: dict) -> None:

@@ -27,10 +27,14 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
     return kwargs
 
 
-def make_env(env_spec: dict, num_envs: int | None = None) -> gym.vector.VectorEnv:
+def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
     """A gymnasium.vector env for the env spec, resetting finished sub-envs in the same step
     (the final observation is in info['final_obs']), recording episode returns in info['episode'],
     with the normalisation wrappers asked for.
+
+    gamma: the algorithm's discount (agent.algorithm.gamma). normalize_reward divides rewards by
+    the running std of the return discounted with it, so the scale matches the returns the
+    algorithm estimates (the default is that of agent.algorithm.gamma, for env-only uses).
     """
     ensure_env_registered(env_spec['name'])
     n = num_envs or env_spec['num_envs']
@@ -45,7 +49,7 @@ def make_env(env_spec: dict, num_envs: int | None = None) -> gym.vector.VectorEn
     if env_spec.get('normalize_obs'):
         env = NormalizeObservation(env)
     if env_spec.get('normalize_reward'):
-        env = gym.wrappers.vector.NormalizeReward(env)
+        env = gym.wrappers.vector.NormalizeReward(env, gamma=gamma)
     return env
 
 

@@ -5,7 +5,8 @@ and `total_reward_ma` (the moving average of episode returns). Rows whose `total
 is NaN (no episode has finished yet) are dropped before any metric is computed; "row i" below
 runs over the N rows that remain, in order, i = 1 .. N.
 
-Session metrics, with r the mean return of a uniformly random policy on the same env:
+Session metrics, with r the mean return of a uniformly random policy on the same env (same
+env.name, env.max_t and env.make_kwargs):
 
     strength_i          = total_reward_ma_i - r
     strength            = mean_i strength_i
@@ -39,6 +40,7 @@ float or None (for NaN, or when there is no data); metrics never raise on empty 
 from __future__ import annotations
 
 import functools
+import json
 import math
 import warnings
 from typing import Any
@@ -53,18 +55,27 @@ SESSION_SCALARS = (
 SESSION_LOCALS = ('strength', 'sample_efficiency', 'training_efficiency', 'frame', 'opt_step')
 
 
-@functools.lru_cache(maxsize=None)
-def random_baseline(env_name: str, episodes: int = 20, max_frames: int = 20000, seed: int = 0) -> float:
-    """Mean return of a uniformly random policy on the gymnasium env `env_name`.
+def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000, seed: int = 0) -> float:
+    """Mean return of a uniformly random policy on the env of `env_spec` (its name, max_t and
+    make_kwargs), built as the lab builds its evaluation env, so the baseline plays the same
+    episodes (same step limit, same env arguments) as the agent it is compared with.
 
     Plays up to `episodes` episodes with `action_space.sample()` (action space seeded with
     `seed`, first reset seeded with `seed`), stopping early once `max_frames` env steps are
     used. Returns the mean over completed episodes; if none completed within `max_frames`,
-    the return of the partial episode. Memoised per process.
+    the return of the partial episode. Memoised per process, per env spec.
     """
-    import gymnasium as gym
+    key = json.dumps({'name': env_spec['name'], 'max_t': env_spec.get('max_t'),
+                      'make_kwargs': env_spec.get('make_kwargs') or {}}, sort_keys=True)
+    return _random_baseline(key, episodes, max_frames, seed)
 
-    env = gym.make(env_name)
+
+@functools.lru_cache(maxsize=None)
+def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int) -> float:
+    """random_baseline for an env spec given as JSON (hashable, so the result can be cached)."""
+    from slm_lab.env import make_single_env
+
+    env = make_single_env(json.loads(env_key))
     try:
         env.action_space.seed(seed)
         returns: list[float] = []

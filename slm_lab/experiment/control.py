@@ -107,7 +107,7 @@ class Session:
         self.seed = session_seed(spec, trial, session)
         torch.set_num_threads(meta['torch_num_threads'])
         set_global_seeds(self.seed)
-        self.env = make_env(env_spec)
+        self.env = make_env(env_spec, gamma=spec['agent']['algorithm']['gamma'])
         self.num_envs = self.env.num_envs
         self.clock = Clock(env_spec['max_frame'], self.num_envs)
         self.agent = Agent(spec, self.env.single_observation_space, self.env.single_action_space, self.num_envs,
@@ -319,7 +319,7 @@ class Session:
 
     def finish(self) -> dict:
         """Write session metrics and final graphs; return the metrics."""
-        rand_return = analysis.random_baseline(self.spec['env']['name'])
+        rand_return = analysis.random_baseline(self.spec['env'])
         metrics = {
             'eval': analysis.calc_session_metrics(rows_to_df(self.body.eval_rows), rand_return),
             'train': analysis.calc_session_metrics(rows_to_df(self.body.train_rows), rand_return),

@@ -1,5 +1,9 @@
-"""Plotly graphs of sessions and trials, written as standalone HTML (plotly.js embedded, so a
-graph opens offline) and, where static export works on this machine, as PNG.
+"""Plotly graphs of sessions and trials, written as HTML and, where static export works on this
+machine, as PNG.
+
+Each HTML file loads plotly.js from `plotly.min.js` beside it: one copy per graph directory,
+taken from the installed plotly package, so a graph still opens offline while a run with many
+graphs stores the 4.8 MB bundle once instead of once per graph.
 
 PNG export is optional: it needs the `kaleido` package (version 1 or later) and a Chrome or
 Chromium already installed (found on PATH, or named by the BROWSER_PATH environment variable).
@@ -13,6 +17,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
+import os
+import pkgutil
 import warnings
 
 import numpy as np
@@ -28,6 +34,7 @@ logger = logging.getLogger(__name__)
 PNG_WIDTH = 900
 PNG_HEIGHT = 600
 PNG_EXPORT_TIMEOUT_S = 60
+PLOTLY_JS = 'plotly.min.js'  # the name plotly's include_plotlyjs='directory' pages load
 _PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 REWARD_COLOR = 'rgb(31, 119, 180)'
@@ -80,10 +87,34 @@ def png_available() -> bool:
     return isinstance(png, bytes) and png.startswith(_PNG_MAGIC)
 
 
+@functools.cache
+def _plotly_js() -> bytes:
+    """The plotly.js bundle of the installed plotly package (the one its HTML is written for)."""
+    return pkgutil.get_data('plotly', f'package_data/{PLOTLY_JS}')
+
+
+def ensure_plotly_js(graph_dir: str) -> str:
+    """Path of `graph_dir`/plotly.min.js, written (atomically) when it is missing or is not the
+    installed plotly's bundle, e.g. after plotly was upgraded between a run and its resume.
+    Concurrent writers (the sessions of a trial) each rename a complete copy into place."""
+    path = os.path.join(graph_dir, PLOTLY_JS)
+    bundle = _plotly_js()
+    try:
+        current_size = os.path.getsize(path)
+    except OSError:
+        current_size = -1
+    if current_size != len(bundle):
+        atomic_write_bytes(path, bundle)
+    return path
+
+
 def _write_fig(fig: go.Figure, path_prefix: str, png: bool) -> list[str]:
-    """Write `fig` to `{path_prefix}.html` (and `.png` if asked and available); return paths."""
+    """Write `fig` to `{path_prefix}.html` (and `.png` if asked and available); return paths.
+    The shared plotly.min.js beside the HTML is written first, so the page never points at a
+    missing script."""
     html_path = f'{path_prefix}.html'
-    atomic_write_text(html_path, pio.to_html(fig, include_plotlyjs=True, full_html=True,
+    ensure_plotly_js(os.path.dirname(os.path.abspath(html_path)))
+    atomic_write_text(html_path, pio.to_html(fig, include_plotlyjs='directory', full_html=True,
                                              config={'displaylogo': False}))
     paths = [html_path]
     if png and png_available():

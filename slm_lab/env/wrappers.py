@@ -10,10 +10,10 @@ class NormalizeObservation(gym.vector.VectorWrapper):
     """Running mean/std observation normalisation for a vector env that resets finished sub-envs
     in the same step. gymnasium's vector NormalizeObservation refuses that autoreset mode because
     it would leave info['final_obs'] unnormalised (and so does VectorObservationWrapper, hence a
-    plain VectorWrapper here); this one normalises final_obs too, with the same
-    statistics, so a transition's next observation is on the same scale as its observation.
-    Statistics update on the observations returned by step and reset (not on final_obs, which
-    the next step's statistics would count twice otherwise).
+    plain VectorWrapper here); this one normalises final_obs too, with the same statistics as
+    the observations the step returns, so every sub-env's next observation in a step is on one
+    scale. Statistics update on the observations returned by step and reset, before they are
+    normalised (not on final_obs, which the next step's statistics would count twice otherwise).
 
     State (for snapshots): obs_rms (mean, var, count), epsilon, update_running_mean.
     """
@@ -40,6 +40,7 @@ class NormalizeObservation(gym.vector.VectorWrapper):
 
     def step(self, actions):
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        obs = self.observations(obs)  # first: final_obs takes the statistics updated by this step
         if '_final_obs' in infos and infos['_final_obs'].any():
             mask = infos['_final_obs']
             final = infos['final_obs'].copy()
@@ -47,4 +48,4 @@ class NormalizeObservation(gym.vector.VectorWrapper):
             for i, j in enumerate(np.flatnonzero(mask)):
                 final[j] = normalized[i]
             infos = {**infos, 'final_obs': final}
-        return self.observations(obs), rewards, terminations, truncations, infos
+        return obs, rewards, terminations, truncations, infos

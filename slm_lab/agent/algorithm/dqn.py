@@ -24,6 +24,22 @@ from slm_lab.lib.decay import schedule_field
 from slm_lab.lib.schema import Field
 
 
+def q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_q_select: torch.Tensor,
+              next_q_eval: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Bootstrapped Q-learning targets for B transitions: rewards and terminateds (B,), the
+    next-state action values of the net that picks the next action and of the net that values
+    it, (B, n_actions):
+
+    y = r + gamma * (1 - terminated) * Q_eval(s', argmax_a' Q_select(s', a'))
+    With one net for both (VanillaDQN: online, DQN: target) this is r + gamma * max_a' Q(s', a');
+    DoubleDQN selects with the online net and evaluates with the target net. Only a termination
+    drops the bootstrap: a truncated transition's s' (its final observation) still has a value.
+    """
+    best = next_q_select.argmax(dim=-1, keepdim=True)
+    next_value = next_q_eval.gather(-1, best).squeeze(-1)
+    return rewards + gamma * (1.0 - terminateds) * next_value
+
+
 class VanillaDQN(Algorithm):
     """Q-learning with a replay memory and no target net."""
 
@@ -106,15 +122,12 @@ class VanillaDQN(Algorithm):
 
     @torch.no_grad()
     def q_targets(self, rewards, next_states, terminateds) -> torch.Tensor:
-        """y = r + gamma * (1 - terminated) * next-state value, per the variant (see module doc)."""
-        if self.target_net is None:
-            next_q = self.net(next_states).max(dim=-1).values
-        elif self.double:
-            best = self.net(next_states).argmax(dim=-1, keepdim=True)
-            next_q = self.target_net(next_states).gather(-1, best).squeeze(-1)
-        else:
-            next_q = self.target_net(next_states).max(dim=-1).values
-        return rewards + self.gamma * (1.0 - terminateds) * next_q
+        """y for a batch, with the nets of this variant (see q_targets and the module doc)."""
+        next_q_online = self.net(next_states) if self.target_net is None or self.double else None
+        next_q_target = self.target_net(next_states) if self.target_net is not None else None
+        select = next_q_online if next_q_online is not None else next_q_target
+        evaluate = next_q_target if next_q_target is not None else next_q_online
+        return q_targets(rewards, terminateds, select, evaluate, self.gamma)
 
     def train(self) -> dict:
         losses, norms = [], []

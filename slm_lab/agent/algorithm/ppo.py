@@ -4,10 +4,13 @@ Per update, on a batch of time_horizon vector steps x num_envs (B = T*N samples)
   delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)          (bootstraps truncations)
   A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1}                (done = terminated or truncated)
   R_t     = A_t + V(s_t)
-then training_epoch passes over shuffled minibatches of minibatch_size:
+then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
+one smaller when minibatch_size does not divide B, so every sample is trained on in every epoch):
   ratio   = exp(log pi(a|s) - log pi_old(a|s))
-  loss    = -mean(min(ratio*A, clip(ratio, 1-eps, 1+eps)*A)) + val_loss_coef * loss_fn(V(s), R)
+  loss    = -mean(min(ratio*A, clip(ratio, 1-eps, 1+eps)*A)) + val_loss_coef * L_V
             - entropy_coef * mean(H(pi(.|s)))
+  L_V     = loss_fn(V(s), R), or with clip_vloss, per sample i:
+            mean_i max(l(V_i, R_i), l(V_old_i + clip(V_i - V_old_i, -eps, eps), R_i))   (l: loss_fn per sample)
 """
 from __future__ import annotations
 
@@ -21,6 +24,50 @@ from slm_lab.agent.net import MLPNet, net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminateds: torch.Tensor,
+        dones: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """Generalised advantage estimates over a (T, N) rollout; all inputs (T, N), floats.
+
+    delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)
+    A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1},   A_T = 0
+    s'_t is the true next state (the final observation when the episode ended at t). Only a
+    termination drops the bootstrap V(s'_t): a truncated episode's last state still has a
+    future. Both end the recursion, since A_{t+1} belongs to the next episode (done_t =
+    terminated_t or truncated_t).
+    """
+    deltas = rewards + gamma * (1.0 - terminateds) * next_values - values
+    advantages = torch.zeros_like(deltas)
+    running = torch.zeros_like(deltas[0])
+    for t in range(len(deltas) - 1, -1, -1):
+        running = deltas[t] + gamma * lam * (1.0 - dones[t]) * running
+        advantages[t] = running
+    return advantages
+
+
+def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
+                    clip_eps: float) -> torch.Tensor:
+    """PPO's clipped surrogate, as a loss to minimise; inputs (B,).
+
+    ratio_i = exp(log pi(a_i|s_i) - log pi_old(a_i|s_i))
+    loss    = -mean_i min(ratio_i * A_i, clip(ratio_i, 1 - eps, 1 + eps) * A_i)
+    """
+    ratio = (log_probs - old_log_probs).exp()
+    return -torch.min(ratio * advantages, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages).mean()
+
+
+def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, clip_eps: float,
+                   sample_loss) -> torch.Tensor:
+    """PPO's clipped value loss; inputs (B,), `sample_loss(v, R)` gives per-sample losses (B,).
+
+    V_clip_i = V_old_i + clip(V_i - V_old_i, -eps, eps)
+    loss     = mean_i max(sample_loss(V_i, R_i), sample_loss(V_clip_i, R_i))
+    The max is taken per sample, so each sample's update is held back only where moving its
+    value past the clip range would lower its own loss.
+    """
+    clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
+    return torch.max(sample_loss(values, returns), sample_loss(clipped, returns)).mean()
 
 
 class ActorCriticNet(nn.Module):
@@ -64,13 +111,16 @@ class PPO(Algorithm):
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
         'val_loss_coef': Field((float,), 0.5, min=0, doc='weight of the value loss'),
         'time_horizon': Field((int,), 128, min=1, doc='vector steps per update (batch = time_horizon * num_envs)'),
-        'minibatch_size': Field((int,), 64, min=1, doc='samples per gradient step'),
+        'minibatch_size': Field((int,), 64, min=1,
+                                doc='samples per gradient step (the last minibatch of an epoch takes the remainder)'),
         'training_epoch': Field((int,), 4, min=1, doc='passes over the batch per update'),
         'normalize_advantage': Field((bool,), True, doc='standardise advantages per minibatch'),
-        'clip_vloss': Field((bool,), False, doc='clip the value update around the old values by clip_eps'),
+        'clip_vloss': Field((bool,), False, doc='clip the value update around the old values by clip_eps '
+                                                         '(mean over samples of the larger of the clipped and unclipped loss)'),
     }
     memory_names = ('OnPolicyBatchReplay',)
     continuous_ok = True
+    samples_from_policy = True
 
     @classmethod
     def check_spec(cls, spec):
@@ -102,6 +152,8 @@ class PPO(Algorithm):
             if sched:
                 self.lr_schedulers[name] = sched
         self.loss_fn = net_util.make_loss(net_spec['loss_spec'])
+        # clip_vloss takes its max per sample, so it needs the loss before reduction
+        self.sample_loss_fn = net_util.make_loss({**net_spec['loss_spec'], 'reduction': 'none'})
         self.clip_eps = Schedule(spec['clip_eps_spec'])
         self.lam, self.val_loss_coef = spec['lam'], spec['val_loss_coef']
         self.minibatch_size, self.training_epoch = spec['minibatch_size'], spec['training_epoch']
@@ -139,14 +191,9 @@ class PPO(Algorithm):
         next_states = self.tensor(batch['next_states']).reshape(T * N, -1)
         values = self.model.value(states).reshape(T, N)
         next_values = self.model.value(next_states).reshape(T, N)
-        rewards, term = self.tensor(batch['rewards']), self.tensor(batch['terminateds'])
-        dones = torch.maximum(term, self.tensor(batch['truncateds']))
-        deltas = rewards + self.gamma * next_values * (1.0 - term) - values
-        advs = torch.zeros_like(deltas)
-        running = torch.zeros(N, device=self.device)
-        for t in range(T - 1, -1, -1):
-            running = deltas[t] + self.gamma * self.lam * (1.0 - dones[t]) * running
-            advs[t] = running
+        terminateds = self.tensor(batch['terminateds'])
+        dones = torch.maximum(terminateds, self.tensor(batch['truncateds']))
+        advs = gae(self.tensor(batch['rewards']), values, next_values, terminateds, dones, self.gamma, self.lam)
         return advs.reshape(-1), (advs + values).reshape(-1), values.reshape(-1)
 
     def train(self, batch: dict) -> dict:
@@ -167,19 +214,16 @@ class PPO(Algorithm):
         mb_size = min(self.minibatch_size, batch_size)
         for _ in range(self.training_epoch):
             perm = torch.randperm(batch_size, device=self.device)
-            for start in range(0, batch_size - mb_size + 1, mb_size):
+            for start in range(0, batch_size, mb_size):  # the last minibatch holds the remainder
                 idx = perm[start:start + mb_size]
                 out, v = self.model.pd_out_and_value(states[idx])
                 pd = self.model.head.distribution(out)
-                log_probs = pd.log_prob(actions[idx])
-                ratio = (log_probs - old_log_probs[idx]).exp()
                 adv = advs[idx]
                 if self.normalize_advantage and len(idx) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = -torch.min(ratio * adv, ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv).mean()
+                pg_loss = ppo_policy_loss(pd.log_prob(actions[idx]), old_log_probs[idx], adv, clip_eps)
                 if self.clip_vloss:
-                    v_clipped = old_values[idx] + (v - old_values[idx]).clamp(-clip_eps, clip_eps)
-                    v_loss = torch.max(self.loss_fn(v, returns[idx]), self.loss_fn(v_clipped, returns[idx]))
+                    v_loss = ppo_value_loss(v, old_values[idx], returns[idx], clip_eps, self.sample_loss_fn)
                 else:
                     v_loss = self.loss_fn(v, returns[idx])
                 entropy = pd.entropy().mean()

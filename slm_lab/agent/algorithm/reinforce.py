@@ -1,7 +1,8 @@
 """REINFORCE (Williams 1992): Monte-Carlo policy gradient with an entropy bonus.
 
 loss = -mean_t[ log pi(a_t|s_t) * G_t ] - entropy_coef * mean_t[ H(pi(.|s_t)) ]
-G_t = sum_k gamma^k r_{t+k} to the end of the episode (centred over the batch when center_return).
+G_t = sum_k gamma^k r_{t+k} to the end of the episode (centred over the batch when center_return,
+divided by its std over the batch when normalize_return).
 """
 from __future__ import annotations
 
@@ -17,12 +18,30 @@ from slm_lab.lib.schema import Field
 
 
 def discounted_returns(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
-    """Returns-to-go over a (T,) or (T, N) sequence, restarting after each done (1.0)."""
+    """Returns-to-go over a (T,) or (T, N) sequence, restarting after each done (1.0):
+
+    G_t = r_t + gamma * (1 - done_t) * G_{t+1},   G_T = 0
+    done_t is 1 where the episode ended at t, terminated or truncated: a Monte-Carlo return has
+    no bootstrap, so a truncated episode's return stops at its last reward too.
+    """
     returns = np.zeros_like(rewards, dtype=np.float32)
     running = np.zeros_like(rewards[0], dtype=np.float32)
     for t in range(len(rewards) - 1, -1, -1):
         running = rewards[t] + gamma * running * (1.0 - dones[t])
         returns[t] = running
+    return returns
+
+
+def scale_returns(returns: torch.Tensor, center: bool, normalize: bool) -> torch.Tensor:
+    """The returns REINFORCE weights log-probabilities with, (B,):
+
+    center:    G - mean(G)                 (a constant baseline)
+    normalize: G / (std(G) + 1e-8)         (after centring when both; a single return is kept as is)
+    """
+    if center:
+        returns = returns - returns.mean()
+    if normalize and len(returns) > 1:
+        returns = returns / (returns.std() + 1e-8)
     return returns
 
 
@@ -33,13 +52,15 @@ class Reinforce(Algorithm):
     spec_schema = {
         **BASE_SCHEMA,
         'center_return': Field((bool,), True, doc='subtract the batch mean from the returns (a baseline)'),
-        'normalize_return': Field((bool,), False, doc='also divide the centred returns by their std'),
+        'normalize_return': Field((bool,), False,
+                                  doc='divide the returns by their std over the batch (after centring when center_return)'),
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
         'training_frequency': Field((int,), 1, min=1,
                                     doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per update'),
     }
     memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay')
     continuous_ok = True
+    samples_from_policy = True
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -89,11 +110,7 @@ class Reinforce(Algorithm):
 
     def train(self, states: np.ndarray, actions: np.ndarray, returns: np.ndarray) -> dict:
         """One gradient step on a batch: states (B, obs), actions (B,) or (B, act_dim), returns (B,)."""
-        returns = self.tensor(returns)
-        if self.center_return:
-            returns = returns - returns.mean()
-            if self.normalize_return and len(returns) > 1:
-                returns = returns / (returns.std() + 1e-8)
+        returns = scale_returns(self.tensor(returns), self.center_return, self.normalize_return)
         pd = self.head.distribution(self.net(self.tensor(states)))
         actions_t = torch.as_tensor(actions, device=self.device)
         log_probs = pd.log_prob(actions_t if self.pdtype == 'Normal' else actions_t.long())

@@ -7,19 +7,35 @@ A snapshot is a directory `ckpt/{prename}/f{frame:012d}/` holding
                  sequentially as raw .npy and read back by memory-mapping
   MANIFEST.json  format version, lab version, git sha, spec digest, frame, and every file's
                  size and CRC32
-The directory is built under a temporary name and renamed into place after everything in it is
-fsynced, so a snapshot either exists complete or not at all; loading still verifies the manifest
-and falls back to the previous intact snapshot when the newest one is damaged.
+The directory is built under a temporary name `.f{frame:012d}.tmp-{pid}` and renamed into place
+after everything in it is fsynced, so a snapshot either exists complete or not at all. Loading
+still verifies the manifest and falls back to the previous intact snapshot when the newest one is
+damaged: a malformed manifest, a missing or resized file, or a state.pt failing its checksum.
+
+Array files are only checked by size at load (reading a replay of gigabytes in full would delay
+the first resumed step by as much), so that resuming maps them at once; `verify_arrays_async`
+then checks their checksums in a background thread while the first steps run, and no snapshot is
+ever written from a mapped array whose file has not passed that check (`save_snapshot`). So a
+flipped byte in a replay is found before it is copied into a new snapshot under a valid checksum.
+
+A full disk during a save removes the partial snapshot and raises DiskFullError; the previous
+snapshots are untouched, so the run resumes once space is freed. `cleanup_stale_tmp` removes the
+temporary files and directories that processes killed mid-write left behind.
 """
 from __future__ import annotations
 
 import hashlib
 import io
+import mmap
 import os
+import re
 import shutil
+import threading
 import time
+import weakref
 import zlib
 from collections import deque
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -30,7 +46,7 @@ import ujson
 from slm_lab import __version__
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
-from slm_lab.lib.io import _fsync_dir, read_json, write_json
+from slm_lab.lib.io import _fsync_dir, disk_full_error, is_disk_full, read_json, tmp_file_pid, write_json
 from slm_lab.lib.version import git_sha
 
 logger = lab_logger.get_logger('slm_lab.checkpoint')
@@ -39,6 +55,15 @@ MANIFEST = 'MANIFEST.json'
 STATE_FILE = 'state.pt'
 ARRAY_FILE_MIN_BYTES = 1 << 20  # numpy arrays at least this big get their own memory-mapped file
 CRC_CHUNK = 1 << 24
+SNAPSHOT_DIR = re.compile(r'f([0-9]+)')
+SNAPSHOT_TMP_DIR = re.compile(r'\.f[0-9]+\.tmp-([0-9]+)')
+SET_ASIDE_DIR = re.compile(r'f([0-9]+)\.damaged(?:\.[0-9]+)?')
+SAVE_OVERHEAD_BYTES = 1 << 16  # manifest, .npy headers and torch's zip records, for the space estimate
+
+
+class UnknownSnapshotFormat(ResumeError):
+    """A snapshot in a format version this lab cannot read (a newer lab's): refused, never skipped
+    or pruned."""
 
 
 def spec_digest(spec: dict) -> str:
@@ -46,16 +71,155 @@ def spec_digest(spec: dict) -> str:
     return hashlib.sha256(ujson.dumps(spec, sort_keys=True).encode()).hexdigest()
 
 
+# --- checksums of array files, at most once per file ------------------------------------------
+
+class _FileCheck:
+    """The CRC32 check of one array file of a snapshot. It runs at most once (the background
+    verifier, a save, and a load with verify_arrays share it through _CHECKS); a caller arriving
+    while it runs waits for its outcome."""
+
+    def __init__(self, path: Path, info: dict, stat: os.stat_result | None):
+        self.path, self.size, self.crc32 = path, info['size'], info['crc32']
+        self._identity = (stat.st_dev, stat.st_ino) if stat is not None else None
+        self._lock = threading.Lock()
+        self._done = stat is None
+        self.error = (ResumeError(f'snapshot {path.parent}: {path.name} is missing') if stat is None else None)
+
+    def run(self) -> ResumeError | None:
+        """None when the file has its recorded size and checksum, else the ResumeError saying why."""
+        with self._lock:
+            if not self._done:
+                self.error = self._check()
+                self._done = True
+            return self.error
+
+    def _check(self) -> ResumeError | None:
+        where = f'snapshot {self.path.parent}: {self.path.name}'
+        try:
+            with open(self.path, 'rb', buffering=0) as f:
+                st = os.fstat(f.fileno())
+                if (st.st_dev, st.st_ino) != self._identity:
+                    return ResumeError(f'{where} was replaced after it was loaded')
+                crc, nbytes = _crc_stream(f)
+        except OSError as e:
+            return ResumeError(f'{where} cannot be read ({e.strerror or e})')
+        if nbytes != self.size or crc != self.crc32:
+            return ResumeError(f'{where} fails its checksum (the file is damaged)')
+        return None
+
+
+# one check per array file (identified by device, inode, size, mtime and the expected checksum), so
+# a file verified in the background is not read again by the next save; entries live as long as a
+# mapping or a verifier refers to them
+_CHECKS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_CHECKS_LOCK = threading.Lock()
+# mmap object -> the check of the snapshot file it maps (set by load_snapshot)
+_MAPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _file_check(path: Path, info: dict) -> _FileCheck:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _FileCheck(path, info, None)
+    key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info['crc32'])
+    with _CHECKS_LOCK:
+        check = _CHECKS.get(key)
+        if check is None:
+            check = _CHECKS[key] = _FileCheck(path, info, st)
+    return check
+
+
+def _mapping_of(arr: np.ndarray) -> mmap.mmap | None:
+    """The mmap an array (or a view of it) reads its data from, if any."""
+    base = arr
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        base = getattr(base, 'base', None)
+    return None
+
+
+def _mapped_check(arr: np.ndarray) -> _FileCheck | None:
+    mapping = _mapping_of(arr)
+    return _MAPPED.get(mapping) if mapping is not None else None
+
+
+class ArrayVerifier:
+    """Checks the CRC32 of every array file of a loaded snapshot in a background thread, while
+    training's first steps run (file reads and zlib.crc32 release the GIL, so the thread costs
+    the training loop little; reading the files also warms the page cache that the memory-mapped
+    arrays are read through).
+
+        verifier = verify_arrays_async(path, manifest)
+        ...train...
+        verifier.done()      # finished?
+        verifier.result()    # waits; None when every array is intact, else a ResumeError naming
+                             # the damaged file
+
+    A damaged array file means the state resumed from holds wrong data: before anything is
+    written, the session must start again from an older intact snapshot (save_snapshot refuses
+    to write such state). `seconds` is how long the check took, once done."""
+
+    def __init__(self, path: Path, manifest: dict):
+        self.path = Path(path)
+        self.checks = [_file_check(self.path / name, info) for name, info in manifest['files'].items()
+                       if name != STATE_FILE]
+        self.nbytes = sum(check.size for check in self.checks)
+        self.seconds: float | None = None
+        self._error: ResumeError | None = None
+        self._crash: BaseException | None = None
+        self._finished = threading.Event()
+        self._t0 = time.perf_counter()
+        threading.Thread(target=self._run, name=f'verify {self.path.name}', daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            for check in self.checks:
+                error = check.run()
+                if error is not None:
+                    self._error = error
+                    break
+        except BaseException as e:  # a bug: re-raised to whoever asks for the result
+            self._crash = e
+        finally:
+            self.seconds = time.perf_counter() - self._t0
+            self._finished.set()
+
+    def done(self) -> bool:
+        """Whether the check has finished (result() then returns at once)."""
+        return self._finished.is_set()
+
+    def result(self, timeout: float | None = None) -> ResumeError | None:
+        """Wait for the check (TimeoutError after `timeout` seconds): None when every array file
+        has its recorded size and checksum, else the ResumeError describing the damaged one."""
+        if not self._finished.wait(timeout):
+            raise TimeoutError(f'checksums of {self.path} still running after {timeout}s')
+        if self._crash is not None:
+            raise self._crash
+        return self._error
+
+
+def verify_arrays_async(path: Path, manifest: dict) -> ArrayVerifier:
+    """Start checking the array files of the snapshot at `path` (as loaded by load_snapshot, with
+    its manifest) in a background thread; see ArrayVerifier."""
+    return ArrayVerifier(path, manifest)
+
+
 # --- plain state <-> files --------------------------------------------------------------------
 
-def _split(obj, arrays: dict, path: str):
-    """Plain copy of a state dict: big numpy arrays moved to `arrays`, small ones to tensors."""
+def _split(obj, arrays: dict, path: str, sources: list):
+    """Plain copy of a state dict: big numpy arrays moved to `arrays`, small ones to tensors.
+    Arrays read from a loaded snapshot's memory-mapped file are listed in `sources` (key, check)."""
     if isinstance(obj, dict):
-        return {k: _split(v, arrays, f'{path}.{k}' if path else str(k)) for k, v in obj.items()}
+        return {k: _split(v, arrays, f'{path}.{k}' if path else str(k), sources) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, deque)):
-        out = [_split(v, arrays, f'{path}.{i}') for i, v in enumerate(obj)]
+        out = [_split(v, arrays, f'{path}.{i}', sources) for i, v in enumerate(obj)]
         return tuple(out) if isinstance(obj, tuple) else out
     if isinstance(obj, np.ndarray):
+        check = _mapped_check(obj)
+        if check is not None:
+            sources.append((path, check))
         if obj.nbytes >= ARRAY_FILE_MIN_BYTES:
             name = f'{path.replace("/", "_")}.npy'
             arrays[name] = obj
@@ -68,26 +232,48 @@ def _split(obj, arrays: dict, path: str):
     return obj
 
 
-def _join(obj, root: Path):
+def _join(obj, root: Path, files: dict):
     if isinstance(obj, dict):
         if '__npy__' in obj and len(obj) == 1:
-            return np.load(root / obj['__npy__'], mmap_mode='c')
+            return _map_array(root, obj['__npy__'], files)
         if '__nd__' in obj and len(obj) == 1:
             return obj['__nd__'].numpy()
-        return {k: _join(v, root) for k, v in obj.items()}
+        return {k: _join(v, root, files) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_join(v, root) for v in obj]
+        return [_join(v, root, files) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_join(v, root) for v in obj)
+        return tuple(_join(v, root, files) for v in obj)
     return obj
 
 
+def _map_array(root: Path, name, files: dict) -> np.ndarray:
+    """Memory-map (copy-on-write) one array file the manifest lists, and remember its check."""
+    if not isinstance(name, str) or name == STATE_FILE or name not in files:
+        raise ResumeError(f'snapshot {root}: {STATE_FILE} refers to an array file {name!r} its manifest does not list')
+    try:
+        arr = np.load(root / name, mmap_mode='c', allow_pickle=False)
+    except Exception as e:  # a damaged .npy header fails in numpy's parser with various types
+        raise ResumeError(f'snapshot {root}: {name} cannot be read ({type(e).__name__}: {e})') from None
+    mapping = _mapping_of(arr)
+    if mapping is not None:
+        _MAPPED[mapping] = _file_check(root / name, files[name])
+    return arr
+
+
+def _crc_stream(f) -> tuple[int, int]:
+    """(CRC32, byte count) of an unbuffered binary file from its position to its end."""
+    buf = bytearray(CRC_CHUNK)
+    view = memoryview(buf)
+    crc = nbytes = 0
+    while n := f.readinto(buf):
+        crc = zlib.crc32(view[:n], crc)
+        nbytes += n
+    return crc, nbytes
+
+
 def _crc_file(path: Path) -> int:
-    crc = 0
-    with open(path, 'rb') as f:
-        while chunk := f.read(CRC_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return crc
+    with open(path, 'rb', buffering=0) as f:
+        return _crc_stream(f)[0]
 
 
 def _crc_array(flat: np.ndarray, crc: int) -> int:
@@ -114,120 +300,312 @@ def _write_npy(path: Path, arr: np.ndarray) -> dict:
         return {'size': path.stat().st_size, 'crc32': crc.result()}
 
 
-def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict) -> Path:
+def _tensor_bytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0
+
+
+def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier: ArrayVerifier | None = None) -> Path:
     """Write `state` as snapshot f{frame} under ckpt_dir and return its path. An intact snapshot
-    of the same frame is kept as it is (the state at a frame is the same)."""
+    of the same frame is kept as it is (the state at a frame is the same); a damaged one is
+    replaced.
+
+    Nothing is written from a damaged source: `verifier` (the background check of the snapshot
+    the session resumed from) is waited for, and every array of `state` still memory-mapped from
+    a loaded snapshot is checked (once per file) unless that check already passed; a damaged one
+    raises ResumeError. (An array copied out of a mapping, e.g. into a replay of another size, is
+    covered only by `verifier`.) A full disk raises DiskFullError after the partial snapshot is
+    removed; the earlier snapshots are untouched."""
     ckpt_dir = Path(ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    if verifier is not None and (error := verifier.result()) is not None:
+        raise error
+    arrays: dict[str, np.ndarray] = {}
+    sources: list[tuple[str, _FileCheck]] = []
+    plain = _split(state, arrays, '', sources)
+    for key, check in sources:
+        if (error := check.run()) is not None:
+            raise ResumeError(f'{error}; the state at frame {frame} holds data read from it ({key}), so no '
+                              'snapshot was written: resume from an earlier snapshot')
     final = ckpt_dir / f'f{frame:012d}'
-    if final.exists():
+    if final.is_dir():
         try:
             verify_snapshot(final)
             return final
+        except UnknownSnapshotFormat:  # a newer lab's: not this lab's to replace
+            raise
         except ResumeError:  # a damaged snapshot of this frame: replace it
             shutil.rmtree(final, ignore_errors=True)
+    needed = sum(arr.nbytes for arr in arrays.values()) + _tensor_bytes(plain) + SAVE_OVERHEAD_BYTES
     tmp = ckpt_dir / f'.{final.name}.tmp-{os.getpid()}'
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
     t0 = time.perf_counter()
-    arrays: dict[str, np.ndarray] = {}
-    plain = _split(state, arrays, '')
-    files = {}
-    for name, arr in arrays.items():
-        files[name] = _write_npy(tmp / name, arr)
-    state_path = tmp / STATE_FILE
-    with open(state_path, 'wb') as f:
-        torch.save(plain, f)
-        f.flush()
-        os.fsync(f.fileno())
-    files[STATE_FILE] = {'size': state_path.stat().st_size, 'crc32': _crc_file(state_path)}
-    manifest = {'format_version': FORMAT_VERSION, 'lab_version': __version__, 'git_sha': git_sha(),
-                'spec_digest': spec_digest(spec), 'frame': frame, 'created': time.time(), 'files': files,
-                'save_s': round(time.perf_counter() - t0, 4)}
-    write_json(tmp / MANIFEST, manifest)
-    _fsync_dir(tmp)
-    os.rename(tmp, final)
+    try:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        files = {}
+        for name, arr in arrays.items():
+            files[name] = _write_npy(tmp / name, arr)
+        state_path = tmp / STATE_FILE
+        with open(state_path, 'wb') as f:
+            torch.save(plain, f)
+            f.flush()
+            os.fsync(f.fileno())
+        files[STATE_FILE] = {'size': state_path.stat().st_size, 'crc32': _crc_file(state_path)}
+        manifest = {'format_version': FORMAT_VERSION, 'lab_version': __version__, 'git_sha': git_sha(),
+                    'spec_digest': spec_digest(spec), 'frame': frame, 'created': time.time(), 'files': files,
+                    'save_s': round(time.perf_counter() - t0, 4)}
+        write_json(tmp / MANIFEST, manifest)
+        _fsync_dir(tmp)
+        os.rename(tmp, final)
+    except BaseException as e:
+        # judged before the partial snapshot goes: torch's errors are recognised by the free space
+        full = isinstance(e, Exception) and is_disk_full(e, ckpt_dir)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise disk_full_error(ckpt_dir, f'snapshot {final.name} of {ckpt_dir} could not be written', needed,
+                                  'the partial snapshot was removed and the earlier snapshots are intact') from e
+        raise
     _fsync_dir(ckpt_dir)
     return final
 
 
-def verify_snapshot(path: Path, full: bool = True) -> dict:
-    """The snapshot's manifest after checking every file's size (and CRC32 when `full`).
-    Raises ResumeError describing what is wrong."""
+# --- reading --------------------------------------------------------------------------------------
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest of the snapshot at `path`, checked for shape: UnknownSnapshotFormat for
+    another format version, ResumeError when it is missing, unreadable or malformed (any JSON
+    that is not a manifest of this format counts as damage)."""
     path = Path(path)
     try:
         manifest = read_json(path / MANIFEST)
     except (OSError, ValueError) as e:
         raise ResumeError(f'snapshot {path}: manifest missing or unreadable ({e})') from None
+
+    def malformed(why: str) -> ResumeError:
+        return ResumeError(f'snapshot {path}: {MANIFEST} is malformed ({why})')
+
+    if not isinstance(manifest, dict):
+        raise malformed(f'a JSON {type(manifest).__name__}, not an object')
     version = manifest.get('format_version')
+    if _is_int(version) and version != FORMAT_VERSION:
+        raise UnknownSnapshotFormat(f'snapshot {path}: unknown snapshot format version {version} (this lab reads '
+                                    f'version {FORMAT_VERSION}); use the lab version that wrote it '
+                                    f"({manifest.get('lab_version')})")
     if version != FORMAT_VERSION:
-        raise ResumeError(f'snapshot {path}: unknown snapshot format version {version!r} (this lab reads '
-                          f'version {FORMAT_VERSION}); use the lab version that wrote it '
-                          f"({manifest.get('lab_version')})")
-    for name, info in manifest['files'].items():
-        fpath = path / name
-        if not fpath.is_file() or fpath.stat().st_size != info['size']:
-            raise ResumeError(f'snapshot {path}: {name} is missing or has the wrong size')
-        if full and _crc_file(fpath) != info['crc32']:
-            raise ResumeError(f'snapshot {path}: {name} fails its checksum')
+        raise malformed(f'format_version is {version!r}')
+    frame = manifest.get('frame')
+    if not _is_int(frame) or frame < 0:
+        raise malformed(f'frame is {frame!r}')
+    named = SNAPSHOT_DIR.fullmatch(path.name)
+    if named and int(named[1]) != frame:
+        raise malformed(f'frame {frame} does not match the directory name')
+    files = manifest.get('files')
+    if not isinstance(files, dict) or STATE_FILE not in files:
+        raise malformed(f'files does not list {STATE_FILE}')
+    for name, info in files.items():
+        if name in ('', '.', '..', MANIFEST) or os.path.basename(name) != name or '\\' in name:
+            raise malformed(f'file name {name!r}')
+        if not isinstance(info, dict) or not _is_int(info.get('size')) or not _is_int(info.get('crc32')) \
+                or info['size'] < 0:
+            raise malformed(f'no size and checksum for {name}')
     return manifest
 
 
+def verify_snapshot(path: Path, full: bool = True) -> dict:
+    """The snapshot's manifest after checking it and every file's size (and CRC32 when `full`).
+    Raises ResumeError describing what is wrong (UnknownSnapshotFormat for another version)."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    for name, info in manifest['files'].items():
+        try:
+            size = os.stat(path / name).st_size
+        except OSError:
+            size = None
+        if size != info['size']:
+            raise ResumeError(f'snapshot {path}: {name} is missing or has the wrong size')
+        if full:
+            _check_crc(path, name, info)
+    return manifest
+
+
+def _check_crc(path: Path, name: str, info: dict) -> None:
+    try:
+        crc = _crc_file(path / name)
+    except OSError as e:
+        raise ResumeError(f'snapshot {path}: {name} cannot be read ({e.strerror or e})') from None
+    if crc != info['crc32']:
+        raise ResumeError(f'snapshot {path}: {name} fails its checksum')
+
+
 def load_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
-    """(state, manifest) of a snapshot. The state file is checksummed; big arrays are checked
-    by size (and by checksum too when verify_arrays) and memory-mapped copy-on-write."""
+    """(state, manifest) of a snapshot. The manifest is checked and the state file checksummed;
+    big arrays are checked by size only (by checksum too when verify_arrays: a full read) and
+    memory-mapped copy-on-write. Start verify_arrays_async on the result to check them while
+    training runs. Raises ResumeError when the snapshot is damaged or unreadable."""
     path = Path(path)
     manifest = verify_snapshot(path, full=False)
-    for name, info in manifest['files'].items():
-        if (name == STATE_FILE or verify_arrays) and _crc_file(path / name) != info['crc32']:
-            raise ResumeError(f'snapshot {path}: {name} fails its checksum')
+    files = manifest['files']
+    _check_crc(path, STATE_FILE, files[STATE_FILE])
+    if verify_arrays:
+        for name, info in files.items():
+            if name != STATE_FILE and (error := _file_check(path / name, info).run()) is not None:
+                raise error
     if manifest.get('lab_version') != __version__:
         logger.warning(f"snapshot {path.name} was written by lab version {manifest.get('lab_version')}; "
                        f'this is {__version__}: loading it anyway')
-    with open(path / STATE_FILE, 'rb') as f:
-        plain = torch.load(f, weights_only=True)
-    return _join(plain, path), manifest
+    try:
+        with open(path / STATE_FILE, 'rb') as f:
+            plain = torch.load(f, weights_only=True)
+    except Exception as e:  # checksummed, yet not a state this torch reads
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
+        raise ResumeError(f'snapshot {path}: {STATE_FILE} cannot be read ({type(e).__name__}: {first})') from None
+    if not isinstance(plain, dict):
+        raise ResumeError(f'snapshot {path}: {STATE_FILE} holds a {type(plain).__name__}, not a state dict')
+    return _join(plain, path, files), manifest
+
+
+def _scan(ckpt_dir: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+    """(frame, path) of the directories in ckpt_dir whose name matches `pattern` (group 1: the
+    frame). Anything else (files, links, odd names) is ignored."""
+    try:
+        entries = list(os.scandir(ckpt_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as e:
+        raise ResumeError(f'{ckpt_dir}: the snapshots cannot be listed ({e.strerror or e}); '
+                          'check the permissions of that directory') from None
+    found = []
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        try:
+            if match and entry.is_dir(follow_symlinks=False):
+                found.append((int(match[1]), Path(ckpt_dir) / entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def list_snapshots(ckpt_dir: Path) -> list[Path]:
-    """Complete snapshot directories, newest (highest frame) first."""
-    ckpt_dir = Path(ckpt_dir)
-    if not ckpt_dir.is_dir():
-        return []
-    snaps = [p for p in ckpt_dir.iterdir() if p.is_dir() and p.name.startswith('f') and p.name[1:].isdigit()]
-    return sorted(snaps, key=lambda p: int(p.name[1:]), reverse=True)
+    """Snapshot directories (f<frame>), newest (highest frame) first, whether intact or not."""
+    return [path for _, path in sorted(_scan(Path(ckpt_dir), SNAPSHOT_DIR), key=lambda x: x[0], reverse=True)]
 
 
-def load_latest_snapshot(ckpt_dir: Path) -> tuple[dict, dict, Path] | None:
+def load_latest_snapshot(ckpt_dir: Path, skip: Collection = (), verify_arrays: bool = False,
+                         ) -> tuple[dict, dict, Path] | None:
     """(state, manifest, path) of the newest intact snapshot, falling back past damaged ones
-    with a warning; None when there is none."""
+    (and past those in `skip`, e.g. ones whose arrays failed the background check) with a
+    warning; None when there is none. A snapshot of an unknown format version is refused
+    (UnknownSnapshotFormat), not skipped."""
+    skip = {Path(p) for p in skip}
     for path in list_snapshots(ckpt_dir):
+        if path in skip:
+            continue
         try:
-            state, manifest = load_snapshot(path)
+            state, manifest = load_snapshot(path, verify_arrays=verify_arrays)
             return state, manifest, path
+        except UnknownSnapshotFormat:
+            raise
         except ResumeError as e:
-            if 'unknown snapshot format' in str(e):
-                raise
             logger.warning(f'{e}; falling back to the previous snapshot')
-        except Exception as e:  # a torn or corrupt state file
-            logger.warning(f'snapshot {path} cannot be read ({type(e).__name__}: {e}); '
-                           'falling back to the previous snapshot')
     return None
 
 
-def prune_snapshots(ckpt_dir: Path, keep: int) -> None:
-    """Keep the newest `keep` snapshots; remove older ones and leftovers of interrupted saves."""
+def set_aside_damaged(path: Path) -> Path:
+    """Rename a damaged snapshot to f<frame>.damaged (numbered when taken) so that no later resume
+    picks it, without deleting it; prune_snapshots removes it once it is older than the newest
+    intact snapshot. Returns the new path."""
+    path = Path(path)
+    target, n = path.with_name(f'{path.name}.damaged'), 1
+    while os.path.lexists(target):
+        target, n = path.with_name(f'{path.name}.damaged.{n}'), n + 1
+    os.rename(path, target)
+    _fsync_dir(path.parent)
+    return target
+
+
+# --- pruning and leftovers ------------------------------------------------------------------------
+
+def _intact(path: Path) -> bool | None:
+    """True when the snapshot's manifest is well formed, its files have their sizes and state.pt
+    its checksum; False when damaged; None for an unknown format version."""
+    try:
+        manifest = verify_snapshot(path, full=False)
+        _check_crc(path, STATE_FILE, manifest['files'][STATE_FILE])
+    except UnknownSnapshotFormat:
+        return None
+    except ResumeError:
+        return False
+    return True
+
+
+def prune_snapshots(ckpt_dir: Path, keep: int) -> list[Path]:
+    """Keep the newest `keep` (at least 1) intact snapshots of a session and return what was
+    removed. The rule, newest first:
+      - intact snapshots beyond the newest `keep` are removed; damaged ones never count toward
+        `keep`, so they never push an intact one out;
+      - a damaged snapshot (or one set aside by set_aside_damaged) older than the newest intact
+        one is removed: a resume picks the newest intact snapshot and falls back past damaged ones,
+        so it can never be used;
+      - a damaged snapshot newer than every intact one is kept (a resume fell back past it; a
+        save at its frame replaces it, and it goes once an intact snapshot is newer);
+      - with no intact snapshot nothing is removed, nor is a snapshot of an unknown format version.
+    'Intact' is checked cheaply (manifest, sizes, checksum of state.pt): reading big arrays at
+    every save would cost a full read of a replay; their checksums are checked on resume.
+    Leftovers of interrupted saves by dead processes are removed as well."""
     ckpt_dir = Path(ckpt_dir)
-    for old in list_snapshots(ckpt_dir)[keep:]:
-        shutil.rmtree(old, ignore_errors=True)
-    for leftover in ckpt_dir.glob('.f*.tmp-*'):
-        try:
-            pid = int(leftover.name.rsplit('-', 1)[1])
-        except ValueError:
-            pid = -1
-        if pid != os.getpid() and not _alive(pid):
-            shutil.rmtree(leftover, ignore_errors=True)
+    keep = max(1, keep)
+    kept_intact = 0
+    removed = []
+    candidates = _scan(ckpt_dir, SNAPSHOT_DIR) + _scan(ckpt_dir, SET_ASIDE_DIR)
+    for _, path in sorted(candidates, key=lambda x: x[0], reverse=True):
+        status = _intact(path) if SNAPSHOT_DIR.fullmatch(path.name) else False
+        if status is None:
+            continue
+        if status and kept_intact < keep:
+            kept_intact += 1
+            continue
+        if status or kept_intact:  # an intact one beyond `keep`, or damaged and older than an intact one
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed + cleanup_stale_tmp(ckpt_dir)
+
+
+def cleanup_stale_tmp(root: Path) -> list[Path]:
+    """Remove, under `root` (a run directory; links are not followed), the temporary files of
+    atomic writes (`.{name}.{pid}.{random}.tmp`) and the temporary directories of snapshot saves
+    (`.f{frame}.tmp-{pid}`) whose writing process is no longer alive: what a kill mid-write left.
+    Those of live processes, this one included, are kept. Returns the paths removed."""
+    removed = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in list(dirnames):
+            match = SNAPSHOT_TMP_DIR.fullmatch(name)
+            if match and _stale(int(match[1])):
+                shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
+                dirnames.remove(name)
+                removed.append(Path(dirpath) / name)
+        for name in filenames:
+            pid = tmp_file_pid(name)
+            if pid is not None and _stale(pid):
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                except FileNotFoundError:
+                    continue
+                removed.append(Path(dirpath) / name)
+    return removed
+
+
+def _stale(pid: int) -> bool:
+    return pid != os.getpid() and not _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -239,4 +617,6 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    except OverflowError:
+        return False
     return True

@@ -35,3 +35,9 @@ class Preempted(Exception):
     @property
     def exit_code(self) -> int:
         return EXIT_CODES.get(self.signum, 1)
+
+
+class DiskFullError(LabError):
+    """A write failed because its disk (or the user's quota) is full. What was partly written has
+    been removed, so earlier files (a run's previous snapshots) are intact; the message names the
+    filesystem, the space needed where known, and the space free."""

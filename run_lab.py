@@ -6,6 +6,7 @@ import sys
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
 EXIT_INTERRUPTED = 130
+ENJOY_DEFAULTS = {'episodes': 5, 'ckpt': 'best', 'render': False, 'record': False}
 
 HELP = """\
 Train, resume, replay and search deep RL agents from JSON specs.
@@ -20,7 +21,8 @@ modes:
   train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
   enjoy@<run dir>/<spec_name>_t0_s0_spec.json
                     replay that session's best weights (--ckpt latest: newest snapshot),
-                    --episodes N, --render, --record; never trains or writes records
+                    --episodes N, --render, --record; never trains or writes records; the only
+                    argument: the session spec is the run's own (no SPEC_FILE SPEC_NAME, -s, --force)
   search            (later version) hyperparameter search
 
 examples:
@@ -55,23 +57,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--force', action='store_true',
                         help='train@: resume even though the spec changed in ways that break continuity '
                              '(the changes are recorded in the run)')
+    # enjoy@'s options default to None so that giving one to another mode can be refused
     enjoy = parser.add_argument_group('enjoy@ (replay)')
-    enjoy.add_argument('--episodes', type=int, default=5, help='episodes to play (default 5)')
-    enjoy.add_argument('--ckpt', choices=('best', 'latest'), default='best',
-                       help='best weights (default) or the newest snapshot')
-    enjoy.add_argument('--render', action='store_true', help='show the env in a window (needs a display)')
-    enjoy.add_argument('--record', action='store_true',
+    enjoy.add_argument('--episodes', type=int, help=f'episodes to play (default {ENJOY_DEFAULTS["episodes"]})')
+    enjoy.add_argument('--ckpt', choices=('best', 'latest'), help='best weights (default) or the newest snapshot')
+    enjoy.add_argument('--render', action='store_const', const=True,
+                       help='show the env in a window (needs a display)')
+    enjoy.add_argument('--record', action='store_const', const=True,
                        help="write videos under the run's video/ (needs the optional package moviepy)")
     args = parser.parse_args(argv)
     given = [a for a in (args.spec_file, args.spec_name, args.mode) if a is not None]
+    enjoy_target = next((a for a in given if a.startswith('enjoy@')), None)
     if not given:
         args.spec_file, args.spec_name, args.mode = DEMO
-    elif len(given) == 1 and given[0].startswith('enjoy@'):
-        args.spec_file, args.spec_name, args.mode = None, None, given[0]
+    elif enjoy_target is not None:
+        if len(given) > 1:  # the spec is the session's own; a spec file and name would be ignored
+            parser.error(f'enjoy@ takes the session spec as its only argument and reads the spec from the run, '
+                         f'so drop the spec file and name: python run_lab.py {enjoy_target}')
+        args.spec_file, args.spec_name, args.mode = None, None, enjoy_target
     elif len(given) < 3:
         parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or no arguments for the demo')
-    if args.episodes < 1:
-        parser.error('--episodes must be at least 1')
+    if args.mode.startswith('enjoy@'):
+        for option, value in (('-s/--set', args.overrides), ('--force', args.force)):
+            if value:
+                parser.error(f'{option} does not apply to enjoy@, which replays the session as its run saved it; '
+                             'to change the spec, continue the run with train@ and -s')
+        for key, default in ENJOY_DEFAULTS.items():
+            if getattr(args, key) is None:
+                setattr(args, key, default)
+        if args.episodes < 1:
+            parser.error('--episodes must be at least 1')
+    else:
+        extra = [f'--{key}' for key in ENJOY_DEFAULTS if getattr(args, key) is not None]
+        if extra:
+            parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
     return args
 
 

@@ -43,6 +43,12 @@ def test_train_from_the_command_line(tmp_path):
     df = pd.read_csv(run_dir / 'info' / 'ppo_cartpole_t0_s0_session_df_train.csv')
     assert df['frame'].iloc[-1] == 256
     assert (run_dir / 'info' / 'ppo_cartpole_t0_trial_metrics.json').exists()
+    # every graph loads the run's one shared copy of plotly.js, so it opens offline and stays small
+    graphs = sorted((run_dir / 'graph').glob('*.html'))
+    assert [g.name for g in graphs] == ['ppo_cartpole_t0_s0_session_graph.html', 'ppo_cartpole_t0_trial_graph.html']
+    assert (run_dir / 'graph' / 'plotly.min.js').stat().st_size > 1_000_000
+    for graph in graphs:
+        assert graph.stat().st_size < 100_000 and '<script charset="utf-8" src="plotly.min.js">' in graph.read_text()
     meta = json.loads((run_dir / 'ppo_cartpole_spec.json').read_text())['meta']
     assert meta['overrides'] == [a for a in SHORT if a != '-s']
     assert meta['mode'] == 'train'
@@ -89,6 +95,14 @@ USER_ERRORS = {
                                  'ppo_cartpole_2020_01_01_000000'),
     'enjoy a missing session': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json'], 'x_t0_s0_spec.json'),
     'enjoy a file that is not a session spec': (['enjoy@' + DEMO], 'demo.json'),
+    'enjoy a directory': (['enjoy@' + str(REPO_ROOT / 'spec')], 'is a directory'),
+    # enjoy@ replays the session's own spec: anything that would change it is refused, not ignored
+    'enjoy with a spec file and name': ([DEMO, 'ppo_cartpole', 'enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json'],
+                                        'only argument'),
+    'enjoy with -s': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json', '-s', 'env.max_frame=5'], '-s/--set'),
+    'enjoy with --force': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json', '--force'], '--force'),
+    'enjoy options with train': ([DEMO, 'ppo_cartpole', 'train', '--episodes', '3', '--ckpt', 'latest'],
+                                 '--episodes, --ckpt only apply to enjoy@'),
     'search': ([DEMO, 'ppo_cartpole', 'search'], 'not available'),
 }
 

@@ -3,18 +3,22 @@
 Loads the session's best weights (or, with --ckpt latest, its newest snapshot), plays episodes
 with the greedy (argmax) or mean action, and prints each return. It never trains and never
 writes into the run's records, models or snapshots; --record writes videos under video/.
+Whatever it cannot replay (a session spec that does not describe the saved weights, a damaged or
+missing model file, no intact snapshot, a directory) is a one-line LabError naming the file and
+what to do instead.
 """
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ResumeError, SpecError
+from slm_lab.lib.errors import LabError, ResumeError, SpecError
 from slm_lab.lib.io import read_json
 
 logger = lab_logger.get_logger('slm_lab.enjoy')
@@ -24,6 +28,10 @@ SESSION_SPEC_RE = re.compile(r'^(?P<name>.+)_t(?P<trial>\d+)_s(?P<session>\d+)_s
 def parse_session_spec_path(path: str) -> tuple[Path, str, int, int]:
     """(run root, spec_name, trial, session) from a session spec path."""
     p = Path(path)
+    if p.is_dir():
+        found = sorted(p.glob('*_t*_s*_spec.json'))
+        example = found[0] if found else p / '<spec_name>_t0_s0_spec.json'
+        raise SpecError(f'enjoy@{path} is a directory; give one of its session specs, e.g. enjoy@{example}')
     m = SESSION_SPEC_RE.match(p.name)
     if not m:
         raise SpecError(f'enjoy@{path}: expected a session spec file named {{spec_name}}_t0_s0_spec.json '
@@ -34,27 +42,128 @@ def parse_session_spec_path(path: str) -> tuple[Path, str, int, int]:
     return p.parent, m.group('name'), int(m.group('trial')), int(m.group('session'))
 
 
-def load_weights(run_root: Path, spec_name: str, trial: int, session: int, which: str) -> tuple[dict, dict | None, str]:
-    """(net weights by name, observation-normalisation state or None, description) from the
-    best model file or the newest snapshot."""
+def read_session_spec(path: str, spec_name: str) -> dict:
+    """The session spec at `path`, validated; a SpecError naming the file otherwise."""
+    from slm_lab.spec import validate_spec
+    try:
+        raw = read_json(path)
+    except (OSError, ValueError) as e:
+        raise SpecError(f'{path}: cannot be read as JSON ({e})') from None
+    try:
+        return validate_spec(raw, spec_name)
+    except SpecError as e:
+        raise SpecError(f'{path}: {e}') from None
+
+
+class SavedWeights(NamedTuple):
+    """What enjoy@ replays: net weights by net name, the observation-normalisation state (None
+    when observations were not normalised), the file they came from and a description."""
+
+    nets: dict
+    obs_norm: dict | None
+    source: Path
+    what: str
+
+
+def _no_weights(run_dir, trial: int, session: int) -> ResumeError:
+    return ResumeError(f'{run_dir.root}: session t{trial} s{session} has no saved weights (no '
+                       f'{run_dir.model_path(trial, session, "best").relative_to(run_dir.root)}, no snapshot in '
+                       f'{run_dir.ckpt_dir(trial, session).relative_to(run_dir.root)}/); it stopped before its '
+                       'first log point, or its files were moved')
+
+
+def _best_weights(run_dir, trial: int, session: int) -> SavedWeights:
+    """The session's model_best.pt; a damaged or foreign file is a ResumeError naming it."""
     from slm_lab import checkpoint
+    path = run_dir.model_path(trial, session, 'best')
+    if not path.is_file():
+        if not checkpoint.list_snapshots(run_dir.ckpt_dir(trial, session)):
+            raise _no_weights(run_dir, trial, session)
+        raise ResumeError(f'{path} not found: this session saved no best weights yet; replay its newest snapshot '
+                          'with --ckpt latest')
+    try:
+        state = torch.load(path, weights_only=True, map_location='cpu')
+    except Exception as e:  # truncated, overwritten or not a torch file: torch raises many kinds
+        raise ResumeError(f'{path} is damaged or not a model file ({type(e).__name__}: {_first_line(e)}); '
+                          'replay the newest snapshot with --ckpt latest') from None
+    if not (isinstance(state, dict) and isinstance(state.get('nets'), dict)):
+        raise ResumeError(f'{path} is not a model file of this lab (no net weights in it); replay the newest '
+                          'snapshot with --ckpt latest')
+    return SavedWeights(state['nets'], state.get('obs_norm'), path,
+                        f'best weights ({path.name}, frame {state.get("frame")})')
+
+
+def _latest_weights(run_dir, trial: int, session: int) -> SavedWeights:
+    """The newest intact snapshot's weights, skipping damaged snapshots (with one warning that
+    names them); when none is intact, a ResumeError that says what was damaged."""
+    from slm_lab import checkpoint
+    ckpt_dir = run_dir.ckpt_dir(trial, session)
+    damaged = []
+    for path in checkpoint.list_snapshots(ckpt_dir):
+        try:
+            state, manifest = checkpoint.load_snapshot(path)
+            nets = state['agent']['algorithm']['nets']
+            obs_norm = None
+            for layer in state['env']['layers']:
+                if 'obs_rms' in layer:
+                    obs_norm = layer['obs_rms']['__rms__'] | {'epsilon': layer.get('epsilon', 1e-8)}
+        except ResumeError as e:
+            if 'unknown snapshot format' in str(e):
+                raise
+            damaged.append(f'{path.name}: {str(e).split(": ", 1)[-1]}')
+            continue
+        except Exception as e:  # a torn state file, or a state without an agent's weights
+            damaged.append(f'{path.name}: {type(e).__name__}: {_first_line(e)}')
+            continue
+        if damaged:
+            logger.warning(f'{ckpt_dir}: skipped damaged snapshot(s) ({"; ".join(damaged)}); replaying {path.name}')
+        return SavedWeights(nets, obs_norm, path, f'snapshot {path.name} (frame {manifest["frame"]})')
+    if not damaged:
+        if not run_dir.model_path(trial, session, 'best').is_file():
+            raise _no_weights(run_dir, trial, session)
+        raise ResumeError(f'{ckpt_dir}: no snapshot to replay; replay the best weights with --ckpt best')
+    raise ResumeError(f'{ckpt_dir}: no intact snapshot to replay ({len(damaged)} damaged; newest {damaged[0]}); '
+                      'replay the best weights with --ckpt best')
+
+
+def load_weights(run_root: Path, spec_name: str, trial: int, session: int, which: str) -> SavedWeights:
+    """The weights to replay: the best model file (`which` 'best') or the newest intact
+    snapshot ('latest'). Every way these files can be missing or damaged is a ResumeError."""
     from slm_lab.experiment.run_dir import RunDir
     run_dir = RunDir(run_root, spec_name)
-    if which == 'best':
-        path = run_dir.model_path(trial, session, 'best')
-        if not path.is_file():
-            raise ResumeError(f'{path} not found: this session saved no best weights yet; try --ckpt latest')
-        state = torch.load(path, weights_only=True, map_location='cpu')
-        return state['nets'], state.get('obs_norm'), f'best weights ({path.name}, frame {state.get("frame")})'
-    loaded = checkpoint.load_latest_snapshot(run_dir.ckpt_dir(trial, session))
-    if loaded is None:
-        raise ResumeError(f'{run_dir.ckpt_dir(trial, session)}: no intact snapshot to replay; try --ckpt best')
-    state, manifest, path = loaded
-    obs_norm = None
-    for layer in state['env']['layers']:
-        if 'obs_rms' in layer:
-            obs_norm = layer['obs_rms']['__rms__'] | {'epsilon': layer.get('epsilon', 1e-8)}
-    return state['agent']['algorithm']['nets'], obs_norm, f'snapshot {path.name} (frame {manifest["frame"]})'
+    return _best_weights(run_dir, trial, session) if which == 'best' else _latest_weights(run_dir, trial, session)
+
+
+def load_nets(agent, weights: SavedWeights, spec_path: str) -> None:
+    """Load the saved weights into the agent's nets. A session spec that does not describe the
+    agent that was trained (copied from another run, or edited) is a SpecError saying so."""
+    nets = agent.algorithm.nets()
+    algorithm = type(agent.algorithm).__name__
+    problem = None
+    if set(nets) != set(weights.nets):
+        problem = f'a {algorithm} agent has nets {sorted(nets)}, the weights hold {sorted(weights.nets)}'
+    else:
+        for name, net in nets.items():
+            try:
+                net.load_state_dict(weights.nets[name])
+            except (RuntimeError, TypeError, KeyError) as e:
+                lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+                problem = f'{algorithm} net {name!r}: {(lines[1] if len(lines) > 1 else lines[0]).rstrip(".")}'
+                break
+    if problem is not None:
+        raise SpecError(f'{spec_path} does not match the weights in {weights.source} ({problem}); replay with the '
+                        "session spec the run wrote beside them (a spec from another run, or edited, does not fit)")
+    for net in nets.values():
+        net.eval()
+
+
+def _first_line(e: BaseException) -> str:
+    """The first sentence of an exception's message: torch and gymnasium add paragraphs of advice
+    that do not fit (or, for a damaged file, do not apply to) a one-line error."""
+    text = str(e).strip()
+    if not text:
+        return '(no message)'
+    return text.splitlines()[0].split('. ')[0].rstrip('.')[:200]
 
 
 def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render: bool = False,
@@ -62,18 +171,19 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
     """Play `episodes` greedy episodes with a trained session's agent; returns their returns."""
     from slm_lab.agent import Agent
     from slm_lab.env import Clock, make_single_env
-    from slm_lab.spec import validate_spec
     run_root, spec_name, trial, session = parse_session_spec_path(session_spec_path)
     if render and not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
         raise SpecError('--render needs a display (DISPLAY is not set); use --record to write videos instead')
-    try:
-        raw = read_json(session_spec_path)
-    except ValueError as e:
-        raise SpecError(f'{session_spec_path}: invalid JSON ({e})') from None
-    spec = validate_spec(raw, spec_name)
-    nets, obs_norm, what = load_weights(run_root, spec_name, trial, session, ckpt)
+    spec = read_session_spec(session_spec_path, spec_name)
+    weights = load_weights(run_root, spec_name, trial, session, ckpt)
     render_mode = 'human' if render else ('rgb_array' if record else None)
-    env = make_single_env(spec['env'], render_mode=render_mode)
+    try:
+        env = make_single_env(spec['env'], render_mode=render_mode)
+    except LabError:
+        raise
+    except Exception as e:  # gym.make's errors for these arguments (or a missing render package)
+        raise SpecError(f"{session_spec_path}: env '{spec['env']['name']}' cannot be made "
+                        f'({type(e).__name__}: {_first_line(e)})') from None
     if record:
         try:
             import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
@@ -84,16 +194,19 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
         video_dir = run_root / 'video'
         env = RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,
                           name_prefix=f'{spec_name}_t{trial}_s{session}_{ckpt}')
-    agent = Agent(spec, env.observation_space, env.action_space, 1, Clock(1, 1), seed=0)
-    for name, net in agent.algorithm.nets().items():
-        net.load_state_dict(nets[name])
-        net.eval()
+    try:
+        agent = Agent(spec, env.observation_space, env.action_space, 1, Clock(1, 1), seed=0)
+        load_nets(agent, weights, session_spec_path)
+    except BaseException:
+        env.close()
+        raise
     normalize = None
+    obs_norm = weights.obs_norm
     if obs_norm is not None:
         mean, var, eps = np.asarray(obs_norm['mean']), np.asarray(obs_norm['var']), obs_norm.get('epsilon', 1e-8)
         normalize = lambda o: ((o - mean) / np.sqrt(var + eps)).astype(np.float32)  # noqa: E731
     seed = int(spec['meta'].get('random_seed') or 0) + 10**7
-    print(f'replaying {spec_name} t{trial} s{session} on {spec["env"]["name"]} with {what}')
+    print(f'replaying {spec_name} t{trial} s{session} on {spec["env"]["name"]} with {weights.what}')
     returns = []
     try:
         for i in range(episodes):

@@ -107,9 +107,9 @@ def _latest_weights(run_dir, trial: int, session: int) -> SavedWeights:
             for layer in state['env']['layers']:
                 if 'obs_rms' in layer:
                     obs_norm = layer['obs_rms']['__rms__'] | {'epsilon': layer.get('epsilon', 1e-8)}
+        except checkpoint.UnknownSnapshotFormat:
+            raise  # not damage: another lab version's snapshot, refused rather than skipped
         except ResumeError as e:
-            if 'unknown snapshot format' in str(e):
-                raise
             damaged.append(f'{path.name}: {str(e).split(": ", 1)[-1]}')
             continue
         except Exception as e:  # a torn state file, or a state without an agent's weights

@@ -139,3 +139,12 @@ def test_a_session_spec_that_is_not_a_spec_names_the_file(run_copy):
     session_spec = run / 'ppo_t0_s0_spec.json'
     session_spec.write_text('[]')
     assert refusal(SpecError, session_spec).startswith(f'{session_spec}: ')
+
+
+def test_a_snapshot_of_an_unknown_format_is_refused_not_skipped(run_copy):
+    run = run_copy('ppo')
+    manifest_path = checkpoint.list_snapshots(run / 'ckpt' / 'ppo_t0_s0')[0] / checkpoint.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest['format_version'] = 99
+    manifest_path.write_text(json.dumps(manifest))
+    assert 'unknown snapshot format version 99' in refusal(ResumeError, run / 'ppo_t0_s0_spec.json', ckpt='latest')

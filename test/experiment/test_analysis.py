@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from slm_lab.experiment.analysis import (
-    SESSION_SCALARS, calc_session_metrics, calc_trial_metrics, random_baseline,
+    SESSION_SCALARS, _random_baseline, calc_session_metrics, calc_trial_metrics, random_baseline,
 )
 
 
@@ -125,18 +125,31 @@ def test_trial_skips_sessions_without_data():
     assert calc_trial_metrics([])['scalar']['consistency'] is None
 
 
+CARTPOLE = {'name': 'CartPole-v1'}
+
+
 def test_random_baseline_is_reproducible_and_memoised():
-    uncached = random_baseline.__wrapped__
-    first = uncached('CartPole-v1', episodes=5, seed=3)
-    assert first == uncached('CartPole-v1', episodes=5, seed=3)
+    uncached = _random_baseline.__wrapped__
+    key = json.dumps({'make_kwargs': {}, 'max_t': None, 'name': 'CartPole-v1'}, sort_keys=True)
+    first = uncached(key, 5, 20000, 3)
+    assert first == uncached(key, 5, 20000, 3)
     assert 5 < first < 100  # a random CartPole policy lasts tens of steps at +1 per step
-    random_baseline('CartPole-v1', episodes=5, seed=3)
-    hits = random_baseline.cache_info().hits
-    assert random_baseline('CartPole-v1', episodes=5, seed=3) == first
-    assert random_baseline.cache_info().hits == hits + 1
+    assert random_baseline(CARTPOLE, episodes=5, seed=3) == first
+    hits = _random_baseline.cache_info().hits
+    # the same env however the spec spells it (defaults given or left out): one cached value
+    assert random_baseline({'name': 'CartPole-v1', 'max_t': None, 'make_kwargs': {}}, episodes=5, seed=3) == first
+    assert _random_baseline.cache_info().hits == hits + 1
 
 
 def test_random_baseline_stops_at_max_frames_with_a_partial_return():
     # CartPole cannot fail within 5 steps, so the baseline is the partial return 5 * (+1)
-    assert random_baseline('CartPole-v1', max_frames=5) == 5.0
-    assert math.isfinite(random_baseline('Pendulum-v1', episodes=1))
+    assert random_baseline(CARTPOLE, max_frames=5) == 5.0
+    assert math.isfinite(random_baseline({'name': 'Pendulum-v1'}, episodes=1))
+
+
+def test_random_baseline_uses_the_env_specs_step_limit_and_make_kwargs():
+    # max_t 5: every episode is truncated after 5 steps of +1
+    assert random_baseline({'name': 'CartPole-v1', 'max_t': 5}) == 5.0
+    # Sutton & Barto's CartPole rewards: 0 per step and -1 when the pole falls, which a random
+    # policy always lets happen within the env's 500 steps
+    assert random_baseline({'name': 'CartPole-v1', 'make_kwargs': {'sutton_barto_reward': True}}) == -1.0

@@ -32,6 +32,9 @@ class Algorithm:
     requires: tuple = ('memory', 'net')  # spec sections this algorithm needs
     memory_names: tuple | None = None  # memories it can use (None: any)
     continuous_ok: bool = False  # whether it supports Box actions
+    # an on-policy gradient (log pi(a|s) weighted by returns) is unbiased only for actions drawn
+    # from pi itself, so such algorithms refuse action policies that draw from anything else
+    samples_from_policy: bool = False
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:
@@ -40,6 +43,14 @@ class Algorithm:
         algo = spec['agent']['algorithm']
         pdtype = algo.get('action_pdtype', 'default')
         policy = algo.get('action_policy', 'default')
+        if cls.samples_from_policy and policy != 'default':
+            raise SpecError(f"agent.algorithm.action_policy: '{policy}' does not fit {cls.__name__}: its policy "
+                            'gradient needs actions sampled from the policy it trains, and this one draws them '
+                            'otherwise; use "default"')
+        if cls.samples_from_policy and pdtype == 'Argmax':
+            raise SpecError(f"agent.algorithm.action_pdtype: 'Argmax' does not fit {cls.__name__}: it acts by the "
+                            'largest output, not by sampling the policy its gradient trains; use "default" or '
+                            '"Categorical"')
         if policy in ('epsilon_greedy', 'boltzmann') and algo.get('explore_var_spec') is None:
             what = 'epsilon' if policy == 'epsilon_greedy' else 'temperature'
             raise SpecError(f"agent.algorithm.explore_var_spec: action_policy '{policy}' needs a schedule of its "

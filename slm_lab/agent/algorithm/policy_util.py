@@ -86,8 +86,9 @@ def sample_actions(out: torch.Tensor, head: PolicyHead, action_policy: str, expl
         greedy = PolicyHead.greedy(out, head.pdtype) if head.pdtype != 'Categorical' else out.argmax(-1)
         explore = rng.random(out.shape[0]) < explore_var
         if explore.any():
-            random_actions = torch.as_tensor(rng.integers(0, n_actions, size=out.shape[0]))
-            greedy = torch.where(torch.as_tensor(explore), random_actions, greedy)
+            # on the net's device: torch.where refuses operands on different devices
+            random_actions = torch.as_tensor(rng.integers(0, n_actions, size=out.shape[0]), device=out.device)
+            greedy = torch.where(torch.as_tensor(explore, device=out.device), random_actions, greedy)
         return greedy
     if action_policy == 'boltzmann':
         tau = max(explore_var, 1e-8)

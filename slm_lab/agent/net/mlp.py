@@ -55,8 +55,9 @@ def _check_gpu(value, path):
 class MLPNet(nn.Module):
     """An MLP body (hid_layers with hid_layers_activation) and one linear head per output.
 
-    Input: (batch, in_dim) float tensor. Output: a tensor (batch, out_dim) for one head, or a
-    list of such tensors for several heads (e.g. [policy logits, value]).
+    Input: (batch, *obs_shape) float tensor with prod(obs_shape) = in_dim, flattened to
+    (batch, in_dim) (so a Box observation of any shape works). Output: a tensor (batch, out_dim)
+    for one head, or a list of such tensors for several heads (e.g. [policy logits, value]).
     """
 
     spec_schema = NET_SCHEMA
@@ -83,6 +84,6 @@ class MLPNet(nn.Module):
         self.out_activation = net_util.make_activation(net_spec['out_layer_activation'])
 
     def forward(self, x: torch.Tensor):
-        h = self.body(x)
+        h = self.body(x.flatten(start_dim=1))
         outs = [self.out_activation(head(h)) for head in self.heads]
         return outs[0] if len(outs) == 1 else outs

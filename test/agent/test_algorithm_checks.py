@@ -151,8 +151,8 @@ def test_two_dimensional_observations_train_end_to_end(lab_run, make_spec, grid_
         spec['agent']['algorithm']['training_frequency'] = 16
     name = f'grid_{algorithm.lower()}'
     _, run_dir = lab_run(spec, name)
-    df = json.loads((run_dir / 'info' / f'{name}_t0_s0_session_metrics.json').read_text())
-    assert df['train']['local']['frame'][-1] == 128
+    metrics = json.loads((run_dir / 'info' / f'{name}_t0_s0_session_metrics.json').read_text())
+    assert metrics['train']['local']['frame'][-1] == 128
     state, _ = checkpoint.load_snapshot(checkpoint.list_snapshots(run_dir / 'ckpt' / f'{name}_t0_s0')[0])
     assert state['clock']['opt_step'] > 0
 

@@ -217,31 +217,66 @@ def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path):
     assert record['forced'] and {'key': 'agent.algorithm.gamma', 'old': 0.98, 'new': 0.9} in record['spec_diff']
 
 
-def test_sigkill_at_random_instants_then_resume(tmp_path):
-    """Ten SIGKILLs during training and saving, each followed by train@latest: every resume
+def wait_for(condition, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    """Poll condition() every 10 ms until it holds; fail if the process (whose stderr goes to `log`)
+    ends or time runs out first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            pytest.fail(f'the run ended (exit {proc.returncode}) before the kill point: {log.read_text()}')
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail('the kill point never came')
+        time.sleep(0.01)
+
+
+def test_sigkill_at_three_moments_then_resume(tmp_path):
+    """SIGKILL mid-training, during a resume's start-up, and just after a snapshot is renamed into
+    place (while pruning and record writes follow), each followed by train@latest: every resume
     succeeds and the finished run's records are continuous."""
     spec = json.loads(json.dumps(DQN))
-    spec['env']['max_frame'] = 30000
+    spec['env']['max_frame'] = 5000
     spec['meta'].update({'log_frequency': 250, 'checkpoint_frequency': 250})
     spec_file = write_spec(tmp_path, 'kill', spec)
-    rng = random.Random(0)
-    mode = 'train'
-    for _ in range(10):
-        proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'kill', mode], cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(rng.uniform(2.0, 4.0))  # includes ~1.5 s of start-up
-        if proc.poll() is None:
+    data = tmp_path / 'data'
+
+    def run():
+        (path,) = run_dirs(data, 'kill')
+        return path
+
+    def snapshots() -> list[str]:
+        found = run_dirs(data, 'kill')
+        return [p.name for p in checkpoint.list_snapshots(found[0] / 'ckpt' / 'kill_t0_s0')] if found else []
+
+    def run_records() -> int:
+        path = run() / 'kill_resumes.json'
+        return len(json.loads(path.read_text())) if path.exists() else 0
+
+    def newer_snapshot_than(name: str):
+        return lambda: bool(snapshots()) and snapshots()[0] != name
+
+    kill_points = [  # (mode, when to kill), each a moment the other two do not cover
+        ('train', lambda: len(snapshots()) >= 2),
+        ('train@latest', lambda: run_records() >= 1),
+        ('train@latest', None),  # set below, once known: a snapshot newer than the one resumed from
+    ]
+    for i, (mode, condition) in enumerate(kill_points):
+        condition = condition or newer_snapshot_than(snapshots()[0])
+        log = tmp_path / f'kill{i}.log'  # a file, not a pipe: a full pipe would stall the run
+        with open(log, 'w') as stderr:
+            proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'kill', mode], cwd=tmp_path,
+                                    stdout=subprocess.DEVNULL, stderr=stderr)
+            wait_for(condition, proc, log)
             proc.kill()
-        proc.wait()
-        assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read()
-        mode = 'train@latest'
+            proc.wait()
+        assert proc.returncode == -signal.SIGKILL, (i, log.read_text())
     done = cli([spec_file, 'kill', 'train@latest'], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    (run,) = run_dirs(tmp_path / 'data', 'kill')
-    frames = train_csv(run, 'kill')['frame']
+    frames = train_csv(run(), 'kill')['frame']
     assert frames.is_monotonic_increasing and frames.is_unique, frames.tolist()
-    assert frames.iloc[-1] == 30000 and frames.diff().max() <= 250
-    assert len(json.loads((run / 'info' / 'kill_t0_s0_resumes.json').read_text())) >= 1
+    assert frames.iloc[-1] == 5000 and frames.diff().max() <= 250
+    # the last resume, and the one killed after its first new snapshot, loaded the session
+    assert len(json.loads((run() / 'info' / 'kill_t0_s0_resumes.json').read_text())) >= 2
 
 
 def test_damaged_newest_snapshot_falls_back(tmp_path):

@@ -138,8 +138,10 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
 
 def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> dict | None:
     import time as _time
+    from slm_lab import checkpoint
     from slm_lab import resume as resume_lib
-    from slm_lab.experiment.control import Trial
+    from slm_lab.experiment.control import Trial, complete_finished_run
+    from slm_lab.lib.errors import ResumeError
     old_spec = resume_lib.read_run_spec(run_dir)
     # the run's own -s overrides first, so a bare train@latest continues the run as it was started
     overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
@@ -150,22 +152,37 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     meta['experiment_ts'] = old_spec['meta']['experiment_ts']
     meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), f'train@{target}'
     diff = resume_lib.check_edits(old_spec, spec, force)
-    frames = resume_lib.session_frames(run_dir, old_spec)
+    resume_lib.check_resume_logs(run_dir, max(old_spec['meta']['max_session'], meta['max_session']))
+    # every session's newest intact snapshot, loaded now: nothing is written before all of them
+    # (and the whole state of each) are known to load
+    loaded = resume_lib.load_sessions(run_dir, old_spec['meta']['max_session'])
+    frames = {s: manifest['frame'] for s, (_, manifest, _) in loaded.items()}
     reached = max(frames.values()) if frames else 0
     if spec['env']['max_frame'] < reached:
-        from slm_lab.lib.errors import ResumeError
         raise ResumeError(f"env.max_frame {spec['env']['max_frame']} is below frame {reached} that {run_dir.root} "
                           f'already reached; use env.max_frame >= {reached}')
     n_sessions = spec['meta']['max_session']
     if frames and len(frames) >= n_sessions and all(f >= spec['env']['max_frame'] for f in frames.values()):
-        print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]}); '
-              f'to continue, raise it, e.g. -s env.max_frame={2 * reached}')
+        written = complete_finished_run(old_spec, run_dir)
+        done = f'; completed its missing final files: {", ".join(written)}' if written else ''
+        print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]})'
+              f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * reached}')
         return None
     preflight(spec)
-    resume_lib.check_snapshots_fit(run_dir, spec)
+    approximate = resume_lib.check_sessions_load(run_dir, spec, loaded)
+    del loaded  # the sessions load their snapshots themselves
+    changes = resume_lib.schedule_changes(old_spec, spec, frames)
+    for change in changes:
+        logger.warning(f'schedule change on resume: {resume_lib.describe_schedule_change(change)}')
+    removed = checkpoint.cleanup_stale_tmp(run_dir.root)
+    if removed:
+        logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
     resume_lib.append_run_record(run_dir, {
-        'when': _time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}', 'frames': frames,
-        'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force})
+        'when': _time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
+        'frames': {str(s): f for s, f in frames.items()},
+        'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force,
+        'schedule_changes': changes,
+        'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}})
     logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
     trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
     write_specs(run_dir, trial)

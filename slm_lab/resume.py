@@ -7,9 +7,12 @@ from pathlib import Path
 
 from slm_lab import checkpoint
 from slm_lab.experiment.run_dir import RunDir
-from slm_lab.lib.errors import ResumeError
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.io import append_json_list, read_json
-from slm_lab.spec import RUNTIME_META, diff_specs
+from slm_lab.spec import RUNTIME_META, diff_specs, validate_spec
+
+logger = lab_logger.get_logger('slm_lab.resume')
 
 # edits that keep the past and the future of a run consistent
 ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
@@ -29,7 +32,7 @@ def _runs_of(spec_name: str, data_dir: str) -> list[Path]:
 def _is_dev_run(root: Path, spec_name: str) -> bool:
     try:
         return read_json(root / f'{spec_name}_spec.json')['meta'].get('mode') == 'dev'
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: read_run_spec says so
         return False
 
 
@@ -37,7 +40,14 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str) -> RunDir:
     """The run directory named by train@<target>: 'latest' (newest run of spec_name by the
     timestamp in its name) or a path."""
     if target == 'latest':  # dev runs are debugging runs: resume them only by name
-        runs = [r for r in _runs_of(spec_name, data_dir) if not _is_dev_run(r, spec_name)]
+        runs = []
+        for r in _runs_of(spec_name, data_dir):
+            if not (r / f'{spec_name}_spec.json').is_file():
+                # killed while it was being created: it never started, so there is nothing to resume
+                logger.warning(f'train@latest: skipping {r}: it has no {spec_name}_spec.json (a run that never '
+                               'started); remove it when no process is creating it')
+            elif not _is_dev_run(r, spec_name):
+                runs.append(r)
         if not runs:
             raise ResumeError(f"train@latest: no run of spec '{spec_name}' in {data_dir}/; "
                               f'start one with: python run_lab.py SPEC_FILE {spec_name} train')
@@ -56,10 +66,68 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str) -> RunDir:
 
 
 def read_run_spec(run_dir: RunDir) -> dict:
+    """The run's saved spec, checked to be a valid spec; ResumeError naming the file otherwise."""
+    path = run_dir.spec_path()
     try:
-        return read_json(run_dir.spec_path())
+        spec = read_json(path)
     except (OSError, ValueError) as e:
-        raise ResumeError(f'{run_dir.spec_path()}: cannot read the run\'s spec ({e})') from None
+        raise ResumeError(f"{path}: cannot read the run's spec ({e}); the run cannot be resumed without it") from None
+    problem = None
+    if not isinstance(spec, dict):
+        problem = f'expected a JSON object, got {type(spec).__name__}'
+    else:
+        for key in ('agent', 'env', 'meta'):
+            if not isinstance(spec.get(key), dict):
+                problem = f'"{key}" is missing or not an object'
+                break
+    if problem is None:
+        try:
+            validate_spec({k: v for k, v in spec.items() if k != 'name'}, run_dir.spec_name)
+        except SpecError as e:
+            problem = str(e)
+        else:
+            meta = spec['meta']
+            for key, types in (('random_seed', int), ('experiment_ts', str), ('max_session', int)):
+                if not isinstance(meta.get(key), types) or isinstance(meta.get(key), bool):
+                    problem = f'meta.{key} is missing or not a {types.__name__}'
+                    break
+            if problem is None and not isinstance(meta.get('overrides') or [], list):
+                problem = 'meta.overrides is not a list'
+    if problem:
+        raise ResumeError(f"{path}: the run's saved spec is damaged or not valid for this lab ({problem}); "
+                          f'restore it from a session spec ({run_dir.spec_name}_t0_s0_spec.json holds the same '
+                          'spec) or start a new run')
+    return spec
+
+
+def check_resume_logs(run_dir: RunDir, max_session: int) -> None:
+    """The run's and each session's resume logs must be JSON lists (they are appended to)."""
+    paths = [run_dir.resume_log_path()] + [run_dir.session_resume_log_path(0, s) for s in range(max_session)]
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            records = read_json(path)
+        except (OSError, ValueError) as e:
+            records = e
+        if not isinstance(records, list):
+            raise ResumeError(f'{path}: not a JSON list of resume records (damaged); it is only a log: move it '
+                              'away and resume again')
+
+
+SCHEDULE_EDIT_RE = re.compile(r'^agent\.algorithm\.(\w+_spec)\.(name|start_val|end_val|start_step|end_step|'
+                              r'decay_rate|frequency)$')
+
+
+def _is_schedule_edit(key: str, old_spec: dict, new_spec: dict) -> bool:
+    """An edit inside a frame-driven schedule (explore_var_spec, clip_eps_spec, ...): a schedule
+    is a function of the frame with no state of its own, so the run continues under the edited
+    one as if it had been started with it."""
+    m = SCHEDULE_EDIT_RE.match(key)
+    if not m:
+        return False
+    pieces = [spec['agent']['algorithm'].get(m.group(1)) for spec in (old_spec, new_spec)]
+    return all(isinstance(p, dict) and 'start_val' in p for p in pieces)
 
 
 def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
@@ -69,7 +137,7 @@ def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
     seed_old, seed_new = old_spec['meta'].get('random_seed'), new_spec['meta'].get('random_seed')
     if seed_new != seed_old:
         diff.append(('meta.random_seed', seed_old, seed_new))
-    bad = [d for d in diff if d[0] not in ALLOWED_EDITS]
+    bad = [d for d in diff if d[0] not in ALLOWED_EDITS and not _is_schedule_edit(d[0], old_spec, new_spec)]
     old_sessions, new_sessions = old_spec['meta']['max_session'], new_spec['meta']['max_session']
     if new_sessions < old_sessions:
         raise ResumeError(f'meta.max_session: {old_sessions} -> {new_sessions}: a run cannot lose sessions; '
@@ -81,18 +149,120 @@ def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
     return diff
 
 
-def session_frames(run_dir: RunDir, old_spec: dict) -> dict[str, int]:
-    """Frame of each session's newest snapshot, by session index (as a string)."""
-    frames = {}
-    for s in range(old_spec['meta']['max_session']):
-        snaps = checkpoint.list_snapshots(run_dir.ckpt_dir(0, s))
-        for snap in snaps:
-            try:
-                frames[str(s)] = checkpoint.verify_snapshot(snap, full=False)['frame']
-                break
-            except ResumeError:
-                continue
-    return frames
+def session_has_progress(run_dir: RunDir, session: int) -> list[str]:
+    """What a session has recorded on disk (rows, weights, snapshot directories): its progress,
+    which a fresh start would overwrite. Empty when the session never got that far."""
+    found = []
+    for df_mode in ('train', 'eval'):
+        path = run_dir.session_df_path(0, session, df_mode)
+        try:
+            with open(path, encoding='utf-8') as f:
+                if sum(1 for line in f if line.strip()) > 1:  # a header and at least one row
+                    found.append(str(path))
+        except OSError:
+            pass
+    for which in ('latest', 'best'):
+        if run_dir.model_path(0, session, which).exists():
+            found.append(str(run_dir.model_path(0, session, which)))
+    found += [str(p) for p in checkpoint.list_snapshots(run_dir.ckpt_dir(0, session))]
+    return found
+
+
+def load_sessions(run_dir: RunDir, max_session: int) -> dict[int, tuple[dict, dict, Path]]:
+    """The newest intact snapshot of each session (state, manifest, path), by session index.
+    A session with recorded progress but no intact snapshot cannot continue: ResumeError (a fresh
+    start would overwrite its records). Sessions that never recorded anything are left out."""
+    loaded = {}
+    for s in range(max_session):
+        found = checkpoint.load_latest_snapshot(run_dir.ckpt_dir(0, s))
+        if found is not None:
+            loaded[s] = found
+            continue
+        progress = session_has_progress(run_dir, s)
+        if progress:
+            snaps = checkpoint.list_snapshots(run_dir.ckpt_dir(0, s))
+            what = (f'all {len(snaps)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged' if snaps else
+                    f'it has no snapshot ({run_dir.ckpt_dir(0, s)} is missing or empty)')
+            raise ResumeError(f'session {s} of {run_dir.root} has recorded progress ({progress[0]}) but {what}; '
+                              'it cannot continue without starting over its records: start a new run with '
+                              f'python run_lab.py SPEC_FILE {run_dir.spec_name} train (this run is left unchanged)')
+    return loaded
+
+
+def _schedules(spec: dict) -> dict[str, tuple]:
+    """Every frame-driven schedule of a spec: {key path: (kind, spec piece)}."""
+    out = {}
+    for key, value in spec['agent']['algorithm'].items():
+        if key.endswith('_spec') and isinstance(value, dict) and 'start_val' in value:
+            out[f'agent.algorithm.{key}'] = ('schedule', value)
+    net = spec['agent'].get('net') or {}
+    lr_spec = net.get('lr_scheduler_spec')
+    if isinstance(lr_spec, dict) and lr_spec.get('name') == 'LinearToZero':
+        for optim_key in ('optim_spec', 'actor_optim_spec', 'critic_optim_spec'):
+            if isinstance(net.get(optim_key), dict) and 'lr' in net[optim_key]:
+                out[f'agent.net.{optim_key}.lr'] = ('linear_to_zero', net[optim_key]['lr'])
+    return out
+
+
+def _schedule_value(kind: str, piece, frame: int, max_frame: int) -> float:
+    if kind == 'linear_to_zero':  # see net_util.make_lr_scheduler
+        return float(piece) * max(0.0, 1.0 - frame / max_frame)
+    from slm_lab.lib.decay import Schedule
+    return Schedule(piece).value(frame)
+
+
+def schedule_changes(old_spec: dict, new_spec: dict, frames: dict[int, int]) -> list[dict]:
+    """How resuming under new_spec changes each frame-driven schedule (the lab's rule, SLM-Lab's:
+    the run continues as if it had been started with the edited spec). One entry per affected
+    schedule: its key, its value before and after at each session's resume frame, and why.
+
+    A schedule is affected when its value at the resume frame changes (LinearToZero follows
+    env.max_frame; an edited schedule), or when the run is extended past the end_step of a
+    schedule that was set to span the whole old run (it then stays at end_val for the extension)."""
+    old_max, new_max = old_spec['env']['max_frame'], new_spec['env']['max_frame']
+    old_scheds, new_scheds = _schedules(old_spec), _schedules(new_spec)
+    changes = []
+    for key, (kind, piece) in new_scheds.items():
+        old_kind, old_piece = old_scheds.get(key, (kind, piece))
+        values = {s: (_schedule_value(old_kind, old_piece, f, old_max), _schedule_value(kind, piece, f, new_max))
+                  for s, f in frames.items()}
+        moved = {s: v for s, v in values.items() if not _same(*v)}
+        if moved:
+            if kind == 'linear_to_zero' and old_max != new_max:
+                why = (f'LinearToZero decays the learning rate to 0 at env.max_frame, which changed from {old_max} '
+                       f'to {new_max}')
+            else:
+                why = 'the schedule was edited'
+            changes.append({'key': key, 'frames': {str(s): frames[s] for s in moved},
+                            'before': {str(s): v[0] for s, v in moved.items()},
+                            'after': {str(s): v[1] for s, v in moved.items()}, 'why': why})
+            continue
+        end_step = piece.get('end_step', 0) if kind == 'schedule' else None
+        decays = kind == 'schedule' and piece.get('name') != 'no_decay' and \
+            piece.get('start_val') != _schedule_value(kind, piece, end_step, new_max)
+        if decays and new_max > old_max and old_max <= end_step < new_max:
+            end_val = _schedule_value(kind, piece, end_step, new_max)
+            changes.append({'key': key, 'frames': {str(s): f for s, f in frames.items()},
+                            'before': {str(s): v[0] for s, v in values.items()},
+                            'after': {str(s): v[1] for s, v in values.items()},
+                            'why': f'its end_step {end_step} spanned the old run (env.max_frame {old_max}); it stays '
+                                   f'at end_val {end_val:g} from frame {end_step} to the new env.max_frame {new_max}; '
+                                   f'to stretch it, resume with -s {key}.end_step={new_max}'})
+    return changes
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # NaN == NaN for unset schedules
+
+
+def describe_schedule_change(change: dict) -> str:
+    """One log line for a schedule change."""
+    pairs = [f"{change['before'][s]:.4g} -> {change['after'][s]:.4g}" + (f' (session {s})' if len(change['before']) > 1
+                                                                          else '')
+             for s in change['before']]
+    frames = sorted(set(change['frames'].values()))
+    at = f"frame {frames[0]}" if len(frames) == 1 else f"frames {', '.join(map(str, frames))}"
+    return f"{change['key']}: at {at} the value goes {', '.join(pairs)}: {change['why']}"
 
 
 def lock_run(run_dir: RunDir):
@@ -109,28 +279,24 @@ def lock_run(run_dir: RunDir):
     return f
 
 
-def check_snapshots_fit(run_dir: RunDir, spec: dict) -> None:
-    """Load each session's newest snapshot into an agent built from `spec`, so that a snapshot
-    that does not fit (e.g. a net shape changed with --force) is refused before the run changes."""
-    from slm_lab.agent import Agent
-    from slm_lab.env import Clock, make_env
-    env = make_env({**spec['env'], 'vectorization_mode': 'sync'})
-    try:
-        for s in range(spec['meta']['max_session']):
-            loaded = checkpoint.load_latest_snapshot(run_dir.ckpt_dir(0, s))
-            if loaded is None:
-                continue
-            state, _, path = loaded
-            agent = Agent(spec, env.single_observation_space, env.single_action_space, env.num_envs,
-                          Clock(spec['env']['max_frame'], env.num_envs), seed=0)
-            try:
-                agent.load_state_dict(state['agent'])
-            except (RuntimeError, KeyError, ValueError, IndexError) as e:
-                first = str(e).strip().splitlines()[0][:300]
-                raise ResumeError(f'snapshot {path} does not fit this spec ({type(e).__name__}: {first}); '
-                                  'resume with the spec the run was trained with') from None
-    finally:
-        env.close()
+def check_sessions_load(run_dir: RunDir, spec: dict, loaded: dict[int, tuple[dict, dict, Path]]) -> dict[int, list]:
+    """Load each session's whole snapshot state (agent, env, records, clock, generators) into a
+    session built from `spec`, so that a snapshot that does not fit (a net shape or env count
+    changed with --force) is refused before the run changes. Nothing is written. Returns, per
+    session, why its continuation will be approximate (empty when exact)."""
+    from slm_lab.experiment.control import Session
+    approximate = {}
+    for s, (state, _, path) in loaded.items():
+        session = Session(spec, run_dir, 'train', 0, s)
+        try:
+            approximate[s] = session.load_state_dict(state, quiet=True)
+        except (RuntimeError, KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
+            raise ResumeError(f'snapshot {path} does not fit this spec ({type(e).__name__}: {first}); '
+                              'resume with the spec the run was trained with') from None
+        finally:
+            session.close()
+    return approximate
 
 
 def append_run_record(run_dir: RunDir, record: dict) -> None:

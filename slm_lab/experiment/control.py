@@ -23,7 +23,7 @@ from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vect
 from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import EXIT_CODES, Preempted
+from slm_lab.lib.errors import EXIT_CODES, Preempted, ResumeError, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text, atomic_write_with, write_json
 
 logger = lab_logger.get_logger('slm_lab.session')
@@ -125,6 +125,10 @@ class Session:
         self.obs = None
         self.resume_record: dict = {}
         self.resume_t0 = time.perf_counter()
+        self.best_model: dict | None = None  # what model_best.pt holds, kept for snapshots
+        self.last_snapshot_frame: int | None = None
+        self._verifier = None  # background checksum of a resumed snapshot's arrays
+        self._resume_state: dict | None = None
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -137,14 +141,19 @@ class Session:
             'obs': np.array(self.obs),
             'eval_env': {'seeded': self._eval_seeded,
                          'env': env_state_dict(self.eval_env) if self.eval_env is not None else None},
+            'best_model': self.best_model,
             'rng': {'python': random.getstate(), 'numpy': np.random.get_state(),
                     'torch': torch.get_rng_state(),
                     'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         }
 
-    def load_state_dict(self, state: dict) -> bool:
-        """Restore a snapshot's state; returns whether the in-progress episodes continue exactly
-        (else fresh episodes were started)."""
+    def load_state_dict(self, state: dict, quiet: bool = False) -> list[str]:
+        """Restore a snapshot's state. Returns why the continuation is approximate (empty when it
+        is exact): fresh episodes for an env that cannot be snapshotted mid-episode, a replay
+        memory that refills because it was not in the snapshot. Each reason is logged unless quiet."""
+        saved_envs = np.shape(state['obs'])[0] if np.ndim(state['obs']) else None
+        if saved_envs != self.num_envs:
+            raise ValueError(f'the snapshot holds {saved_envs} envs, the spec asks for env.num_envs {self.num_envs}')
         self.clock.load_state_dict(state['clock'])
         self.agent.load_state_dict(state['agent'])
         self.body.load_state_dict(state['body'])
@@ -157,35 +166,98 @@ class Session:
         self._eval_seeded = state['eval_env']['seeded']
         if self.eval_env is not None and state['eval_env']['env'] is not None:
             load_env_state_dict(self.eval_env, state['eval_env']['env'])
-        exact = load_vector_env_state_dict(self.env, state['env'])
-        if exact:
+        self.best_model = state.get('best_model')  # absent in snapshots of older lab versions
+        approximate = []
+        if load_vector_env_state_dict(self.env, state['env']):
             self.obs = np.array(state['obs'])
         else:
-            logger.warning(f'{self.prename}: {self.spec["env"]["name"]} cannot be snapshotted mid-episode; '
-                           'fresh episodes start now, so this continuation is approximate')
+            approximate.append(f'{self.spec["env"]["name"]} cannot be snapshotted mid-episode: fresh episodes start '
+                               'now')
             self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
-        return exact
+        memory_state = state['agent'].get('memory')
+        if isinstance(memory_state, dict) and memory_state.get('persisted') is False:
+            start = self.spec['agent']['algorithm'].get('training_start_step')
+            approximate.append('the replay memory was not in the snapshot (meta.snapshot_replay is false): it '
+                               f'refills from empty, and training waits for {start} transitions again'
+                               if start else 'the replay memory was not in the snapshot (meta.snapshot_replay is '
+                               'false): it refills from empty')
+        if not quiet:
+            for reason in approximate:
+                logger.warning(f'{self.prename}: {reason}, so this continuation is approximate')
+        return approximate
 
     def save_snapshot(self) -> None:
         """Snapshot the whole session state at the current frame and keep the newest few."""
+        self.before_write()
         path = checkpoint.save_snapshot(self.ckpt_dir, self.clock.frame, self.state_dict(), self.spec)
+        self.last_snapshot_frame = self.clock.frame
         checkpoint.prune_snapshots(self.ckpt_dir, self.keep_checkpoints)
         logger.debug(f'{self.prename}: snapshot {path}')
 
+    # --- resuming -------------------------------------------------------------------------------
+    def resume_from(self, state: dict, manifest: dict, path) -> None:
+        """Load a snapshot and check its memory-mapped arrays in the background while the first
+        steps run; the resume is recorded (and model_best.pt made consistent with it) only once
+        they are verified, at the first write (see before_write)."""
+        self.approximate = self.load_state_dict(state)
+        self.last_snapshot_frame = manifest['frame']
+        self.resume_record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'),
+                              'snapshot': str(path.relative_to(self.run_dir.root)), 'frame': manifest['frame'],
+                              'load_s': round(time.perf_counter() - self.resume_t0, 3),
+                              'lab_version': manifest.get('lab_version'),
+                              'exact': not self.approximate, 'approximate': self.approximate}
+        self._resume_path = path
+        self._verifier = checkpoint.verify_arrays_async(path, manifest)
+        logger.info(f'{self.prename}: resumed at frame {self.clock.frame}/{self.clock.max_frame} from snapshot '
+                    f'{self.resume_record["snapshot"]} (loaded in {self.resume_record["load_s"]:.2f}s)')
+
+    def before_write(self) -> None:
+        """Called before anything is written to the run: after a resume, wait for the snapshot's
+        arrays to pass their checksums (DamagedSnapshot when they do not: nothing was written, so
+        the session can start again from an older snapshot), then record the resume."""
+        if self._verifier is None:
+            return
+        verifier, self._verifier = self._verifier, None
+        error = verifier.result()
+        if error is not None:
+            raise DamagedSnapshot(self._resume_path, str(error))
+        self.resume_record['verified_s'] = round(time.perf_counter() - self.resume_t0, 3)
+        append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), self.resume_record)
+        self._restore_best_model()
+
+    def _restore_best_model(self) -> None:
+        """Make model_best.pt the best weights as of the snapshot. After a crash, the file may come
+        from frames past the snapshot (a future that the resume discards); an exact resume will
+        write the same again, an approximate one may never, so that file is kept aside."""
+        path = self.run_dir.model_path(self.trial, self.index, 'best')
+        if self.best_model is None and not path.exists():
+            return
+        try:
+            disk_frame = torch.load(path, weights_only=True, map_location='cpu').get('frame') if path.exists() else None
+        except Exception:  # a torn file: replace it
+            disk_frame = -1
+        best_frame = self.best_model['frame'] if self.best_model is not None else None
+        if disk_frame == best_frame:
+            return
+        if disk_frame is not None and disk_frame > self.clock.frame and self.approximate:
+            aside = path.with_name(f'{path.stem}_discarded_f{disk_frame}.pt')
+            os.replace(path, aside)
+            logger.warning(f'{self.prename}: {path.name} came from frame {disk_frame}, past the snapshot this resume '
+                           f'continues from (frame {self.clock.frame}); kept aside as {aside.name}')
+        if self.best_model is not None:
+            best = self.best_model
+            atomic_write_with(path, lambda tmp: torch.save(best, tmp))
+        elif path.exists() and disk_frame is not None and disk_frame > self.clock.frame:
+            os.replace(path, path.with_name(f'{path.stem}_discarded_f{disk_frame}.pt'))
+
     # --- the RL loop ----------------------------------------------------------------------------
-    def run(self, resume_state: dict | None = None) -> dict:
-        """Train until max_frame (from a snapshot's state when given); write the records, models,
-        snapshots and graphs. Returns session metrics. On SIGTERM/SIGINT: finish the step, save a
-        snapshot and the records, raise Preempted."""
+    def run(self, resumed: bool = False) -> dict:
+        """Train until max_frame (continuing the state resume_from loaded when `resumed`); write
+        the records, models, snapshots and graphs. Returns session metrics. On SIGTERM/SIGINT:
+        finish the step, save a snapshot and the records, raise Preempted. A loss or gradient that
+        becomes non-finite raises TrainingDiverged, with nothing of that step saved."""
         clock, agent, body = self.clock, self.agent, self.body
-        if resume_state is not None:
-            self.load_state_dict(resume_state)
-            record = self.resume_record
-            record['load_s'] = round(time.perf_counter() - self.resume_t0, 3)
-            append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), record)
-            logger.info(f'{self.prename}: resumed at frame {clock.frame}/{clock.max_frame} from snapshot '
-                        f'{record["snapshot"]} (loaded in {record["load_s"]:.2f}s)')
-        else:
+        if not resumed:
             logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
                         f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
             self.obs, _ = self.env.reset(seed=self.seed)
@@ -208,6 +280,8 @@ class Session:
                     body.track_episodes(info['episode']['r'][info['_episode']])
                 metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
                 if metrics is not None:
+                    if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):
+                        raise self._diverged(metrics)
                     body.track_update(metrics)
                     if dev_params is not None:
                         self._dev_check_learning(dev_params)
@@ -232,6 +306,21 @@ class Session:
         finally:
             self.close()
         return self.finish()
+
+    def _diverged(self, metrics: dict) -> TrainingDiverged:
+        """The one-line error for a loss or gradient norm that became NaN or infinite."""
+        what = ', '.join(f'{k} {metrics[k]}' for k in ('loss', 'grad_norm') if k in metrics
+                         and not math.isfinite(metrics[k]))
+        run = self.run_dir.root
+        if self.last_snapshot_frame is None:
+            fix = ('no snapshot was saved before it; start a new run with a changed spec (e.g. a lower '
+                   'agent.net.optim_spec.lr or a clip_grad_val)')
+        else:
+            fix = (f'the snapshot at frame {self.last_snapshot_frame} is intact: continue from it with a changed spec, '
+                   f'e.g. python run_lab.py SPEC_FILE {self.run_dir.spec_name} train@{run} '
+                   '-s agent.net.optim_spec.lr=<lower> --force')
+        return TrainingDiverged(f'{self.prename}: training diverged at frame {self.clock.frame} (opt_step '
+                                f'{self.clock.opt_step}): {what}; this step was not saved; {fix}')
 
     def _dev_check_learning(self, before: list[torch.Tensor]) -> None:
         """dev mode: after the first training update some parameter must have changed."""
@@ -294,14 +383,19 @@ class Session:
         return returns
 
     def write_csv(self, df_mode: str) -> None:
+        self.before_write()
         rows = self.body.train_rows if df_mode == 'train' else self.body.eval_rows
         atomic_write_text(self.run_dir.session_df_path(self.trial, self.index, df_mode), rows_to_csv(rows))
 
     def save_model(self, which: str) -> None:
         """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt."""
+        self.before_write()
         state = {**self.agent.model_state_dict(), 'frame': self.clock.frame,
                  'total_reward_ma': self.body.best_total_reward_ma if which == 'best' else self.body.total_reward_ma,
                  'obs_norm': obs_norm_state(self.env)}
+        if which == 'best':  # a copy: the live tensors go on training
+            state = _clone_state(state)
+            self.best_model = state
         atomic_write_with(self.run_dir.model_path(self.trial, self.index, which), lambda tmp: torch.save(state, tmp))
 
     def plot(self, png: bool) -> None:
@@ -318,24 +412,104 @@ class Session:
         self.plot(png=False)
 
     def finish(self) -> dict:
-        """Write session metrics and final graphs; return the metrics."""
-        rand_return = analysis.random_baseline(self.spec['env'])
-        metrics = {
-            'eval': analysis.calc_session_metrics(rows_to_df(self.body.eval_rows), rand_return),
-            'train': analysis.calc_session_metrics(rows_to_df(self.body.train_rows), rand_return),
-            'random_baseline': rand_return,
-        }
-        write_json(self.run_dir.session_metrics_path(self.trial, self.index), metrics)
-        self.plot(png=True)
+        """Write session metrics and final graphs; return the metrics. A stop signal during this
+        raises Preempted: the final snapshot is saved, and train@ completes what is missing."""
+        metrics = write_session_results(self.spec, self.run_dir, self.trial, self.index,
+                                        rows_to_df(self.body.train_rows), rows_to_df(self.body.eval_rows),
+                                        png=True, stop=self.stop, frame=self.clock.frame)
         s = metrics['eval']['scalar']
         logger.info(f'{self.prename}: done at frame {self.clock.frame} | final_return_ma {_num(s["final_return_ma"])}'
                     f' | strength {_num(s["strength"])} | stability {_num(s["stability"])}')
         return metrics
 
     def close(self) -> None:
+        """Close the envs (again is harmless)."""
         self.env.close()
         if self.eval_env is not None:
             self.eval_env.close()
+
+
+class DamagedSnapshot(Exception):
+    """A resumed snapshot's memory-mapped arrays failed their checksum before anything was written."""
+
+    def __init__(self, path, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+def _clone_state(obj):
+    """A deep copy of a state dict whose tensors no longer share storage with live ones."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone_state(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def _check_stop(stop: StopSignal | None, frame: int | None) -> None:
+    if stop is not None and stop.requested:
+        raise Preempted(stop.signum, frame)
+
+
+def write_session_results(spec: dict, run_dir: RunDir, trial: int, session: int, train_df: pd.DataFrame,
+                          eval_df: pd.DataFrame, png: bool, stop: StopSignal | None = None,
+                          frame: int | None = None) -> dict:
+    """The final files of a session: metrics JSON and graph. Raises Preempted between writes when
+    a stop signal arrived (each file is atomic, so what is written is whole)."""
+    rand_return = analysis.random_baseline(spec['env'])
+    metrics = {
+        'eval': analysis.calc_session_metrics(eval_df, rand_return),
+        'train': analysis.calc_session_metrics(train_df, rand_return),
+        'random_baseline': rand_return,
+    }
+    _check_stop(stop, frame)
+    write_json(run_dir.session_metrics_path(trial, session), metrics)
+    _check_stop(stop, frame)
+    title = f'{run_dir.prename(trial, session)} {spec["agent"]["algorithm"]["name"]} {spec["env"]["name"]}'
+    viz.plot_session(train_df, title, run_dir.graph_prefix(trial, session), png=png)
+    _check_stop(stop, frame)
+    return metrics
+
+
+def write_trial_results(spec: dict, run_dir: RunDir, trial: int, max_session: int, session_metrics: list[dict],
+                        stop: StopSignal | None = None, frame: int | None = None) -> dict:
+    """The final files of a trial: metrics JSON and graph, from its sessions' metrics and records."""
+    metrics = analysis.calc_trial_metrics([m['eval'] for m in session_metrics])
+    _check_stop(stop, frame)
+    write_json(run_dir.trial_metrics_path(trial), metrics)
+    _check_stop(stop, frame)
+    dfs = [pd.read_csv(run_dir.session_df_path(trial, s, 'eval')) for s in range(max_session)]
+    viz.plot_trial(dfs, f'{run_dir.prename(trial)} {spec["agent"]["algorithm"]["name"]} {spec["env"]["name"]}',
+                   run_dir.graph_prefix(trial), png=True)
+    _check_stop(stop, frame)
+    return metrics
+
+
+def complete_finished_run(spec: dict, run_dir: RunDir, trial: int = 0) -> list[str]:
+    """Write the final files a finished run lacks (a stop signal arrived while they were written),
+    from its records. Returns the names of the files written."""
+    from slm_lab.lib.io import read_json
+    written, session_metrics = [], []
+    n = spec['meta']['max_session']
+    for s in range(n):
+        metrics_path = run_dir.session_metrics_path(trial, s)
+        graph_path = f'{run_dir.graph_prefix(trial, s)}_session_graph.html'
+        try:
+            metrics = read_json(metrics_path) if os.path.exists(graph_path) else None
+        except (OSError, ValueError):
+            metrics = None
+        if not isinstance(metrics, dict) or 'eval' not in metrics:
+            dfs = {m: pd.read_csv(run_dir.session_df_path(trial, s, m)) for m in ('train', 'eval')}
+            metrics = write_session_results(spec, run_dir, trial, s, dfs['train'], dfs['eval'], png=True)
+            written += [metrics_path.name, os.path.basename(graph_path)]
+        session_metrics.append(metrics)
+    trial_graph = f'{run_dir.graph_prefix(trial)}_trial_graph.html'
+    if not (run_dir.trial_metrics_path(trial).exists() and os.path.exists(trial_graph)):
+        write_trial_results(spec, run_dir, trial, n, session_metrics)
+        written += [run_dir.trial_metrics_path(trial).name, os.path.basename(trial_graph)]
+    return written
 
 
 def _as_tuple(x):
@@ -357,26 +531,42 @@ def _duration(seconds: float) -> str:
 def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
                 resume: bool = False, stop: StopSignal | None = None) -> dict:
     """Run one session with its own log file (in-process, or as a child process). With `resume`,
-    continue from the session's newest intact snapshot (a session without one starts fresh)."""
+    continue from the session's newest intact snapshot (a session without one starts fresh: the
+    lab has checked that it recorded nothing). When a snapshot's arrays turn out damaged before
+    anything was written, the session starts again from the next older intact snapshot."""
     lab_logger.setup_console(log_level)
     handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
     own_stop = stop is None
     stop = (stop or StopSignal()).install() if own_stop else stop
+    damaged: list = []
     try:
-        t0 = time.perf_counter()
-        sess = Session(spec, run_dir, mode, trial, session, stop=stop)
-        state = None
-        if resume:
-            loaded = checkpoint.load_latest_snapshot(sess.ckpt_dir)
+        while True:
+            t0 = time.perf_counter()
+            sess = Session(spec, run_dir, mode, trial, session, stop=stop)
+            loaded = checkpoint.load_latest_snapshot(sess.ckpt_dir, skip=damaged) if resume else None
             if loaded is None:
-                logger.info(f'{sess.prename}: no snapshot to resume from; starting this session fresh')
-            else:
-                state, manifest, path = loaded
-                sess.resume_record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'),
-                                      'snapshot': str(path.relative_to(run_dir.root)), 'frame': manifest['frame'],
-                                      'load_s': None, 'lab_version': manifest.get('lab_version')}
-                sess.resume_t0 = t0
-        return sess.run(resume_state=state)
+                if damaged:
+                    raise ResumeError(f'{sess.prename}: the arrays of snapshot {damaged[-1]} are damaged and no older '
+                                      'intact snapshot is left; nothing of this session was changed: start a new '
+                                      'run (SPEC_FILE SPEC_NAME train)')
+                if resume:
+                    logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
+                try:
+                    return sess.run()
+                finally:
+                    sess.close()
+            sess.resume_t0 = t0
+            try:
+                sess.resume_from(*loaded)
+                return sess.run(resumed=True)
+            except DamagedSnapshot as e:
+                logger.warning(f'{sess.prename}: {e}; nothing was written: starting again from the previous '
+                               'snapshot')
+                damaged.append(e.path)
+                aside = checkpoint.set_aside_damaged(e.path)
+                logger.warning(f'{sess.prename}: the damaged snapshot is kept as {aside.name}')
+            finally:
+                sess.close()
     finally:
         if own_stop:
             stop.uninstall()
@@ -439,52 +629,85 @@ class Trial:
                                                self.resume, stop)]
             else:
                 session_metrics = self._run_parallel(specs, stop)
+            return self.finish(session_metrics, stop)  # a stop signal here ends the run resumable
         finally:
             stop.uninstall()
-        return self.finish(session_metrics)
 
     def _run_parallel(self, specs: list[dict], stop: StopSignal) -> list[dict]:
+        """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
+        cores) alive at once; the next starts when one ends. SLM-Lab starts them all together,
+        which with more sessions than cores only makes each slower while all of them hold their
+        memory at once (1000 sessions: 1000 processes). On a stop signal the started sessions are
+        asked to stop once (each saves a snapshot) and the ones not started yet count as stopped;
+        a failing session stops the others. Returns the session metrics in session order."""
+        from queue import Empty
+
+        from slm_lab import resources
         ctx = mp.get_context('spawn')
         queue = ctx.Queue()
-        procs = [ctx.Process(target=_session_worker, daemon=True,
-                             args=((spec, self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
-                                   queue))
-                 for s, spec in enumerate(specs)]
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the children
-        try:
-            for p in procs:
-                p.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        width = min(len(specs), resources.session_pool_width())
+        if width < len(specs):
+            logger.info(f'trial {self.index}: {len(specs)} sessions, {width} at a time (one per CPU core)')
+        waiting = list(range(len(specs)))  # not started yet, in session order
+        procs: dict[int, mp.process.BaseProcess] = {}
         results: dict[int, dict] = {}
-        preempted, errors, started, signalled = [], [], set(), set()
+        preempted, errors = [], []
+        started, signalled, ended = set(), set(), set()  # ended: its outcome is known
+
+        def launch(s: int) -> None:
+            proc = ctx.Process(target=_session_worker, daemon=True,
+                               args=((specs[s], self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
+                                     queue))
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
+            try:
+                proc.start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            procs[s] = proc
+
+        def stopped_before_starting(s: int) -> None:  # nothing to save: stopped, not failed
+            preempted.append((stop.signum, None))
+            ended.add(s)
+
         try:
-            while len(results) + len(preempted) + len(errors) < len(procs):
+            while len(ended) < len(specs):
                 if stop.requested:
-                    for s, p in enumerate(procs):
-                        if s in signalled or not p.is_alive():
+                    for s in waiting:
+                        stopped_before_starting(s)
+                    waiting.clear()
+                    for s, p in procs.items():
+                        if s in signalled or s in ended or not p.is_alive():
                             continue
                         if s in started:  # it saves a snapshot and reports 'preempted'
                             os.kill(p.pid, signal.SIGTERM)
                         else:  # still starting up: nothing to save yet
                             p.kill()
-                            preempted.append((stop.signum, None))
+                            stopped_before_starting(s)
                         signalled.add(s)
-                    if len(results) + len(preempted) + len(errors) >= len(procs):
+                    if len(ended) >= len(specs):
                         break
+                while waiting and not stop.requested and sum(p.is_alive() for p in procs.values()) < width:
+                    launch(waiting.pop(0))
                 try:
                     status, s, payload = queue.get(timeout=0.2)
-                except Exception:  # queue.Empty
-                    if not any(p.is_alive() for p in procs) and queue.empty():
-                        if stop.requested:  # stopped before it could start: nothing to save
-                            preempted.append((stop.signum, None))
-                            continue
-                        errors.append('a session process died without reporting')
-                        break
+                except Empty:
+                    for s, p in procs.items():
+                        # dead first, then nothing queued: a report is in the pipe before its sender exits
+                        if s not in ended and not p.is_alive() and queue.empty():
+                            if stop.requested:
+                                stopped_before_starting(s)
+                            else:
+                                errors.append(f'session {s} process died without reporting (exit code {p.exitcode})')
+                                ended.add(s)
+                                stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
                     continue
                 if status == 'started':
                     started.add(s)
-                elif status == 'ok':
+                    continue
+                if s in ended:  # killed while starting up and already counted as stopped
+                    continue
+                ended.add(s)
+                if status == 'ok':
                     results[s] = payload
                 elif status == 'preempted':
                     preempted.append(payload)
@@ -492,7 +715,7 @@ class Trial:
                     errors.append(f'session {s} failed: {payload}')
                     stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
         finally:
-            for p in procs:
+            for p in procs.values():
                 p.join(timeout=30)
                 if p.is_alive():
                     p.kill()
@@ -503,12 +726,10 @@ class Trial:
             raise Preempted(stop.signum or preempted[0][0], min(frames) if frames else None)
         return [results[s] for s in range(len(specs))]
 
-    def finish(self, session_metrics: list[dict]) -> dict:
-        metrics = analysis.calc_trial_metrics([m['eval'] for m in session_metrics])
-        write_json(self.run_dir.trial_metrics_path(self.index), metrics)
-        dfs = [pd.read_csv(self.run_dir.session_df_path(self.index, s, 'eval')) for s in range(len(session_metrics))]
-        viz.plot_trial(dfs, f'{self.run_dir.prename(self.index)} {self.spec["agent"]["algorithm"]["name"]} '
-                       f'{self.spec["env"]["name"]}', self.run_dir.graph_prefix(self.index), png=True)
+    def finish(self, session_metrics: list[dict], stop: StopSignal | None = None) -> dict:
+        """Write the trial metrics and graph; Preempted when a stop signal arrives meanwhile."""
+        metrics = write_trial_results(self.spec, self.run_dir, self.index, len(session_metrics), session_metrics,
+                                      stop, self.spec['env']['max_frame'])
         s = metrics['scalar']
         logger.info(f'trial {self.index}: {len(session_metrics)} session(s) | final_return_ma '
                     f'{_num(s.get("final_return_ma"))} | strength {_num(s.get("strength"))} | '

@@ -24,6 +24,12 @@ class ResumeError(LabError):
     """A run cannot be resumed as asked."""
 
 
+class TrainingDiverged(LabError):
+    """A loss or gradient norm became NaN or infinite; the session stopped without saving that state."""
+
+    exit_code = 3
+
+
 class Preempted(Exception):
     """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
 

@@ -158,11 +158,40 @@ class Algorithm:
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a snapshot. The optimizers' hyperparameters come from the spec, not the
+        snapshot, so a run resumed under an edited optim_spec (--force) trains with the edited
+        values; see _apply_spec_hyperparameters."""
+        spec_groups = {k: [{h: v for h, v in g.items() if h != 'params'} for g in opt.param_groups]
+                       for k, opt in self.optimizers.items()}
         for k, net in self.nets().items():
             net.load_state_dict(state['nets'][k])
         for k, opt in self.optimizers.items():
             opt.load_state_dict(state['optimizers'][k])
         for k, sched in self.lr_schedulers.items():
             sched.load_state_dict(state['lr_schedulers'][k])
+        for k, opt in self.optimizers.items():
+            _apply_spec_hyperparameters(opt, spec_groups[k], self.lr_schedulers.get(k))
         self.rng.bit_generator.state = state['rng']
         self.load_extra_state(state['extra'])
+
+
+def _apply_spec_hyperparameters(opt: torch.optim.Optimizer, spec_groups: list[dict], sched) -> None:
+    """Give a loaded optimizer the hyperparameters of the spec it was built from (identical for
+    an unchanged spec, so exact resumes stay exact). A changed learning rate rescales what the
+    LR schedule had reached: the run continues as if it had been started with the new rate."""
+    for i, (group, spec_group) in enumerate(zip(opt.param_groups, spec_groups)):
+        for key, value in spec_group.items():
+            if key not in ('lr', 'initial_lr'):
+                group[key] = value
+        spec_lr = spec_group.get('initial_lr', spec_group['lr'])
+        loaded_lr = group.get('initial_lr', group['lr'])
+        if isinstance(spec_lr, torch.Tensor) or isinstance(loaded_lr, torch.Tensor) or spec_lr == loaded_lr:
+            continue
+        ratio = spec_lr / loaded_lr if loaded_lr else None
+        group['lr'] = group['lr'] * ratio if ratio is not None else spec_lr
+        if 'initial_lr' in group:
+            group['initial_lr'] = spec_lr
+        if sched is not None and hasattr(sched, 'base_lrs'):
+            sched.base_lrs[i] = spec_lr
+            if hasattr(sched, '_last_lr'):
+                sched._last_lr[i] = group['lr']

@@ -1,0 +1,281 @@
+"""Resume never silently differs or loses what a run recorded: refusals that change nothing,
+warnings (and records) for every way a continuation departs from the run that never stopped,
+damaged data found before it is trained on, a diverged loss, and stop signals at the end."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_resume import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
+
+from slm_lab import checkpoint, lab
+from slm_lab.lib.errors import ResumeError, TrainingDiverged
+
+
+def copy_spec(spec: dict, **env) -> dict:
+    out = json.loads(json.dumps(spec))
+    out['env'].update(env)
+    return out
+
+
+class LabWarnings:
+    """Collect the lab's warnings (its logger does not propagate to pytest's)."""
+
+    def __enter__(self):
+        self.records = []
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = self.records.append
+        logging.getLogger('slm_lab').addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger('slm_lab').removeHandler(self.handler)
+
+    @property
+    def text(self) -> str:
+        return '\n'.join(r.getMessage() for r in self.records)
+
+
+def flip_byte(path: Path, offset: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if offset is None else offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def one_line_error(done: subprocess.CompletedProcess) -> str:
+    """The error line (warnings about damaged snapshots may come before it)."""
+    lines = done.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith('error:')]
+    assert len(errors) == 1 and lines[-1] == errors[0] and 'Traceback' not in done.stderr, done.stderr
+    return errors[0]
+
+
+def test_records_without_an_intact_snapshot_are_refused_and_left_alone(tmp_path):
+    spec_file = write_spec(tmp_path, 'nosnap', PPO)
+    assert cli([spec_file, 'nosnap', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path).returncode == 0
+    (run,) = run_dirs(tmp_path / 'data', 'nosnap')
+    ckpt = run / 'ckpt' / 'nosnap_t0_s0'
+    for snap in checkpoint.list_snapshots(ckpt):  # every snapshot damaged
+        flip_byte(snap / checkpoint.STATE_FILE)
+    before = tree_digest(run)
+    done = cli([spec_file, 'nosnap', 'train@latest', '-s', 'env.max_frame=2000'], cwd=tmp_path)
+    assert done.returncode == 2
+    line = one_line_error(done)
+    assert 'session 0' in line and 'damaged' in line and 'start a new run' in line, line
+    assert tree_digest(run) == before
+    shutil.rmtree(run / 'ckpt')  # ckpt/ gone altogether
+    before = tree_digest(run)
+    done = cli([spec_file, 'nosnap', 'train@latest', '-s', 'env.max_frame=2000'], cwd=tmp_path)
+    assert done.returncode == 2 and 'no snapshot' in one_line_error(done)
+    assert tree_digest(run) == before
+
+
+def test_extending_max_frame_warns_of_each_schedule_it_moves(tmp_path):
+    spec = json.loads(json.dumps(PPO))
+    spec['agent']['algorithm']['clip_eps_spec'] = {'name': 'linear_decay', 'start_val': 0.2, 'end_val': 0.0,
+                                                   'start_step': 0, 'end_step': 1000}
+    spec['agent']['net']['lr_scheduler_spec'] = {'name': 'LinearToZero'}
+    spec_file = write_spec(tmp_path, 'sched', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'sched', 'train', ['env.max_frame=1000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'sched')
+    with LabWarnings() as warned:
+        lab.run(spec_file, 'sched', 'train@latest', ['env.max_frame=2000'], data_dir=data)
+    record = json.loads((run / 'sched_resumes.json').read_text())[-1]
+    changes = {c['key']: c for c in record['schedule_changes']}
+    lr = changes['agent.net.optim_spec.lr']
+    assert lr['before']['0'] == 0.0 and lr['after']['0'] == pytest.approx(5e-4), lr
+    assert 'LinearToZero' in lr['why']
+    clip = changes['agent.algorithm.clip_eps_spec']
+    assert clip['before']['0'] == clip['after']['0'] == 0.0
+    assert 'agent.algorithm.clip_eps_spec.end_step=2000' in clip['why']
+    assert 'agent.algorithm.clip_eps_spec: at frame 1000' in warned.text
+    assert 'agent.net.optim_spec.lr: at frame 1000 the value goes 0 -> 0.0005' in warned.text
+    # the rule's remedy is allowed: stretch the schedule while extending again
+    lab.run(spec_file, 'sched', 'train@latest', ['env.max_frame=3000',
+                                                 'agent.algorithm.clip_eps_spec.end_step=3000'], data_dir=data)
+    record = json.loads((run / 'sched_resumes.json').read_text())[-1]
+    clip = {c['key']: c for c in record['schedule_changes']}['agent.algorithm.clip_eps_spec']
+    assert clip['before']['0'] == 0.0 and clip['after']['0'] == pytest.approx(0.2 / 3), clip
+    assert not record['forced']
+    assert train_csv(run, 'sched')['frame'].iloc[-1] == 3000
+
+
+def test_dqn_without_snapshot_replay_resumes_approximately_and_says_so(tmp_path):
+    spec = json.loads(json.dumps(DQN))
+    spec['meta']['snapshot_replay'] = False
+    spec_file = write_spec(tmp_path, 'refill', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'refill', 'train', ['env.max_frame=1000'], data_dir=data)
+    with LabWarnings() as warned:
+        lab.run(spec_file, 'refill', 'train@latest', ['env.max_frame=1500'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'refill')
+    assert 'replay memory was not in the snapshot' in warned.text and 'approximate' in warned.text
+    session_record = json.loads((run / 'info' / 'refill_t0_s0_resumes.json').read_text())[-1]
+    assert session_record['exact'] is False
+    assert any('snapshot_replay' in r for r in session_record['approximate'])
+    run_record = json.loads((run / 'refill_resumes.json').read_text())[-1]
+    assert 'snapshot_replay' in run_record['approximate']['0'][0]
+
+
+def test_a_state_that_fails_to_load_changes_nothing(tmp_path):
+    spec_file = write_spec(tmp_path, 'misfit', DQN)
+    assert cli([spec_file, 'misfit', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path).returncode == 0
+    (run,) = run_dirs(tmp_path / 'data', 'misfit')
+    before = tree_digest(run)
+    done = cli([spec_file, 'misfit', 'train@latest', '-s', 'env.max_frame=2000', '-s', 'env.num_envs=4', '--force'],
+               cwd=tmp_path)
+    assert done.returncode == 2 and 'does not fit this spec' in one_line_error(done)
+    assert tree_digest(run) == before
+
+
+def test_a_flipped_byte_in_a_replay_array_falls_back_to_the_previous_snapshot(tmp_path, monkeypatch, no_png):
+    monkeypatch.setattr(checkpoint, 'ARRAY_FILE_MIN_BYTES', 1024)  # so this small replay gets .npy files
+    spec = json.loads(json.dumps(DQN))
+    spec['meta'].update({'keep_checkpoints': 3, 'log_frequency': 500, 'checkpoint_frequency': 500})
+    spec_file = write_spec(tmp_path, 'flip', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'flip', 'train', ['env.max_frame=1500'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'flip')
+    ckpt = run / 'ckpt' / 'flip_t0_s0'
+    newest = checkpoint.list_snapshots(ckpt)[0]
+    array = newest / 'agent.memory.states.npy'
+    assert array.is_file()
+    flip_byte(array, offset=array.stat().st_size - 8)  # in the data, past the .npy header
+    with LabWarnings() as warned:
+        lab.run(spec_file, 'flip', 'train@latest', ['env.max_frame=2500'], data_dir=data)
+    assert 'fails its checksum' in warned.text or 'damaged' in warned.text, warned.text
+    records = json.loads((run / 'info' / 'flip_t0_s0_resumes.json').read_text())
+    assert len(records) == 1 and records[0]['frame'] == 1000, records  # the attempt from 1500 left no record
+    assert 'kept as f000000001500.damaged' in warned.text
+    assert train_csv(run, 'flip')['frame'].tolist() == [500, 1000, 1500, 2000, 2500]
+    for snap in checkpoint.list_snapshots(ckpt):  # what was saved since verifies in full
+        checkpoint.verify_snapshot(snap, full=True)
+
+
+def test_best_weights_from_a_discarded_future_are_kept_aside(tmp_path, no_png):
+    spec = json.loads(json.dumps(DQN))
+    spec['meta'].update({'snapshot_replay': False, 'keep_checkpoints': 5})
+    spec_file = write_spec(tmp_path, 'future', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'future', 'train', ['env.max_frame=2000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'future')
+    best_path = run / 'model' / 'future_t0_s0_model_best.pt'
+    best = torch.load(best_path, weights_only=True)
+    # as after a crash between saving a better model_best.pt and the next snapshot
+    best['frame'], best['total_reward_ma'] = 1900, 1e6
+    torch.save(best, best_path)
+    for snap in checkpoint.list_snapshots(run / 'ckpt' / 'future_t0_s0'):
+        if int(snap.name[1:]) > 1000:
+            shutil.rmtree(snap)
+    lab.run(spec_file, 'future', 'train@latest', ['env.max_frame=2000'], data_dir=data)
+    aside = run / 'model' / 'future_t0_s0_model_best_discarded_f1900.pt'
+    assert aside.is_file() and torch.load(aside, weights_only=True)['total_reward_ma'] == 1e6
+    restored = torch.load(best_path, weights_only=True)
+    assert restored['frame'] <= 2000 and restored['total_reward_ma'] < 1e6
+
+
+def test_a_loss_that_becomes_non_finite_stops_the_session_in_one_line(tmp_path):
+    spec = json.loads(json.dumps(DQN))
+    spec['agent']['net']['optim_spec'] = {'name': 'SGD', 'lr': 1e30}
+    spec['meta'].update({'log_frequency': 50, 'checkpoint_frequency': 50})
+    spec_file = write_spec(tmp_path, 'diverge', spec)
+    done = cli([spec_file, 'diverge', 'train', '-s', 'env.max_frame=3000'], cwd=tmp_path)
+    assert done.returncode == TrainingDiverged.exit_code, done.stderr
+    line = one_line_error(done)
+    assert 'training diverged at frame' in line and 'train@' in line, line
+    (run,) = run_dirs(tmp_path / 'data', 'diverge')
+    snaps = checkpoint.list_snapshots(run / 'ckpt' / 'diverge_t0_s0')
+    assert snaps
+    state, _ = checkpoint.load_snapshot(snaps[0])
+    for net in state['agent']['algorithm']['nets'].values():
+        assert all(torch.isfinite(t).all() for t in net.values())
+    # the snapshot before the divergence continues under a changed spec
+    done = cli([spec_file, 'diverge', 'train@latest', '-s', 'env.max_frame=3000',
+                '-s', 'agent.net.optim_spec.lr=0.001', '--force'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert train_csv(run, 'diverge')['frame'].iloc[-1] == 3000
+
+
+STOP_DURING = '''
+import os, signal, sys
+sys.path.insert(0, {root!r})
+from slm_lab.experiment import analysis
+original = analysis.{fn}
+def stop_here(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # as if it arrived while the final files are written
+    return original(*args, **kwargs)
+analysis.{fn} = stop_here
+sys.argv = ['run_lab.py', {spec_file!r}, {name!r}, 'train']
+import runpy
+runpy.run_path({run_lab!r}, run_name='__main__')
+'''
+
+
+@pytest.mark.parametrize('fn,missing', [
+    ('calc_session_metrics', ['info/stopsess_t0_s0_session_metrics.json', 'info/stopsess_t0_trial_metrics.json',
+                              'graph/stopsess_t0_trial_graph.html']),
+    ('calc_trial_metrics', ['info/stoptrial_t0_trial_metrics.json', 'graph/stoptrial_t0_trial_graph.html'])])
+def test_a_stop_while_final_files_are_written_ends_resumable(tmp_path, fn, missing):
+    """SIGTERM after max_frame, while the session's or the trial's final files are written: exit
+    143, the run resumable; train@latest of the finished run writes what is missing."""
+    name = 'stopsess' if fn == 'calc_session_metrics' else 'stoptrial'
+    spec = copy_spec(PPO, max_frame=1000)
+    spec_file = write_spec(tmp_path, name, spec)
+    script = STOP_DURING.format(root=str(Path(RUN_LAB).parent), fn=fn, spec_file=spec_file, name=name,
+                                run_lab=RUN_LAB)
+    done = subprocess.run([sys.executable, '-c', script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, 'BROWSER_PATH': '/dev/null/none'})
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    (run,) = run_dirs(tmp_path / 'data', name)
+    assert not any((run / m).exists() for m in missing), missing
+    done = cli([spec_file, name, 'train@latest'], cwd=tmp_path, env={**os.environ, 'BROWSER_PATH': '/dev/null/none'})
+    assert done.returncode == 0, done.stderr
+    assert 'already finished' in done.stdout and 'completed its missing final files' in done.stdout, done.stdout
+    assert all((run / m).is_file() for m in missing)
+    assert train_csv(run, name)['frame'].iloc[-1] == 1000
+
+
+def test_latest_skips_a_run_directory_that_never_got_its_spec(tmp_path):
+    spec_file = write_spec(tmp_path, 'half', PPO)
+    data = tmp_path / 'data'
+    lab.run(spec_file, 'half', 'train', ['env.max_frame=1000'], data_dir=str(data))
+    (run,) = run_dirs(data, 'half')
+    (data / 'half_2099_01_01_000000' / 'info').mkdir(parents=True)  # killed while being created
+    with LabWarnings() as warned:
+        lab.run(spec_file, 'half', 'train@latest', ['env.max_frame=1500'], data_dir=str(data))
+    assert 'skipping' in warned.text and 'half_2099_01_01_000000' in warned.text
+    assert train_csv(run, 'half')['frame'].iloc[-1] == 1500
+
+
+@pytest.mark.parametrize('content', ['[]', '{}', '{"agent": {}, "env": {}, "meta": 5}', 'not json'])
+def test_a_damaged_run_spec_is_one_line(tmp_path, content):
+    spec_file = write_spec(tmp_path, 'badspec', PPO)
+    assert cli([spec_file, 'badspec', 'train', '-s', 'env.max_frame=500'], cwd=tmp_path).returncode == 0
+    (run,) = run_dirs(tmp_path / 'data', 'badspec')
+    (run / 'badspec_spec.json').write_text(content)
+    before = tree_digest(run)
+    done = cli([spec_file, 'badspec', 'train@latest', '-s', 'env.max_frame=1000'], cwd=tmp_path)
+    assert done.returncode == 2 and 'badspec_spec.json' in one_line_error(done)
+    assert tree_digest(run) == before
+
+
+@pytest.mark.parametrize('log', ['badlog_resumes.json', 'info/badlog_t0_s0_resumes.json'])
+def test_a_damaged_resume_log_is_one_line(tmp_path, log):
+    spec_file = write_spec(tmp_path, 'badlog', PPO)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'badlog', 'train', ['env.max_frame=500'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'badlog')
+    (run / log).write_text('{"format_version": 1}')
+    before = tree_digest(run)
+    with pytest.raises(ResumeError, match=log.split('/')[-1]):
+        lab.run(spec_file, 'badlog', 'train@latest', ['env.max_frame=1000'], data_dir=data)
+    assert tree_digest(run) == before

@@ -1,9 +1,10 @@
 """Measure how fast snapshots are written and read back, and what they cost in memory.
 
     python bench/checkpoint.py            # everything: ~2 GB replay, 3 repetitions (~11 minutes)
-    python bench/checkpoint.py --quick    # a 10x smaller replay and 1 repetition (~1 minute)
+    python bench/checkpoint.py --quick    # 10x smaller replays and 1 repetition (~1 minute)
+    python bench/checkpoint.py --parts verify --reps 3   # the background checksum alone (~0.3 GB)
 
-Three parts (--parts picks some of them):
+Four parts (--parts picks some of them):
 
   sessions  A real PPO CartPole session (spec/demo.json ppo_cartpole) and a DQN CartPole session
             (spec/benchmark/dqn/dqn_cartpole_zoo.json, with and without meta.snapshot_replay) are
@@ -39,6 +40,15 @@ Three parts (--parts picks some of them):
             reports the first resumed step; also the in-process `load_s` that the run records in
             info/*_resumes.json. For reference, a bare `python -c "import torch, gymnasium,
             pandas, plotly"`: the end-to-end time includes Python start-up and imports.
+  verify    What checking a resumed snapshot's array checksums costs the first training steps. A
+            replay snapshot of --verify-size transitions (15,000 by default: ~0.3 GB of arrays) is
+            saved once; then, in a fresh subprocess each, with the page cache dropped: load_snapshot
+            + Replay.load_state_dict, then --steps steps (500; a step is replay.sample() and one Adam
+            update of a 2560-64-4 MLP), timed to steps 1, 100 and the last, with the checksums
+              none        not checked (sizes only: what a resume did before)
+              background  checked by checkpoint.verify_arrays_async while the steps run; also the
+                          time the check took and how long a save after the last step would wait
+              upfront     checked before the first step (load_snapshot(verify_arrays=True))
 
 All files go to a temporary directory under data/ (same disk as the repository), deleted at the
 end. Each figure is measured --reps times (3; 1 with --quick); the table gives the best and the
@@ -68,6 +78,7 @@ import numpy as np  # noqa: E402
 
 OBS_DIM = 2560  # float32: 10,240 bytes per observation
 FULL_REPLAY_SIZE = 100_000
+VERIFY_REPLAY_SIZE = 15_000  # ~0.3 GB of arrays: the verify part's replay
 CHUNK = 64 << 20  # raw disk test: bytes per write/read call
 FILL_CHUNK = 1000  # transitions per Replay.add while filling
 SAMPLES = 100  # batches timed for the mean time of one replay.sample()
@@ -364,8 +375,46 @@ def phase_disk(work: Path, size: int) -> dict:
     return {'seconds': first_s, 'repeat_s': repeat_s, 'read_s': read_s, 'bytes': nbytes, 'cache': cache_label(cache)}
 
 
+def phase_verify_steps(work: Path, size: int, path: str, mode: str, steps: int) -> dict:
+    """Resume-like training steps on a cold replay snapshot, with its array checksums checked
+    `mode`: 'none' (sizes only, no checksum), 'background' (verify_arrays_async while the steps
+    run; waited for after the last step, as save_snapshot would), or 'upfront' (load_snapshot with
+    verify_arrays=True: a full read before the first step). A step is one replay.sample() and an
+    Adam update of a small MLP on it, as a DQN step does."""
+    import torch
+    from slm_lab import checkpoint
+    torch.manual_seed(0)
+    path = Path(path)
+    replay = make_replay(size, fill=False)
+    net = torch.nn.Sequential(torch.nn.Linear(OBS_DIM, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    optim = torch.optim.Adam(net.parameters(), lr=1e-3)
+    cache = drop_page_cache([p for p in path.iterdir() if p.is_file()])
+    marks = {1, min(100, steps), steps}
+    at: dict[str, float] = {}
+    t0 = time.perf_counter()
+    state, manifest = checkpoint.load_snapshot(path, verify_arrays=(mode == 'upfront'))
+    replay.load_state_dict(state['memory'])
+    verifier = checkpoint.verify_arrays_async(path, manifest) if mode == 'background' else None
+    for step in range(1, steps + 1):
+        batch = replay.sample()
+        q = net(torch.from_numpy(np.asarray(batch.states)))
+        loss = (q.gather(1, torch.from_numpy(np.asarray(batch.actions, dtype=np.int64)).view(-1, 1)).squeeze(1)
+                - torch.from_numpy(np.asarray(batch.rewards))).pow(2).mean()
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        if step in marks:
+            at[f'step_{step}_s'] = time.perf_counter() - t0
+    if verifier is not None:
+        assert verifier.result() is None
+        at['verified_s'] = verifier.seconds  # measured from the verifier's start
+        at['wait_after_steps_s'] = time.perf_counter() - t0 - at[f'step_{steps}_s']
+    return {'mode': mode, 'cache': cache_label(cache), 'array_bytes': sum(
+        info['size'] for name, info in manifest['files'].items() if name != checkpoint.STATE_FILE), **at}
+
+
 PHASES = {'snapshot-save': phase_snapshot_save, 'snapshot-load': phase_snapshot_load,
-          'snapshot-sample': phase_snapshot_sample,
+          'snapshot-sample': phase_snapshot_sample, 'verify-steps': phase_verify_steps,
           'pickle-save': phase_pickle_save, 'pickle-load': phase_pickle_load, 'disk': phase_disk}
 
 
@@ -540,6 +589,33 @@ def bench_replay(work: Path, table: Table, reps: int, size: int) -> None:
     add_rate('raw disk: sequential read', disk, f'page cache {caches(disk)}; 64 MiB readinto calls', key='read_s')
 
 
+# --- part 4: the background checksum check on resume --------------------------------------------
+
+VERIFY_MODES = ('none', 'background', 'upfront')
+
+
+def bench_verify(work: Path, table: Table, reps: int, size: int, steps: int) -> None:
+    rows: dict[str, list[dict]] = {mode: [] for mode in VERIFY_MODES}
+    saved = run_phase('snapshot-save', work, size=size)
+    for rep in range(reps):
+        for mode in VERIFY_MODES[rep % 3:] + VERIFY_MODES[:rep % 3]:  # the order rotates, as in bench_replay
+            rows[mode].append(run_phase('verify-steps', work, size=size, path=saved['path'], mode=mode, steps=steps))
+    nbytes = rows['none'][0]['array_bytes']
+    print(f'\nverify: a replay snapshot of {gb(nbytes):.3f} GB of arrays ({size:,} transitions), page cache '
+          f"{', '.join(sorted({r['cache'] for mode in rows for r in rows[mode]}))}; a step is replay.sample() + "
+          f'one Adam update of a {OBS_DIM}-64-4 MLP')
+    mid = min(100, steps)
+    for mode, label in (('none', 'sizes only (no checksum)'), ('background', 'background checksum'),
+                        ('upfront', 'checksum before the first step')):
+        for step in sorted({1, mid, steps}):
+            table.add(f'resume, {label}: to step {step}', [r[f'step_{step}_s'] for r in rows[mode]], 's',
+                      'from load_snapshot')
+    table.add('resume, background checksum: check done', [r['verified_s'] for r in rows['background']], 's',
+              f'{gb(nbytes) / statistics.median(r["verified_s"] for r in rows["background"]):.2f} GB/s while training')
+    table.add(f'resume, background checksum: wait after step {steps}',
+              [r['wait_after_steps_s'] for r in rows['background']], 's', 'what a save at that point would wait')
+
+
 # --- part 3: train@latest to the first resumed step ---------------------------------------------
 
 def _timed_lab(cwd: Path, args: list[str], markers: dict[str, str]) -> dict:
@@ -601,8 +677,11 @@ def main() -> None:
     parser.add_argument('--replay-size', type=int, default=None,
                         help=f'transitions in the replay ({FULL_REPLAY_SIZE:,}; {FULL_REPLAY_SIZE // 10:,} with --quick)')
     parser.add_argument('--frames', type=int, default=4000, help='frames each CartPole session trains before saving')
-    parser.add_argument('--parts', default='sessions,replay,resume',
-                        help='comma-separated: sessions, replay, resume (default: all)')
+    parser.add_argument('--parts', default='sessions,replay,resume,verify',
+                        help='comma-separated: sessions, replay, resume, verify (default: all)')
+    parser.add_argument('--verify-size', type=int, default=None,
+                        help='transitions in the replay of the verify part (15,000: ~0.3 GB; 1,500 with --quick)')
+    parser.add_argument('--steps', type=int, default=500, help='training steps timed after a resume (verify part)')
     parser.add_argument('--phase', help=argparse.SUPPRESS)
     parser.add_argument('--work-dir', help=argparse.SUPPRESS)
     parser.add_argument('--phase-args', help=argparse.SUPPRESS)
@@ -616,11 +695,13 @@ def main() -> None:
     reps = args.reps or (1 if args.quick else 3)
     size = args.replay_size or (FULL_REPLAY_SIZE // 10 if args.quick else FULL_REPLAY_SIZE)
     parts = [p.strip() for p in args.parts.split(',') if p.strip()]
-    unknown = set(parts) - {'sessions', 'replay', 'resume'}
+    unknown = set(parts) - {'sessions', 'replay', 'resume', 'verify'}
     if unknown:
-        parser.error(f'unknown part(s) {sorted(unknown)}; valid: sessions, replay, resume')
+        parser.error(f'unknown part(s) {sorted(unknown)}; valid: sessions, replay, resume, verify')
+    verify_size = args.verify_size or (VERIFY_REPLAY_SIZE // 10 if args.quick else VERIFY_REPLAY_SIZE)
     print(f'{time.strftime("%Y-%m-%d %H:%M")} | {os.cpu_count()} CPUs | python {sys.version.split()[0]} | '
-          f'reps {reps} | replay {size:,} transitions | load average {os.getloadavg()[0]:.2f}')
+          f'reps {reps} | replay {size:,} transitions | verify replay {verify_size:,} transitions | '
+          f'load average {os.getloadavg()[0]:.2f}')
     data_dir = REPO_ROOT / 'data'
     data_dir.mkdir(exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix='bench_checkpoint_', dir=data_dir))
@@ -632,6 +713,10 @@ def main() -> None:
             bench_replay(work, table, reps, size)
         if 'resume' in parts:
             bench_resume(work, table, reps)
+        if 'verify' in parts:
+            verify_dir = work / 'verify'
+            verify_dir.mkdir()
+            bench_verify(verify_dir, table, reps, verify_size, args.steps)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f'load average at the end {os.getloadavg()[0]:.2f}\n')

@@ -164,7 +164,10 @@ def session_has_progress(run_dir: RunDir, session: int) -> list[str]:
     for which in ('latest', 'best'):
         if run_dir.model_path(0, session, which).exists():
             found.append(str(run_dir.model_path(0, session, which)))
-    found += [str(p) for p in checkpoint.list_snapshots(run_dir.ckpt_dir(0, session))]
+    ckpt = run_dir.ckpt_dir(0, session)
+    found += [str(p) for p in checkpoint.list_snapshots(ckpt)]
+    if ckpt.is_dir():  # snapshots set aside as damaged are progress too
+        found += [str(p) for p in sorted(ckpt.glob('f*.damaged*'))]
     return found
 
 

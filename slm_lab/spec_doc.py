@@ -406,8 +406,13 @@ RESUME_EDITS = """\
 ## Editing a spec before resuming (`train@`)
 
 `train@latest` and `train@<run dir>` read the spec file as it is now (with the `-s` options
-given) and compare it with the run's saved spec. These keys may change: {allowed}. Any other
-change is refused with the list of changes, unless `--force` is given; a resume that goes ahead
+given) and compare it with the run's saved spec. These keys may change: {allowed}, and any key
+of an algorithm schedule (`agent.algorithm.*_spec.start_val`, `end_val`, `start_step`,
+`end_step`, `name`, `decay_rate`, `frequency`). The run continues as if it had been started with
+the edited spec: each schedule that moves at the resume frame (an edited one, or `LinearToZero`
+after `env.max_frame` changed), and each whose `end_step` spanned the old run, gets a warning
+and an entry in `schedule_changes` of the resume record ([resume.md](resume.md#extending-a-run-schedules)).
+Any other change is refused with the list of changes, unless `--force` is given; a resume that goes ahead
 records its changes in the run's `{spec_name}_resumes.json`. `meta.max_session` may grow but
 never shrink, even with `--force`. `env.max_frame` may not be below the frame the run has
 reached; when every session has already reached it, the lab says the run is finished and exits

@@ -538,17 +538,17 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
     handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
     own_stop = stop is None
     stop = (stop or StopSignal()).install() if own_stop else stop
-    damaged: list = []
+    damaged: list = []  # snapshots whose arrays failed their checksums, not yet set aside
     try:
         while True:
             t0 = time.perf_counter()
             sess = Session(spec, run_dir, mode, trial, session, stop=stop)
             loaded = checkpoint.load_latest_snapshot(sess.ckpt_dir, skip=damaged) if resume else None
             if loaded is None:
-                if damaged:
+                if damaged:  # each failed before anything was written, and none is deleted
                     raise ResumeError(f'{sess.prename}: the arrays of snapshot {damaged[-1]} are damaged and no older '
-                                      'intact snapshot is left; nothing of this session was changed: start a new '
-                                      'run (SPEC_FILE SPEC_NAME train)')
+                                      'intact snapshot is left; nothing of this session was written or deleted: '
+                                      'start a new run (SPEC_FILE SPEC_NAME train)')
                 if resume:
                     logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
                 try:
@@ -556,6 +556,9 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
                 finally:
                     sess.close()
             sess.resume_t0 = t0
+            while damaged:  # an older intact snapshot was found: now the damaged ones can go aside
+                aside = checkpoint.set_aside_damaged(damaged.pop())
+                logger.warning(f'{sess.prename}: the damaged snapshot is kept as {aside.name}')
             try:
                 sess.resume_from(*loaded)
                 return sess.run(resumed=True)
@@ -563,8 +566,6 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
                 logger.warning(f'{sess.prename}: {e}; nothing was written: starting again from the previous '
                                'snapshot')
                 damaged.append(e.path)
-                aside = checkpoint.set_aside_damaged(e.path)
-                logger.warning(f'{sess.prename}: the damaged snapshot is kept as {aside.name}')
             finally:
                 sess.close()
     finally:

@@ -9,7 +9,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, SpecError
 from slm_lab.lib.io import write_json
 from slm_lab.lib.version import git_sha
-from slm_lab.spec import load_spec
+from slm_lab.spec import check_spec_name, load_spec
 
 logger = lab_logger.get_logger('slm_lab.lab')
 MODES = ('dev', 'train')
@@ -31,7 +31,10 @@ def check_mode(mode: str) -> str:
 
 def preflight(spec: dict) -> None:
     """Build the env and agent once, so that a spec that cannot run (e.g. an algorithm that does
-    not fit the env's action space) fails before the run directory exists."""
+    not fit the env's action space) fails before the run directory exists. Between the two, the
+    memory the spec needs is estimated from the env's spaces, so a spec the machine cannot hold
+    is refused before anything of its size is allocated."""
+    from slm_lab import resources
     from slm_lab.agent import Agent
     from slm_lab.env import Clock, make_env
     try:
@@ -42,6 +45,7 @@ def preflight(spec: dict) -> None:
         where = f'env.make_kwargs: {kwargs} do not fit' if kwargs else 'env.name:'
         raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
     try:
+        resources.check_memory(spec, env.single_observation_space, env.single_action_space)
         agent = Agent(spec, env.single_observation_space, env.single_action_space, spec['env']['num_envs'],
                       Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
     finally:
@@ -91,6 +95,7 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     """Run a spec in a mode; returns the trial metrics (None when a resumed run was already
     finished). Raises LabError for user errors, before anything is written."""
     mode = check_mode(mode)
+    check_spec_name(spec_name)  # before train@ looks for data/{spec_name}_* or a run is made
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
     if mode.startswith('train@'):
         return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force)

@@ -13,9 +13,22 @@ import re
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, check_object, suggest
+from slm_lab.lib.schema import Field, check_finite, check_object, suggest
 
 PLACEHOLDER_RE = re.compile(r'\$\{([A-Za-z0-9_.\-]+)\}')
+# A spec name becomes the run directory's name and the prefix of every file in it, so it must be
+# a plain file name: no path separators, no leading dot (hidden, or '..'), short enough that the
+# longest file name made from it stays under the usual 255-byte limit.
+SPEC_NAME_RE = re.compile(r'[A-Za-z0-9_\-][A-Za-z0-9_.\-]*')
+SPEC_NAME_MAX_LEN = 128
+# Sessions are processes and each writes its own files; more seeds than any study uses (papers
+# report 3-10) is a typo or a fuzzed value, and 2**63 of them would never finish writing specs.
+MAX_SESSIONS = 256
+MAX_TRIALS = 1000
+# torch takes seeds and thread counts as 64-bit integers (a larger one is a traceback); the seed
+# bound leaves room for the per-session offsets added to it
+MAX_SEED = 2**62
+MAX_THREADS = 1024
 
 ENV_SCHEMA = {
     'name': Field((str,), doc='gymnasium environment id, e.g. CartPole-v1'),
@@ -40,16 +53,17 @@ META_SCHEMA = {
                             doc='frames between evaluations (default: log_frequency)'),
     'rigorous_eval': Field((int,), 0, min=0,
                            doc='episodes of greedy play on a separate env at each eval (0: use training returns)'),
-    'max_session': Field((int,), 1, min=1, doc='sessions (seeds) per trial, run in parallel processes'),
-    'max_trial': Field((int,), 1, min=1, doc='trials in a search'),
-    'random_seed': Field((int,), None, nullable=True, min=0,
+    'max_session': Field((int,), 1, min=1, max=MAX_SESSIONS,
+                         doc='sessions (seeds) per trial, run in parallel processes, at most one per CPU core at once'),
+    'max_trial': Field((int,), 1, min=1, max=MAX_TRIALS, doc='trials in a search'),
+    'random_seed': Field((int,), None, nullable=True, min=0, max=MAX_SEED,
                          doc='base seed; session s of trial t uses random_seed + 1000*t + s (drawn when null)'),
     'checkpoint_frequency': Field((int,), None, nullable=True, min=1,
                                   doc='frames between snapshots of the whole session state (default: log_frequency)'),
     'keep_checkpoints': Field((int,), 2, min=1, doc='recent snapshots kept per session (plus best weights and the final one)'),
     'snapshot_replay': Field((bool,), False,
                              doc='include an off-policy replay memory in snapshots (else it refills after resume)'),
-    'torch_num_threads': Field((int,), 1, min=1, doc='torch intra-op threads per session'),
+    'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
     # filled by the lab and recorded in the saved specs
     'experiment_ts': Field((str,), None, nullable=True, doc='(set by the lab) run timestamp'),
     'trial': Field((int,), None, nullable=True, doc='(set by the lab) trial index'),
@@ -84,8 +98,20 @@ def read_spec_file(spec_file: str) -> dict:
     return specs
 
 
+def check_spec_name(spec_name: Any) -> str:
+    """The spec name, or a SpecError: it names the run directory and its files, so it must be a
+    plain name (letters, digits, '_', '-', '.', not starting with '.'), never a path."""
+    if not isinstance(spec_name, str) or not SPEC_NAME_RE.fullmatch(spec_name) \
+            or len(spec_name) > SPEC_NAME_MAX_LEN:
+        raise SpecError(f'spec name {spec_name!r} is not a valid name: use letters, digits, _, - and . '
+                        f'(not first), at most {SPEC_NAME_MAX_LEN} characters; it names the run directory '
+                        'under data/, so it cannot be a path')
+    return spec_name
+
+
 def get_raw_spec(spec_file: str, spec_name: str) -> dict:
     """The named spec from a spec file, unvalidated."""
+    check_spec_name(spec_name)
     specs = read_spec_file(spec_file)
     if spec_name not in specs:
         names = ', '.join(specs) or '(none)'
@@ -226,6 +252,9 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
         raise SpecError(f'{path}.{name_key}: required key is missing; valid {section} {name_key}s: '
                         f'{", ".join(registry)}')
     name = spec[name_key]
+    if not isinstance(name, str):  # an object or list here would be unhashable below
+        raise SpecError(f'{path}.{name_key}: expected a string, got {type(name).__name__} {name!r}; '
+                        f'valid {section} {name_key}s: {", ".join(registry)}')
     if name in registry:
         return registry[name]
     if name in planned:
@@ -246,6 +275,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         raise SpecError(f'{spec_name}: a spec must be a JSON object')
     spec = copy.deepcopy(spec)
     spec.pop('name', None)
+    # NaN and Infinity (which Python's json reads, as it reads 1e400) pass every range check and
+    # would reach torch or numpy; free-form objects such as optim_spec or make_kwargs included
+    check_finite(spec)
     spec.pop('body', None)  # SLM-Lab v4's multi-agent body layout; one agent, one env here
     for key in ('agent', 'env'):
         _unwrap_single(spec, key)

@@ -29,7 +29,10 @@ class RunDir:
 
     @classmethod
     def for_spec(cls, data_dir: str, spec_name: str, experiment_ts: str) -> 'RunDir':
-        return cls(Path(data_dir) / f'{spec_name}_{experiment_ts}', spec_name)
+        """The run directory of a new run; a spec name that is not a plain name (a path such as
+        '../x') is refused, so a run never lands outside data_dir."""
+        from slm_lab.spec import check_spec_name
+        return cls(Path(data_dir) / f'{check_spec_name(spec_name)}_{experiment_ts}', spec_name)
 
     def create(self) -> None:
         for sub in SUBDIRS:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -51,6 +52,21 @@ def suggest(name: str, valid) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ''
 
 
+def check_finite(value: Any, path: str = '') -> None:
+    """SpecError at the first NaN or infinite number in `value` (objects and lists walked too):
+    JSON readers accept NaN, Infinity and overflowing literals such as 1e400, and no spec value
+    means any of them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        written = 'NaN' if math.isnan(value) else ('Infinity' if value > 0 else '-Infinity')
+        raise SpecError(f'{path or "value"}: {written} is not allowed; give a finite number')
+    if isinstance(value, dict):
+        for key, item in value.items():
+            check_finite(item, f'{path}.{key}' if path else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            check_finite(item, f'{path}[{i}]')
+
+
 def _type_ok(value: Any, types: tuple) -> bool:
     if isinstance(value, bool):
         return bool in types
@@ -67,6 +83,7 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
         raise SpecError(f'{path}: null is not allowed; expected {_expect(fld)}')
     if not _type_ok(value, fld.types):
         raise SpecError(f'{path}: expected {_expect(fld)}, got {type(value).__name__} {value!r}')
+    check_finite(value, path)
     if fld.item_type is not None:
         for i, item in enumerate(value):
             if not _type_ok(item, (fld.item_type,)):

@@ -1,0 +1,199 @@
+"""What a spec needs of the machine, and what the machine has: memory and CPU cores.
+
+The memory estimate runs before a run's directory exists and before anything spec-sized is
+built, so a spec the machine cannot hold (a net of 40 GB, a replay of 14 TiB) is refused in one
+line instead of failing in an allocation halfway through. It counts what grows with the spec's
+sizes and is meant to be conservative (it rounds up), not exact:
+
+  nets     each MLP of the algorithm, counted from its layer widths: a trained parameter is
+           float32 weights + gradients + two optimizer moments (as Adam) = 16 bytes, a target
+           net's only its weights (4 bytes)
+  memory   Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
+           batch; OnPolicyBatchReplay: time_horizon x num_envs steps, twice (the buffer and the
+           batch it hands out), plus their float32 tensors and the activations of a pass over them
+  envs     num_envs x a small allowance per env (a process per env when vectorization is async)
+  process  python, torch and gymnasium in one session process
+and multiplies a session's need by the sessions that run at once (see `session_pool_width`).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from typing import NamedTuple
+
+import gymnasium as gym
+
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import SpecError
+
+logger = lab_logger.get_logger('slm_lab.resources')
+
+FLOAT_BYTES = 4
+TRAINED_PARAM_BYTES = 4 * FLOAT_BYTES  # weights, gradients, Adam's two moments
+FROZEN_PARAM_BYTES = FLOAT_BYTES  # a target net: weights only
+ACTIVATION_COPIES = 3  # per unit in a training pass: pre-activation, activation kept for backward, its gradient
+PROCESS_BYTES = 300 * 2**20  # a session process with torch and gymnasium imported measures ~260 MB resident
+SYNC_ENV_BYTES = 64 * 2**10  # a classic-control env object is a few KB
+ASYNC_ENV_BYTES = 64 * 2**20  # an async env is a worker process (~30 MB resident for CartPole)
+
+
+class Need(NamedTuple):
+    """One item of the estimate: what it is, the spec key that drives its size, bytes."""
+    what: str
+    key: str
+    nbytes: int
+
+
+class MachineMemory(NamedTuple):
+    """Bytes of RAM: total, and available now (None where the system does not say)."""
+    total: int
+    available: int | None
+
+
+def session_pool_width() -> int:
+    """How many session processes of a trial run at once: the CPU cores this process may use.
+    A session is one busy process (env steps and torch on one thread by default), so more at once
+    than cores only makes each slower while they hold their memory together."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_memory() -> MachineMemory:
+    """Total and available RAM, from /proc/meminfo on Linux, else os.sysconf."""
+    try:
+        fields = {}
+        with open('/proc/meminfo') as f:
+            for line in f:
+                name, value = line.split(':', 1)
+                fields[name] = int(value.split()[0]) * 1024  # reported in kB
+        return MachineMemory(fields['MemTotal'], fields.get('MemAvailable'))
+    except (OSError, KeyError, ValueError):
+        return MachineMemory(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES'), None)
+
+
+def format_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'; binary units, as `free -h` shows them."""
+    for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
+        if abs(n) < 1024:
+            return f'{n:.0f} {unit}' if unit == 'B' else f'{n:.1f} {unit}'
+        n /= 1024
+    return f'{n:.1f} PiB' if abs(n) < 1024 else f'{n:.3g} PiB'  # absurd sizes stay readable
+
+
+def mlp_param_count(in_dim: int, widths: list[int], out_dims: list[int]) -> int:
+    """Weights and biases of an MLP in_dim -> widths... -> one linear head per out_dim."""
+    count, dim = 0, in_dim
+    for width in widths:
+        count += dim * width + width
+        dim = width
+    return count + sum(dim * out + out for out in out_dims)
+
+
+def _space_bytes(space: gym.Space) -> int:
+    """Bytes the memories store per element of a space (see memory.base.space_shape_dtype)."""
+    from slm_lab.agent.memory.base import space_shape_dtype
+    shape, dtype = space_shape_dtype(space)
+    return math.prod(shape) * dtype.itemsize
+
+
+def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tuple[list[Need], int]:
+    """The nets' memory, and the units (summed layer widths) a sample passes through in one
+    forward pass of all of them. The algorithm is built once with every hidden layer 1 wide,
+    which costs nothing and shows which MLPs it makes (a policy and a value net, a target net)
+    and which of them an optimizer trains; their real sizes then follow from the widths."""
+    from slm_lab.agent.algorithm import ALGORITHMS
+    from slm_lab.agent.net import MLPNet
+    from slm_lab.env import Clock
+    net_spec = spec['agent']['net']
+    if net_spec is None:
+        return [], 0
+    widths = list(net_spec['hid_layers'])
+    tiny = copy.deepcopy(spec)
+    tiny['agent']['net']['hid_layers'] = [1] * len(widths)
+    tiny['agent']['net']['gpu'] = False
+    algo_cls = ALGORITHMS[spec['agent']['algorithm']['name']]
+    algorithm = algo_cls(tiny['agent'], tiny['env'], obs_space, action_space, 1, Clock(1, 1), None, seed=0)
+    trained = {id(p) for opt in algorithm.optimizers.values() for group in opt.param_groups for p in group['params']}
+    nbytes, units, seen, in_mlps = 0, 0, set(), set()
+    for net in algorithm.nets().values():
+        for module in net.modules():
+            if not isinstance(module, MLPNet) or id(module) in seen:
+                continue
+            seen.add(id(module))
+            params = list(module.parameters())
+            in_mlps.update(id(p) for p in params)
+            per_param = TRAINED_PARAM_BYTES if any(id(p) in trained for p in params) else FROZEN_PARAM_BYTES
+            nbytes += mlp_param_count(module.in_dim, widths, module.out_dims) * per_param
+            units += module.in_dim + sum(widths) + sum(module.out_dims)
+        for p in net.parameters():  # parameters outside the MLPs (a Normal policy's log_std) as built
+            if id(p) not in in_mlps:
+                in_mlps.add(id(p))
+                nbytes += p.numel() * (TRAINED_PARAM_BYTES if id(p) in trained else FROZEN_PARAM_BYTES)
+    return [Need('nets', 'agent.net.hid_layers', nbytes)], units
+
+
+def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
+    """The memory's storage and the training batch it hands out (with its activations)."""
+    memory_spec, algo_spec = spec['agent']['memory'], spec['agent']['algorithm']
+    if memory_spec is None:
+        return []
+    num_envs = spec['env']['num_envs']
+    obs_bytes, act_bytes = _space_bytes(obs_space), _space_bytes(action_space)
+    in_dim = math.prod(obs_space.shape)
+    # a transition as stored, and as float32 tensors (states, next states, four scalars)
+    stored = 2 * obs_bytes + act_bytes + 4 * FLOAT_BYTES
+    as_tensors = (2 * in_dim + 4) * FLOAT_BYTES
+    activations = units * FLOAT_BYTES * ACTIVATION_COPIES
+    name = memory_spec['name']
+    if name == 'Replay':
+        batch = memory_spec['batch_size']
+        return [Need('replay memory', 'agent.memory.max_size', memory_spec['max_size'] * stored),
+                Need('sampled batch', 'agent.memory.batch_size', batch * (stored + as_tensors + activations))]
+    if name == 'OnPolicyBatchReplay':
+        key = 'time_horizon' if algo_spec.get('time_horizon') else 'training_frequency'
+        steps = algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
+        samples = steps * num_envs
+        return [Need('on-policy batch', f'agent.algorithm.{key} x env.num_envs',
+                     samples * (2 * stored + as_tensors + activations))]
+    return []  # OnPolicyReplay holds whole episodes: their length is the env's, not the spec's
+
+
+def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> list[Need]:
+    """What one session of a validated spec needs, item by item (see the module docstring).
+    Observations other than a Box with a shape get no estimate: the Agent refuses them."""
+    env_spec = spec['env']
+    per_env = ASYNC_ENV_BYTES if env_spec['vectorization_mode'] == 'async' else SYNC_ENV_BYTES
+    needs = [Need('session process', 'meta.max_session', PROCESS_BYTES),
+             Need('envs', 'env.num_envs', env_spec['num_envs'] * per_env)]
+    if not (isinstance(obs_space, gym.spaces.Box) and obs_space.shape):
+        return needs
+    net_needs, units = _net_needs(spec, obs_space, action_space)
+    return needs + net_needs + _memory_needs(spec, obs_space, action_space, units)
+
+
+def check_memory(spec: dict, obs_space: gym.Space, action_space: gym.Space,
+                 machine: MachineMemory | None = None) -> int:
+    """Refuse (SpecError) a spec whose sessions running at once need more memory than the machine
+    has in all, naming the estimate, the machine's memory and the key that drives it; warn when it
+    exceeds what is available now. Returns the estimate in bytes."""
+    needs = estimate_session(spec, obs_space, action_space)
+    at_once = min(spec['meta']['max_session'], session_pool_width())
+    per_session = sum(n.nbytes for n in needs)
+    total = per_session * at_once
+    machine = machine or machine_memory()
+    biggest = max(needs, key=lambda n: n.nbytes)
+    sessions = f' x {at_once} sessions at once' if at_once > 1 else ''
+    available = f', {format_bytes(machine.available)} available' if machine.available is not None else ''
+    where = f'{format_bytes(total)} ({format_bytes(per_session)} per session{sessions}; ' \
+            f'{biggest.what} {format_bytes(biggest.nbytes)} from {biggest.key})'
+    if total > machine.total:
+        fewer = ' (or meta.max_session)' if at_once > 1 else ''
+        raise SpecError(f'the spec needs about {where} but this machine has {format_bytes(machine.total)} of memory'
+                        f'{available}; make {biggest.key} smaller{fewer}')
+    if machine.available is not None and total > machine.available:
+        logger.warning(f'the spec needs about {where}, more than the {format_bytes(machine.available)} of memory '
+                       'available now; the run may swap or be killed')
+    return total

@@ -1,0 +1,330 @@
+"""Input that used to end in a traceback, a hang, garbage or files outside data/: spec names that
+are paths, non-finite numbers, sizes the machine cannot hold, absurd session counts, names given
+as objects. Each is refused in one line before a run directory exists; and a trial's sessions
+run in a pool no wider than the machine's cores."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from slm_lab import lab, resources
+from slm_lab.env import make_env
+from slm_lab.lib.errors import Preempted, SpecError
+from slm_lab.spec import load_spec, validate_spec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RUN_LAB = str(REPO_ROOT / 'run_lab.py')
+DEMO = str(REPO_ROOT / 'spec' / 'demo.json')
+
+
+def refused(spec: dict, tmp_path: Path, spec_name: str = 'guard', overrides: list[str] | None = None,
+            mode: str = 'train') -> str:
+    """The one-line SpecError lab.run gives for `spec` under `spec_name`; checks that nothing was
+    written anywhere in tmp_path but the spec file."""
+    spec_path = tmp_path / 'specs' / 'specs.json'
+    spec_path.parent.mkdir(exist_ok=True)
+    spec_path.write_text(json.dumps({spec_name: spec}))
+    data_dir = tmp_path / 'work' / 'data'
+    with pytest.raises(SpecError) as info:
+        lab.run(str(spec_path), spec_name, mode, overrides, data_dir=str(data_dir))
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob('*') if p.parent != spec_path.parent)
+    assert written == ['specs'], f'a refused spec must write nothing, found {written}'
+    message = str(info.value)
+    assert '\n' not in message, f'the message must be one line: {message!r}'
+    return message
+
+
+def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser'}
+    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+# --- spec names are names, not paths ------------------------------------------------------------
+
+@pytest.mark.parametrize('name', ['../escape', 'a/b', '/tmp/abs', '.hidden', '..', 'x' * 129, 'a b', ''])
+def test_a_spec_name_that_is_not_a_plain_name_is_refused(name, make_spec, tmp_path):
+    message = refused(make_spec('PPO'), tmp_path, spec_name=name)
+    assert 'spec name' in message and 'letters, digits' in message
+
+
+def test_train_at_latest_checks_the_spec_name_too(make_spec, tmp_path):
+    message = refused(make_spec('PPO'), tmp_path, spec_name='../escape', mode='train@latest')
+    assert 'spec name' in message
+
+
+def test_a_spec_name_with_dots_and_dashes_is_fine(make_spec, spec_file):
+    path = spec_file({'ppo-cartpole.v2': make_spec('PPO')})
+    assert load_spec(path, 'ppo-cartpole.v2')['name'] == 'ppo-cartpole.v2'
+
+
+# --- non-finite numbers ---------------------------------------------------------------------------
+
+NON_FINITE = {  # key path: where the value goes, as a -s override (JSON: NaN, Infinity, -Infinity)
+    'agent.algorithm.gamma': 'NaN',  # a schema key with a range that NaN passes
+    'agent.algorithm.lam': 'Infinity',
+    'agent.net.optim_spec.lr': 'Infinity',  # a torch keyword argument: free-form
+    'agent.net.loss_spec.beta': 'NaN',
+    'agent.algorithm.clip_eps_spec.start_val': '-Infinity',  # a schedule value
+    'env.make_kwargs.sutton_barto_reward': 'NaN',
+}
+
+
+@pytest.mark.parametrize('key', list(NON_FINITE))
+def test_non_finite_numbers_are_refused_naming_the_key(key, make_spec, tmp_path):
+    spec = make_spec('PPO')
+    spec['agent']['net']['loss_spec'] = {'name': 'SmoothL1Loss'}
+    message = refused(spec, tmp_path, overrides=[f'{key}={NON_FINITE[key]}'])
+    assert message.startswith(f'{key}: {NON_FINITE[key]} is not allowed'), message
+
+
+def test_non_finite_numbers_in_the_spec_file_are_refused(make_spec, tmp_path):
+    spec_path = tmp_path / 'nan.json'
+    text = json.dumps({'s': make_spec('DQN')})
+    assert '"lr": 0.001' in text and '"max_size": 1000' in text
+    spec_path.write_text(text.replace('"lr": 0.001', '"lr": NaN'))  # as Python's json writes and reads NaN
+    with pytest.raises(SpecError, match=r'agent\.net\.optim_spec\.lr: NaN is not allowed'):
+        load_spec(str(spec_path), 's')
+    spec_path.write_text(text.replace('"max_size": 1000', '"max_size": 1e400'))  # overflows to Infinity
+    with pytest.raises(SpecError, match=r'agent\.memory\.max_size: Infinity is not allowed'):
+        load_spec(str(spec_path), 's')
+
+
+def test_non_finite_list_items_name_their_index(make_spec):
+    spec = make_spec('PPO')
+    spec['agent']['net']['hid_layers'] = [32, float('inf')]
+    with pytest.raises(SpecError, match=r'agent\.net\.hid_layers\[1\]: Infinity'):
+        validate_spec(spec)
+
+
+# --- memory the machine cannot hold -------------------------------------------------------------
+
+HUGE = {  # (algorithm, override, the key the message must blame)
+    'net of 40 GB': ('PPO', 'agent.net.hid_layers=[100000, 100000]', 'agent.net.hid_layers'),
+    'on-policy batch of 1e9 steps': ('PPO', 'agent.algorithm.time_horizon=1000000000', 'agent.algorithm.time_horizon'),
+    'replay of 1e12': ('DQN', 'agent.memory.max_size=1000000000000', 'agent.memory.max_size'),
+    'replay batch of 1e12': ('DQN', 'agent.memory.batch_size=1000000000000', 'agent.memory.batch_size'),
+    '2**63 envs': ('PPO', f'env.num_envs={2**63}', 'env.num_envs'),
+}
+
+
+@pytest.mark.parametrize('case', list(HUGE))
+def test_a_spec_the_machine_cannot_hold_is_refused_before_anything_is_built(case, make_spec, tmp_path):
+    algorithm, override, key = HUGE[case]
+    t0 = time.perf_counter()
+    message = refused(make_spec(algorithm), tmp_path, overrides=[override])
+    assert time.perf_counter() - t0 < 20, 'the estimate must not allocate what it estimates'
+    total = resources.format_bytes(resources.machine_memory().total)
+    assert message.startswith('the spec needs about ') and f'this machine has {total} of memory' in message
+    assert key in message
+
+
+def test_the_estimate_counts_each_net_as_built(make_spec):
+    """Trained nets cost weights + grads + two Adam moments (16 bytes a parameter), a target net its
+    weights (4): compared with the parameters of the nets the algorithm really builds."""
+    from slm_lab.agent import Agent
+    from slm_lab.env import Clock
+    for algorithm, shared in (('DQN', False), ('VanillaDQN', False), ('PPO', False), ('PPO', True),
+                              ('Reinforce', False)):
+        spec = make_spec(algorithm)
+        spec['agent']['net']['hid_layers'] = [48, 24]
+        spec['agent']['net']['shared'] = shared
+        spec = validate_spec(spec)
+        env = make_env({**spec['env'], 'num_envs': 1})
+        agent = Agent(spec, env.single_observation_space, env.single_action_space, 1, Clock(100, 1), seed=0)
+        trained = {id(p) for opt in agent.algorithm.optimizers.values() for g in opt.param_groups for p in g['params']}
+        params = {id(p): p for net in agent.algorithm.nets().values() for p in net.parameters()}
+        expected = sum(p.numel() * (16 if i in trained else 4) for i, p in params.items())
+        needs = resources.estimate_session(spec, env.single_observation_space, env.single_action_space)
+        env.close()
+        assert [n.nbytes for n in needs if n.what == 'nets'] == [expected], (algorithm, shared)
+
+
+def test_the_estimate_counts_the_replay_and_the_on_policy_batch(make_spec):
+    spec = validate_spec(make_spec('DQN'))  # CartPole: 4 float32 observations, int64 actions
+    env = make_env({**spec['env'], 'num_envs': 1})
+    needs = {n.what: n for n in resources.estimate_session(spec, env.single_observation_space,
+                                                            env.single_action_space)}
+    assert needs['replay memory'].nbytes == 1000 * (2 * 16 + 8 + 4 * 4)
+    spec = validate_spec(make_spec('PPO', num_envs=3))
+    needs = {n.what: n for n in resources.estimate_session(spec, env.single_observation_space,
+                                                            env.single_action_space)}
+    env.close()
+    # the batch buffers twice (and their tensors): at least what the memory allocates
+    assert needs['on-policy batch'].nbytes > 2 * 32 * 3 * (2 * 16 + 8 + 4 * 4)
+
+
+def test_shipped_specs_pass_the_estimate_on_a_small_machine():
+    """Every spec the lab ships fits a 4 GiB machine, with a session per core of a 16-core one."""
+    small = resources.MachineMemory(total=4 * 2**30, available=None)
+    paths = [Path(DEMO)] + sorted((REPO_ROOT / 'spec' / 'benchmark').rglob('*.json'))
+    for path in paths:
+        for name in json.loads(path.read_text()):
+            spec = load_spec(str(path), name, ['meta.max_session=4'])
+            env = make_env({**spec['env'], 'num_envs': 1})
+            assert resources.check_memory(spec, env.single_observation_space, env.single_action_space,
+                                          small) < 2 * 2**30, f'{path.name} {name}'
+            env.close()
+
+
+def test_the_estimate_multiplies_by_the_sessions_that_run_at_once(make_spec, monkeypatch):
+    spec = validate_spec(make_spec('DQN', max_session=5))
+    env = make_env({**spec['env'], 'num_envs': 1})
+    per_session = sum(n.nbytes for n in resources.estimate_session(spec, env.single_observation_space,
+                                                                    env.single_action_space))
+    big = resources.MachineMemory(total=2**50, available=None)
+    for width, at_once in ((1, 1), (2, 2), (8, 5)):
+        monkeypatch.setattr(resources, 'session_pool_width', lambda w=width: w)
+        assert resources.check_memory(spec, env.single_observation_space, env.single_action_space,
+                                      big) == per_session * at_once
+    tight = resources.MachineMemory(total=per_session * 4, available=None)
+    with pytest.raises(SpecError, match=r'x 5 sessions at once.*or meta\.max_session'):
+        resources.check_memory(spec, env.single_observation_space, env.single_action_space, tight)
+    env.close()
+
+
+# --- absurd counts --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('override, key', [
+    ('meta.max_session=1000', 'meta.max_session'), (f'meta.max_session={2**63}', 'meta.max_session'),
+    (f'meta.max_trial={2**63}', 'meta.max_trial'), (f'meta.torch_num_threads={2**63}', 'meta.torch_num_threads'),
+    (f'meta.random_seed={10**30}', 'meta.random_seed')])
+def test_absurd_counts_are_refused_at_validation(override, key, make_spec, tmp_path):
+    t0 = time.perf_counter()
+    message = refused(make_spec('PPO'), tmp_path, overrides=[override])
+    assert message.startswith(f'{key}: ') and 'out of range' in message
+    assert time.perf_counter() - t0 < 20
+
+
+# --- names given as objects -----------------------------------------------------------------------
+
+@pytest.mark.parametrize('key, value', [
+    ('agent.memory.name', {}), ('agent.algorithm.name', {}), ('agent.net.type', []), ('env.name', {}),
+    ('agent.net.optim_spec.name', {}), ('agent.net.loss_spec.name', []),
+    ('agent.net.lr_scheduler_spec.name', {}), ('agent.algorithm.explore_var_spec.name', {})])
+def test_a_name_given_as_an_object_is_refused_naming_the_key(key, value, make_spec, tmp_path):
+    spec = make_spec('DQN')
+    message = refused(spec, tmp_path, overrides=[f'{key}={json.dumps(value)}'])
+    assert message.startswith(f'{key}: '), message
+
+
+def test_a_component_name_given_as_an_object_lists_the_valid_names(make_spec):
+    spec = make_spec('DQN')
+    spec['agent']['memory']['name'] = {}
+    with pytest.raises(SpecError, match=r'agent\.memory\.name: expected a string, got dict.*Replay'):
+        validate_spec(spec)
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+def test_the_command_line_answers_each_guard_in_one_line(tmp_path):
+    spec_file = tmp_path / 'escape.json'
+    specs = json.loads(Path(DEMO).read_text())
+    spec_file.write_text(json.dumps({'../escape': specs['ppo_cartpole']}))
+    cases = [([str(spec_file), '../escape', 'train'], 'spec name'),
+             ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.algorithm.gamma=NaN'], 'agent.algorithm.gamma: NaN'),
+             ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.net.hid_layers=[100000,100000]'], 'this machine has'),
+             ([DEMO, 'ppo_cartpole', 'train', '-s', f'meta.max_session={2**63}'], 'meta.max_session')]
+    for args, expected in cases:
+        cwd = tmp_path / 'cwd'
+        cwd.mkdir()
+        out = cli(args, cwd)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1, out.stderr
+        assert lines[0].startswith('error: ') and expected in lines[0]
+        assert not list(cwd.iterdir()) and not (tmp_path / 'escape').exists(), 'nothing may be written'
+        cwd.rmdir()
+
+
+# --- sessions run in a pool no wider than the cores -----------------------------------------------
+
+def _session_processes() -> set[int]:
+    """Pids of this process's children that are multiprocessing spawn workers (the sessions;
+    not the resource tracker)."""
+    pids = set()
+    for task in Path(f'/proc/{os.getpid()}/task').iterdir():
+        try:
+            children = (task / 'children').read_text().split()
+        except OSError:
+            continue
+        for pid in children:
+            try:
+                if b'spawn_main' in Path(f'/proc/{pid}/cmdline').read_bytes():
+                    pids.add(int(pid))
+            except OSError:
+                pass
+    return pids
+
+
+class SessionWatcher:
+    """Samples the live session processes every few milliseconds while a trial runs."""
+
+    def __init__(self):
+        self.most_at_once, self.seen = 0, set()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self):
+        while not self._done.is_set():
+            alive = _session_processes()
+            self.most_at_once = max(self.most_at_once, len(alive))
+            self.seen |= alive
+            time.sleep(0.005)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+
+
+@pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='reads child processes from /proc')
+def test_sessions_run_at_most_pool_width_at_once(make_spec, lab_run, monkeypatch):
+    monkeypatch.setattr(resources, 'session_pool_width', lambda: 2)
+    spec = make_spec('PPO', max_frame=128, log_frequency=64, max_session=3)
+    with SessionWatcher() as watcher:
+        metrics, run_dir = lab_run(spec, 'pool')
+    assert watcher.most_at_once == 2, f'at most 2 sessions at once (and 2 did run together): {watcher.most_at_once}'
+    assert len(watcher.seen) == 3
+    for s in range(3):  # every session ran to the end, in its own process
+        lines = (run_dir / 'info' / f'pool_t0_s{s}_session_df_eval.csv').read_text().splitlines()
+        assert lines[-1].split(',')[4] == '128'  # the frame column
+    assert metrics['scalar']['final_return_ma'] is not None
+
+
+@pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='reads child processes from /proc')
+def test_a_stop_counts_sessions_not_started_as_stopped_and_they_run_on_resume(make_spec, lab_run, tmp_path,
+                                                                              monkeypatch):
+    monkeypatch.setattr(resources, 'session_pool_width', lambda: 1)
+    spec = make_spec('PPO', max_frame=1000, log_frequency=64, max_session=2)
+    data_dir = tmp_path / 'data'
+
+    def stop_when_session_0_trains():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not list(data_dir.glob('*/info/stop_t0_s0_session_df_train.csv')):
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGTERM)  # what a scheduler sends; the trial forwards it once
+
+    stopper = threading.Thread(target=stop_when_session_0_trains, daemon=True)
+    stopper.start()
+    with pytest.raises(Preempted) as info:
+        lab_run(spec, 'stop')
+    stopper.join()
+    assert info.value.signum == signal.SIGTERM
+    run_dir = next(data_dir.iterdir())
+    assert not (run_dir / 'log' / 'stop_t0_s1.log').exists(), 'session 1 waited for a free core'
+    metrics = lab.run(str(tmp_path / 'spec' / 'stop.json'), 'stop', 'train@latest', data_dir=str(data_dir))
+    assert metrics is not None
+    for s in range(2):
+        lines = (run_dir / 'info' / f'stop_t0_s{s}_session_df_eval.csv').read_text().splitlines()
+        assert lines[-1].split(',')[4] == '1000'  # the frame column

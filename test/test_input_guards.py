@@ -291,7 +291,9 @@ class SessionWatcher:
 @pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='reads child processes from /proc')
 def test_sessions_run_at_most_pool_width_at_once(make_spec, lab_run, monkeypatch):
     monkeypatch.setattr(resources, 'session_pool_width', lambda: 2)
-    spec = make_spec('PPO', max_frame=128, log_frequency=64, max_session=3)
+    # async envs: a session process starts env processes of its own (a daemon process could not)
+    spec = make_spec('PPO', max_frame=128, num_envs=2, log_frequency=64, max_session=3)
+    spec['env']['vectorization_mode'] = 'async'
     with SessionWatcher() as watcher:
         metrics, run_dir = lab_run(spec, 'pool')
     assert watcher.most_at_once == 2, f'at most 2 sessions at once (and 2 did run together): {watcher.most_at_once}'

@@ -656,7 +656,9 @@ class Trial:
         started, signalled, ended = set(), set(), set()  # ended: its outcome is known
 
         def launch(s: int) -> None:
-            proc = ctx.Process(target=_session_worker, daemon=True,
+            # not a daemon: a daemon may not start processes, and an async vector env is made of
+            # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
+            proc = ctx.Process(target=_session_worker,
                                args=((specs[s], self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
                                      queue))
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child

@@ -589,13 +589,13 @@ def cleanup_stale_tmp(root: Path) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in list(dirnames):
             match = SNAPSHOT_TMP_DIR.fullmatch(name)
-            if match and _stale(int(match[1])):
+            if match and pid_is_stale(int(match[1])):
                 shutil.rmtree(os.path.join(dirpath, name), ignore_errors=True)
                 dirnames.remove(name)
                 removed.append(Path(dirpath) / name)
         for name in filenames:
             pid = tmp_file_pid(name)
-            if pid is not None and _stale(pid):
+            if pid is not None and pid_is_stale(pid):
                 try:
                     os.unlink(os.path.join(dirpath, name))
                 except FileNotFoundError:
@@ -604,7 +604,8 @@ def cleanup_stale_tmp(root: Path) -> list[Path]:
     return removed
 
 
-def _stale(pid: int) -> bool:
+def pid_is_stale(pid: int) -> bool:
+    """Whether a temporary file named with `pid` was left by a process that no longer runs."""
     return pid != os.getpid() and not _alive(pid)
 
 

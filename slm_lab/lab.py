@@ -105,18 +105,45 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     ts = new_experiment_ts(data_dir, spec_name)
     spec['meta']['experiment_ts'] = ts
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
-    run_dir.create()
-    from slm_lab.resume import lock_run
-    lock = lock_run(run_dir)
-    logger.info(f'run directory {run_dir.root}')
     trial = Trial(spec, run_dir, mode, trial=0)
-    write_specs(run_dir, trial)
+    lock = create_run_dir(run_dir, trial)
+    logger.info(f'run directory {run_dir.root}')
     try:
         metrics = trial.run()
     finally:
         lock.close()
     logger.info(f'done: {run_dir.root}')
     return metrics
+
+
+def create_run_dir(run_dir, trial):
+    """Create the run directory with its specs in place, atomically: it is built under a
+    temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
+    run or a run with its specs (a kill's leftover is removed by the next run of the lab).
+    Returns the open lock file that keeps other processes off the run while it trains."""
+    import os
+    import shutil
+
+    from slm_lab.checkpoint import pid_is_stale
+    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab.resume import lock_run
+    parent = run_dir.root.parent
+    if parent.is_dir():
+        for leftover in parent.glob('.*.tmp-*'):
+            pid = leftover.name.rsplit('-', 1)[1]
+            if leftover.is_dir() and pid.isdigit() and pid_is_stale(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+    staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
+    staging.create()
+    lock = lock_run(staging)  # the lock is on the file, which the rename keeps
+    try:
+        write_specs(staging, trial)
+        os.rename(staging.root, run_dir.root)
+    except BaseException:
+        lock.close()
+        shutil.rmtree(staging.root, ignore_errors=True)
+        raise
+    return lock
 
 
 def write_specs(run_dir, trial) -> None:

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -279,3 +280,52 @@ def test_a_damaged_resume_log_is_one_line(tmp_path, log):
     with pytest.raises(ResumeError, match=log.split('/')[-1]):
         lab.run(spec_file, 'badlog', 'train@latest', ['env.max_frame=1000'], data_dir=data)
     assert tree_digest(run) == before
+
+
+def test_a_diverged_session_of_several_is_one_line(tmp_path):
+    spec = json.loads(json.dumps(DQN))
+    spec['agent']['net']['optim_spec'] = {'name': 'SGD', 'lr': 1e30}
+    spec['meta'].update({'log_frequency': 50, 'checkpoint_frequency': 50, 'max_session': 2})
+    spec_file = write_spec(tmp_path, 'diverge2', spec)
+    done = cli([spec_file, 'diverge2', 'train', '-s', 'env.max_frame=3000'], cwd=tmp_path)
+    assert done.returncode == TrainingDiverged.exit_code, done.stderr
+    assert 'training diverged at frame' in one_line_error(done)
+
+
+def test_ctrl_c_is_named_sigint_in_every_session_log(tmp_path):
+    spec = copy_spec(PPO, max_frame=10**7)
+    spec['meta']['max_session'] = 2
+    spec_file = write_spec(tmp_path, 'ctrlc', spec)
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'ctrlc', 'train'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        logs = []
+        while time.monotonic() < deadline:  # both sessions training: each wrote its first row
+            runs = run_dirs(tmp_path / 'data', 'ctrlc')
+            logs = [runs[0] / 'log' / f'ctrlc_t0_s{s}.log' for s in range(2)] if runs else []
+            if logs and all(p.exists() and 'frame 500/' in p.read_text() for p in logs):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the lab
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    for log in logs:
+        text = log.read_text()
+        assert 'SIGINT received' in text and 'SIGTERM' not in text, text[-500:]
+
+
+def test_a_new_run_directory_appears_with_its_specs_and_old_leftovers_go(tmp_path):
+    dead = subprocess.Popen([sys.executable, '-c', 'pass'])
+    dead.wait()
+    data = tmp_path / 'data'
+    leftover = data / f'.made_2000_01_01_000000.tmp-{dead.pid}'  # a lab killed while creating its run
+    (leftover / 'info').mkdir(parents=True)
+    spec_file = write_spec(tmp_path, 'made', PPO)
+    lab.run(spec_file, 'made', 'train', ['env.max_frame=500'], data_dir=str(data))
+    assert not leftover.exists()
+    (run,) = run_dirs(data, 'made')
+    assert (run / 'made_spec.json').is_file() and (run / 'made_t0_s0_spec.json').is_file()
+    assert [p.name for p in data.iterdir()] == [run.name]

@@ -23,7 +23,7 @@ from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vect
 from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import EXIT_CODES, Preempted, ResumeError, TrainingDiverged
+from slm_lab.lib.errors import EXIT_CODES, LabError, Preempted, ResumeError, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text, atomic_write_with, write_json
 
 logger = lab_logger.get_logger('slm_lab.session')
@@ -584,11 +584,13 @@ def _die_with_parent() -> None:
         pass
 
 
-def _session_worker(args, queue) -> None:
+def _session_worker(args, queue, lab_pid: int) -> None:
     # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
     # session to stop exactly once
     os.setpgrp()
     _die_with_parent()
+    if os.getppid() != lab_pid:  # the lab died while this process started: the death signal missed it
+        os._exit(1)
     session = args[4]
     stop = StopSignal().install()
     # the lab started this process with stop signals blocked (so a Ctrl-C to the terminal's
@@ -599,6 +601,8 @@ def _session_worker(args, queue) -> None:
         queue.put(('ok', session, run_session(*args, stop=stop)))
     except Preempted as e:
         queue.put(('preempted', session, (e.signum, e.frame)))
+    except LabError as e:  # a user-facing error (diverged, disk full, ...): the lab prints its line
+        queue.put(('lab_error', session, (type(e).__name__, str(e))))
     except BaseException as e:  # report to the parent, which re-raises
         import traceback
         queue.put(('error', session, f'{type(e).__name__}: {e}\n{traceback.format_exc()}'))
@@ -652,7 +656,7 @@ class Trial:
         waiting = list(range(len(specs)))  # not started yet, in session order
         procs: dict[int, mp.process.BaseProcess] = {}
         results: dict[int, dict] = {}
-        preempted, errors = [], []
+        preempted, errors, lab_errors = [], [], []
         started, signalled, ended = set(), set(), set()  # ended: its outcome is known
 
         def launch(s: int) -> None:
@@ -660,7 +664,7 @@ class Trial:
             # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
             proc = ctx.Process(target=_session_worker,
                                args=((specs[s], self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
-                                     queue))
+                                     queue, os.getpid()))
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
             try:
                 proc.start()
@@ -682,7 +686,7 @@ class Trial:
                         if s in signalled or s in ended or not p.is_alive():
                             continue
                         if s in started:  # it saves a snapshot and reports 'preempted'
-                            os.kill(p.pid, signal.SIGTERM)
+                            os.kill(p.pid, stop.signum)  # the signal the lab got, so its log names it
                         else:  # still starting up: nothing to save yet
                             p.kill()
                             stopped_before_starting(s)
@@ -714,6 +718,9 @@ class Trial:
                     results[s] = payload
                 elif status == 'preempted':
                     preempted.append(payload)
+                elif status == 'lab_error':
+                    lab_errors.append(payload)
+                    stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
                 else:
                     errors.append(f'session {s} failed: {payload}')
                     stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
@@ -724,6 +731,11 @@ class Trial:
                     p.kill()
         if errors:
             raise RuntimeError('; '.join(errors))
+        if lab_errors:
+            from slm_lab.lib import errors as lab_errors_module
+            name, message = lab_errors[0]
+            cls = getattr(lab_errors_module, name, LabError)
+            raise (cls if isinstance(cls, type) and issubclass(cls, LabError) else LabError)(message)
         if preempted:
             frames = [f for _, f in preempted if f is not None]
             raise Preempted(stop.signum or preempted[0][0], min(frames) if frames else None)

@@ -329,3 +329,23 @@ def test_a_new_run_directory_appears_with_its_specs_and_old_leftovers_go(tmp_pat
     (run,) = run_dirs(data, 'made')
     assert (run / 'made_spec.json').is_file() and (run / 'made_t0_s0_spec.json').is_file()
     assert [p.name for p in data.iterdir()] == [run.name]
+
+
+def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_png):
+    from slm_lab.experiment import control
+    from slm_lab.lib.errors import Preempted
+    install = control.StopSignal.install
+
+    def stopped_at_once(self):  # as if SIGTERM arrived while the session started
+        install(self)
+        self.signum = signal.SIGTERM
+        return self
+    spec_file = write_spec(tmp_path, 'first', copy_spec(PPO, num_envs=1))
+    data = str(tmp_path / 'data')
+    monkeypatch.setattr(control.StopSignal, 'install', stopped_at_once)
+    with pytest.raises(Preempted, match='at frame 1;'):
+        lab.run(spec_file, 'first', 'train', ['env.max_frame=500'], data_dir=data)
+    monkeypatch.setattr(control.StopSignal, 'install', install)
+    lab.run(spec_file, 'first', 'train@latest', ['env.max_frame=500'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'first')
+    assert train_csv(run, 'first')['frame'].iloc[-1] == 500

@@ -349,3 +349,27 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
     lab.run(spec_file, 'first', 'train@latest', ['env.max_frame=500'], data_dir=data)
     (run,) = run_dirs(Path(data), 'first')
     assert train_csv(run, 'first')['frame'].iloc[-1] == 500
+
+
+def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path):
+    data = tmp_path / 'data'
+    data.mkdir()
+    mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', str(data)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.decode().strip()}')
+    try:
+        spec = json.loads(json.dumps(DQN))
+        spec['agent']['memory']['max_size'] = 100000
+        spec['meta'].update({'log_frequency': 1000, 'keep_checkpoints': 3})
+        spec_file = write_spec(tmp_path, 'full', spec)
+        done = cli([spec_file, 'full', 'train', '-s', 'env.max_frame=40000'], cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert one_line_error(done).startswith('error: disk full:'), done.stderr
+        assert not [p for p in data.rglob('*') if '.tmp' in p.name], 'partial files left behind'
+        subprocess.run(['mount', '-o', 'remount,size=64m', str(data)], check=True)
+        done = cli([spec_file, 'full', 'train@latest'], cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (run,) = run_dirs(data, 'full')
+        assert train_csv(run, 'full')['frame'].iloc[-1] == 40000
+    finally:
+        subprocess.run(['umount', '-l', str(data)], capture_output=True)

@@ -5,9 +5,12 @@ fast; the HTML graphs, which every run writes, are still checked.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -98,3 +101,19 @@ def lab_run(tmp_path, no_png):
         assert len(new) == 1, f'expected one new run directory, got {new}'
         return metrics, new[0]
     return run
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str):
+    """Mount a tmpfs of `size` (e.g. '2m') at `path` (created) for the block: a real small disk.
+    Root only: skips the test where mounting is not permitted."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(['mount', '-t', 'tmpfs', '-o', f'size={size}', 'tmpfs', str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f'cannot mount a tmpfs here: {done.stderr.decode().strip()}')
+    try:
+        yield path
+    finally:
+        gc.collect()  # a writer torch left open in a traceback keeps the mount busy
+        if subprocess.run(['umount', str(path)], capture_output=True).returncode != 0:
+            subprocess.run(['umount', '-l', str(path)], check=True)

@@ -4,7 +4,6 @@ entries fall back instead of crashing, a full disk is one line that leaves the r
 the leftovers of killed writers are cleaned up."""
 from __future__ import annotations
 
-import gc
 import json
 import os
 import re
@@ -17,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from conftest import tmpfs
 
 from slm_lab import checkpoint
 from slm_lab.lib.errors import DiskFullError, ResumeError
@@ -208,17 +209,8 @@ def test_unreadable_snapshot_directory_is_one_line(tmp_path, monkeypatch):
 @pytest.fixture
 def small_disk(tmp_path):
     """A 2 MiB tmpfs mounted in tmp_path (root only; skipped where mounting is not permitted)."""
-    mnt = tmp_path / 'mnt'
-    mnt.mkdir()
-    done = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f'cannot mount a tmpfs here: {done.stderr.decode().strip()}')
-    try:
+    with tmpfs(tmp_path / 'mnt', '2m') as mnt:
         yield mnt
-    finally:
-        gc.collect()  # a writer torch left open in a traceback keeps the mount busy
-        if subprocess.run(['umount', str(mnt)], capture_output=True).returncode != 0:
-            subprocess.run(['umount', '-l', str(mnt)], check=True)
 
 
 def assert_no_leftovers(directory: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tmpfs
 from test_resume import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
 
 from slm_lab import checkpoint, lab
@@ -352,12 +353,7 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
 
 
 def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path):
-    data = tmp_path / 'data'
-    data.mkdir()
-    mounted = subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=6m', 'tmpfs', str(data)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f'cannot mount a tmpfs here: {mounted.stderr.decode().strip()}')
-    try:
+    with tmpfs(tmp_path / 'data', '6m') as data:
         spec = json.loads(json.dumps(DQN))
         spec['agent']['memory']['max_size'] = 100000
         spec['meta'].update({'log_frequency': 1000, 'keep_checkpoints': 3})
@@ -371,5 +367,3 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
         assert done.returncode == 0, done.stderr
         (run,) = run_dirs(data, 'full')
         assert train_csv(run, 'full')['frame'].iloc[-1] == 40000
-    finally:
-        subprocess.run(['umount', '-l', str(data)], capture_output=True)

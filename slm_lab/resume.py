@@ -203,13 +203,15 @@ def _schedules(spec: dict) -> dict[str, tuple]:
     if isinstance(lr_spec, dict) and lr_spec.get('name') == 'LinearToZero':
         for optim_key in ('optim_spec', 'actor_optim_spec', 'critic_optim_spec'):
             if isinstance(net.get(optim_key), dict) and 'lr' in net[optim_key]:
-                out[f'agent.net.{optim_key}.lr'] = ('linear_to_zero', net[optim_key]['lr'])
+                out[f'agent.net.{optim_key}.lr'] = ('linear_to_zero', (net[optim_key]['lr'], lr_spec))
     return out
 
 
 def _schedule_value(kind: str, piece, frame: int, max_frame: int) -> float:
     if kind == 'linear_to_zero':  # see net_util.make_lr_scheduler
-        return float(piece) * max(0.0, 1.0 - frame / max_frame)
+        from slm_lab.agent.net.net_util import linear_to_zero_end
+        lr, lr_spec = piece
+        return float(lr) * max(0.0, 1.0 - frame / linear_to_zero_end(lr_spec, max_frame))
     from slm_lab.lib.decay import Schedule
     return Schedule(piece).value(frame)
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, check_finite, check_object, suggest
+from slm_lab.lib.schema import OMIT, Field, check_finite, check_object, ignored_field, not_available, suggest
 
 PLACEHOLDER_RE = re.compile(r'\$\{([A-Za-z0-9_.\-]+)\}')
 # A spec name becomes the run directory's name and the prefix of every file in it, so it must be
@@ -41,13 +41,38 @@ ENV_SCHEMA = {
     'vectorization_mode': Field((str,), 'sync', choices=('sync', 'async'),
                                 doc='gymnasium.vector mode: sync (one process) or async (one process per env)'),
     'make_kwargs': Field((dict,), {}, doc='extra keyword arguments for gymnasium.make'),
+    # SLM-Lab keys
+    'reward_scale': Field((float, str), None, nullable=True, check=lambda v, p: _check_reward_scale(v, p),
+                          doc='multiply training rewards by this number, or "sign": use their sign (SLM-Lab v4); '
+                              "the recorded returns stay the env's own"),
+    'normalize_state': Field((bool,), OMIT, planned={
+        True: "SLM-Lab v4's running normalisation of observations by one scalar mean and std, "
+              'where env.normalize_obs normalises each dimension'}, doc='(SLM-Lab v4) only false; see normalize_obs'),
+    'frame_op': Field((str,), OMIT, nullable=True, planned={
+        'concat': 'frame stacking for ConvNet and RecurrentNet inputs',
+        'stack': 'frame stacking for ConvNet and RecurrentNet inputs'},
+        doc='(SLM-Lab v4) only null'),
+    'frame_op_len': Field((int,), OMIT, nullable=True, min=1, check=lambda v, p: _refuse_unless_null(
+        v, p, "frame stacking (SLM-Lab v4's frame_op_len, for ConvNet and RecurrentNet inputs)"),
+        doc='(SLM-Lab v4) only null: frame stacking for ConvNet and RecurrentNet is not available yet'),
+    'image_downsize': Field((list,), OMIT, nullable=True, check=lambda v, p: _refuse_unless_null(
+        v, p, "image preprocessing (SLM-Lab v4's image_downsize, for ConvNet)"),
+        doc='(SLM-Lab v4) only null: image preprocessing for ConvNet is not available yet'),
+    'life_loss_info': Field((bool,), OMIT, planned={
+        True: "life-loss signals of SLM-Lab v5's Atari vector env, for ConvNet"},
+        doc='(SLM-Lab v5) only false'),
 }
+# env keys SLM-Lab reads for env families this lab does not have
+ENV_PLANNED_KEYS = {'unity': "Unity environments (SLM-Lab v4's env.unity)"}
 
 RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', 'spec_file', 'spec_name',
                 'overrides', 'mode')
 
 META_SCHEMA = {
-    'distributed': Field((bool,), False, choices=(False,), doc='distributed training (not supported yet)'),
+    'distributed': Field((bool, str), False, choices=(False,), planned={
+        'synced': "SLM-Lab's synced distributed training",
+        'shared': "SLM-Lab's Hogwild-style shared distributed training"},
+        doc='distributed training: only false in this version'),
     'log_frequency': Field((int,), 1000, min=1, doc='frames between progress lines and CSV rows'),
     'eval_frequency': Field((int,), None, nullable=True, min=1,
                             doc='frames between evaluations (default: log_frequency)'),
@@ -64,6 +89,21 @@ META_SCHEMA = {
     'snapshot_replay': Field((bool,), False,
                              doc='include an off-policy replay memory in snapshots (else it refills after resume)'),
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
+    # SLM-Lab keys for hardware and search: recorded; the search mode reads them
+    'num_gpus': Field((int,), OMIT, nullable=True, min=0,
+                      doc='(SLM-Lab v4) GPUs a search reserves per trial; recorded for search'),
+    'search_resources': Field((dict,), OMIT, nullable=True, schema={
+        'cpu': Field((float,), 1, min=0, min_exclusive=True, doc='CPUs per trial'),
+        'gpu': Field((float,), 0, min=0, doc='GPUs per trial (a fraction shares one GPU)'),
+    }, doc='(SLM-Lab v5) resources a search reserves per trial; recorded for search'),
+    'search_scheduler': Field((dict,), OMIT, nullable=True, schema={
+        'grace_period': Field((int,), 1, min=1, doc='frames a trial runs before it can be stopped'),
+        'reduction_factor': Field((float,), 4, min=1, min_exclusive=True,
+                                  doc='the fraction 1/reduction_factor of trials continues at each rung'),
+    }, doc="(SLM-Lab v5) early stopping of a search's trials (ASHA); recorded for search"),
+    'search': ignored_field('(SLM-Lab v4) the search method name, e.g. "RandomSearch"; '
+                            'SLM-Lab v4.2.4 does not read it either'),
+    'train_mode': ignored_field('(SLM-Lab v4) not read by SLM-Lab v4.2.4 either; accepted and ignored'),
     # filled by the lab and recorded in the saved specs
     'experiment_ts': Field((str,), None, nullable=True, doc='(set by the lab) run timestamp'),
     'trial': Field((int,), None, nullable=True, doc='(set by the lab) trial index'),
@@ -243,6 +283,55 @@ def _check_env_name(name: str, path: str) -> None:
 ENV_SCHEMA['name'].check = _check_env_name
 
 
+def _check_reward_scale(value, path: str) -> None:
+    if isinstance(value, str) and value != 'sign':
+        raise SpecError(f'{path}: {value!r} is not valid; give a number, "sign" or null')
+
+
+def _refuse_unless_null(value, path: str, what: str) -> None:
+    if value is not None:
+        raise not_available(path, what, '; use null')
+
+
+def env_constructor_args(name: str) -> list[str] | None:
+    """The keyword arguments the constructor of gymnasium env `name` takes (its entry point's
+    signature, plus the kwargs its registration passes), or None when it takes any (**kwargs) or
+    cannot be loaded here (a missing optional package is reported when the env is built)."""
+    import inspect
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+    env_spec = gym.envs.registry.get(name)
+    if env_spec is None or env_spec.entry_point is None:
+        return None
+    try:
+        creator = env_spec.entry_point if callable(env_spec.entry_point) else load_env_creator(env_spec.entry_point)
+        params = inspect.signature(creator.__init__ if inspect.isclass(creator) else creator).parameters
+    except Exception:  # noqa: BLE001 - any import failure of an optional env family: checked at build time
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    names = [k for k, p in params.items() if k != 'self' and p.kind in
+             (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    return names + [k for k in env_spec.kwargs if k not in names]
+
+
+def check_env_kwargs(env: dict, path: str = 'env') -> None:
+    """Env keys that are not the lab's own go to gymnasium.make as keyword arguments of the env
+    (SLM-Lab v5's rule, e.g. `"continuous": true` for LunarLander-v3); each must be an argument
+    of that env's constructor. A misspelt lab key is named with its likely spelling."""
+    extra = [k for k in env if k not in ENV_SCHEMA]
+    if not extra:
+        return
+    args = env_constructor_args(env['name'])
+    if args is None:
+        return
+    for key in extra:
+        if key not in args:
+            raise SpecError(f"{path}.{key}: not a key of env and not an argument of {env['name']}'s constructor"
+                            f'{suggest(key, list(ENV_SCHEMA) + args)}; env keys: {", ".join(ENV_SCHEMA)}; '
+                            f"{env['name']} arguments: {', '.join(args) or '(none)'}")
+
+
 def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, path: str):
     """The schema of the component named in spec['name'] (or spec['type'] for nets)."""
     name_key = 'type' if section == 'net' else 'name'
@@ -258,8 +347,7 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
     if name in registry:
         return registry[name]
     if name in planned:
-        raise SpecError(f"{path}.{name_key}: '{name}' is not implemented in this version yet; "
-                        f'available: {", ".join(registry)}')
+        raise not_available(f'{path}.{name_key}', f"SLM-Lab's {section} '{name}'", f'; available: {", ".join(registry)}')
     raise SpecError(f"{path}.{name_key}: unknown {section} '{name}'{suggest(name, list(registry) + list(planned))}; "
                     f'valid: {", ".join(registry)}')
 
@@ -268,8 +356,11 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     """Validate a raw spec and return it with every default filled in. Raises SpecError naming
     the key path of the first problem and the valid choices."""
     from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS
+    from slm_lab.agent.algorithm import PLANNED_KEYS as PLANNED_ALGORITHM_KEYS
     from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES
+    from slm_lab.agent.memory import PLANNED_KEYS as PLANNED_MEMORY_KEYS
     from slm_lab.agent.net import NETS, PLANNED_NETS
+    from slm_lab.agent.net import PLANNED_KEYS as PLANNED_NET_KEYS
 
     if not isinstance(spec, dict):
         raise SpecError(f'{spec_name}: a spec must be a JSON object')
@@ -286,9 +377,13 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         'env': Field((dict,), doc='the environment'),
         'meta': Field((dict,), {}, doc='run settings'),
         'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
+        'spec_params': Field((dict,), OMIT, doc="(SLM-Lab v4) the values of the spec's ${...} placeholders its "
+                                                'benchmarks ran; here each run fills them with -s; recorded'),
     }
     spec = check_object(spec, top, 'spec')
-    spec['env'] = check_object(spec['env'], ENV_SCHEMA, 'env')
+    spec['env'] = check_object(spec['env'], ENV_SCHEMA, 'env', extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
+                               planned_keys=ENV_PLANNED_KEYS)
+    check_env_kwargs(spec['env'])
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     agent = spec['agent']
     agent_schema = {
@@ -299,10 +394,12 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     }
     agent = check_object(agent, agent_schema, 'agent')
     algo_cls = _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
-    agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm')
+    agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm',
+                                      planned_keys=PLANNED_ALGORITHM_KEYS)
     if agent['name'] is None:
         agent['name'] = agent['algorithm']['name']
-    for section, registry, planned in (('memory', MEMORIES, PLANNED_MEMORIES), ('net', NETS, PLANNED_NETS)):
+    for section, registry, planned, planned_keys in (('memory', MEMORIES, PLANNED_MEMORIES, PLANNED_MEMORY_KEYS),
+                                                     ('net', NETS, PLANNED_NETS, PLANNED_NET_KEYS)):
         required = section in algo_cls.requires
         if agent[section] is None:
             if required:
@@ -310,7 +407,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
                                 f'valid: {", ".join(registry)}')
             continue
         cls = _component_schema(section, registry, planned, agent[section], f'agent.{section}')
-        agent[section] = check_object(agent[section], cls.spec_schema, f'agent.{section}')
+        agent[section] = check_object(agent[section], cls.spec_schema, f'agent.{section}', planned_keys=planned_keys)
     if agent['memory'] is not None and algo_cls.memory_names is not None \
             and agent['memory']['name'] not in algo_cls.memory_names:
         raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "

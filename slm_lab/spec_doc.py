@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from slm_lab.lib.schema import MISSING, TYPE_NAMES, Field
+from slm_lab.lib.schema import MISSING, OMIT, TYPE_NAMES, Field
 
 DOC_PATH = Path(__file__).resolve().parent.parent / 'docs' / 'spec.md'
 
@@ -28,6 +28,8 @@ TOP_SCHEMA = {
     'env': Field((dict,), doc='the environment'),
     'meta': Field((dict,), {}, doc='run settings'),
     'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
+    'spec_params': Field((dict,), OMIT, doc="(SLM-Lab v4) the values of the spec's ${...} placeholders its "
+                                            'benchmarks ran; here each run fills them with -s; recorded'),
 }
 AGENT_SCHEMA = {
     'name': Field((str,), None, nullable=True, doc='agent name (free text; default: the algorithm name)'),
@@ -47,6 +49,9 @@ CHECK_NOTES = {
 # Checks written inline (lambdas) in a schema, by (section title, key).
 KEY_NOTES = {
     ('MLPNet', 'gpu'): '`true`, `false` or `"auto"`',
+    ('env', 'reward_scale'): 'a number, `"sign"` or null',
+    ('env', 'frame_op_len'): 'only null: [not available yet](#slm-lab-keys)',
+    ('env', 'image_downsize'): 'only null: [not available yet](#slm-lab-keys)',
     ('MLPNet', 'hid_layers'): 'each width >= 1',
 }
 
@@ -76,6 +81,8 @@ def default_text(fld: Field) -> str:
     """The default as JSON, or 'required'."""
     if fld.default is MISSING:
         return '**required**'
+    if fld.default is OMIT:
+        return 'absent'
     return f'`{json_text(fld.default)}`'
 
 
@@ -99,6 +106,10 @@ def valid_text(fld: Field, section: str, key: str) -> str:
         parts.append(', '.join(f'`{json_text(c)}`' for c in now))
         if later:
             parts.append('not implemented yet: ' + ', '.join(f'`{json_text(c)}`' for c in later))
+    if fld.planned:
+        parts.append('not available yet: ' + ', '.join(f'`{json_text(v)}`' for v in fld.planned))
+    if fld.aliases:
+        parts.append('also accepted as ' + ', '.join(f'`{a}`' for a in fld.aliases))
     if fld.min is not None and fld.max is not None:
         parts.append(f'{fld.min:g} to {fld.max:g}' if not fld.min_exclusive else f'> {fld.min:g}, <= {fld.max:g}')
     elif fld.min is not None:
@@ -317,9 +328,9 @@ null (the default) keeps the learning rate constant. Otherwise the scheduler is 
 after every training update (not every frame, and not every gradient step), and the CSV column
 `lr` shows the learning rate of the first optimizer.
 
-- `{"name": "LinearToZero"}`: the learning rate is the initial one times
-  max(0, 1 - frame / env.max_frame), where frame is the frame count at the update. It takes no
-  arguments.
+- `{"name": "LinearToZero", "frame": N}`: the learning rate is the initial one times
+  max(0, 1 - frame / N), where frame is the frame count at the update; without `frame` (or
+  with null) N is `env.max_frame`. `frame` is its only argument (SLM-Lab's).
 - `{"name": CLASS, ...arguments}`: `torch.optim.lr_scheduler.CLASS(optimizer, **arguments)`,
   e.g. `{"name": "StepLR", "step_size": 100, "gamma": 0.5}` (step_size counts training
   updates). `LambdaLR`, `MultiplicativeLR`, `SequentialLR`, `ChainedScheduler` and
@@ -430,8 +441,8 @@ Specs follow SLM-Lab's layout and names, with these differences:
 - A top-level `body` key (SLM-Lab's agent-env layout) and a top-level `name` are accepted and
   dropped.
 {false_only}
-Names SLM-Lab has that this version does not implement yet fail with "not implemented in this
-version yet" and the list of what is available:"""
+Names SLM-Lab has that this version does not implement yet fail with "not available yet" and
+the list of what is available:"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,9 +533,100 @@ def _planned() -> str:
         ('`agent.net.type`', PLANNED_NETS),
         ('`agent.algorithm.action_pdtype`', policy_util.PLANNED_PDTYPES),
     ]
-    lines = ['| Key | Not implemented yet |', '|---|---|']
+    lines = ['| Key | Not available yet |', '|---|---|']
     lines += [f'| {key} | {_names(names)} |' for key, names in rows]
     return '\n'.join(lines)
+
+
+SLM_LAB_KEYS = """\
+## SLM-Lab keys
+
+Spec files of SLM-Lab v4.2.4 and v5.3 run here as they are. Every key path found in SLM-Lab's
+published specs is either accepted, with the meaning it has in SLM-Lab, or refused with one line
+saying that what it needs is not available yet in this version (the component it waits for is
+named; see the last table). SLM-Lab silently ignores keys its code does not read; the lab
+refuses them as unknown keys with a suggestion, except the few SLM-Lab's own specs carry, which
+are accepted and ignored as SLM-Lab ignores them (listed below).
+
+Env keys that are not in the `env` table are keyword arguments of the env's constructor and go
+to `gymnasium.make` (SLM-Lab v5's rule), e.g. `"continuous": true` for `LunarLander-v3` or
+`"repeat_action_probability": 0.0` for an `ALE/` game. Each is checked against the arguments of
+that env's constructor before anything runs, so a misspelt one is named with the valid
+arguments; `make_kwargs` is passed as well, unchecked (gymnasium.make's own arguments such as
+`disable_env_checker` go there).
+
+Keys SLM-Lab renamed between versions: both names are accepted, the saved spec holds the first.
+Giving both with different values is an error."""
+
+SLM_LAB_ACCEPTED = """\
+Every other key of SLM-Lab's specs (`gamma`, `lam`, `time_horizon`, `training_frequency` of DQN
+and Reinforce, `hid_layers`, `clip_grad_val`, `gpu`, `update_type`, `polyak_coef`, `log_std_init`,
+`LinearToZero`'s `frame`, `use_cer`, `max_t`, `eval_frequency`, `rigorous_eval`, ...) is one of
+the lab's own keys in the tables above, with SLM-Lab's meaning. Two differences: `log_std_init`
+null keeps a learned state-independent standard deviation starting at 1 (SLM-Lab v5 then
+predicts it from the state), and LR schedulers are stepped once per training update (SLM-Lab
+v4 stepped them with the frame count as the epoch).
+
+Keys the lab accepts for SLM-Lab specs beyond its own (the tables above give their types and
+defaults; "absent" means the saved spec holds the key only when the spec file gives it):"""
+
+SLM_LAB_PLANNED = """\
+Keys and values that wait for a later component. A spec that uses one stops with one line
+naming it and "is not available yet"; the component names (algorithms, memories, nets, action
+distributions) are in the table above."""
+
+
+def all_schemas() -> list[tuple[str, str, dict]]:
+    """(key path prefix, owner, schema) of every schema the validator uses, nested ones included."""
+    from slm_lab.spec import ENV_SCHEMA, META_SCHEMA
+    out = [('', 'spec', TOP_SCHEMA), ('env', 'env', ENV_SCHEMA), ('meta', 'meta', META_SCHEMA)]
+    for (kind, name), schema in component_schemas():
+        prefix = 'agent.net' if kind == 'net' else f'agent.{kind}'
+        out.append((prefix, name, schema))
+    nested = []
+    for prefix, owner, schema in out:
+        for key, fld in schema.items():
+            if fld.schema is not None and fld.schema is not schedule_schema():
+                nested.append((f'{prefix}.{key}' if prefix else key, owner, fld.schema))
+    return out + nested
+
+
+def _slm_lab_fields() -> list[tuple[str, str, str, Field]]:
+    """(key path, owners, key, Field) of every key that exists for SLM-Lab specs: its doc names
+    SLM-Lab, or it is ignored, or it has an alias or values that are not available yet."""
+    rows: dict[tuple, list[str]] = {}
+    fields = {}
+    for prefix, owner, schema in all_schemas():
+        for key, fld in schema.items():
+            if 'SLM-Lab' in fld.doc or fld.default is OMIT or fld.aliases or fld.planned:
+                path = f'{prefix}.{key}' if prefix else key
+                rows.setdefault((path, fld.doc), []).append(owner)
+                fields[(path, fld.doc)] = (key, fld)
+    return [(path, ', '.join(owners), *fields[(path, doc)]) for (path, doc), owners in rows.items()]
+
+
+def _slm_lab_sections() -> str:
+    from slm_lab.agent.algorithm import PLANNED_KEYS as ALGORITHM_KEYS
+    from slm_lab.agent.memory import PLANNED_KEYS as MEMORY_KEYS
+    from slm_lab.agent.net import PLANNED_KEYS as NET_KEYS
+    from slm_lab.agent.net.net_util import PLANNED_OPTIMIZERS
+    from slm_lab.spec import ENV_PLANNED_KEYS
+    fields = _slm_lab_fields()
+    aliases = ['| Key | Also accepted as | In |', '|---|---|---|']
+    aliases += [f'| `{path}` | {_names(fld.aliases)} | {owners} |' for path, owners, _, fld in fields if fld.aliases]
+    accepted = ['| Key | In | Meaning here |', '|---|---|---|']
+    accepted += [f'| `{path}` | {owners} | {_cell(fld.doc)} |' for path, owners, _, fld in fields
+                 if not fld.aliases and not fld.planned]
+    planned = ['| Key or value | What it needs |', '|---|---|']
+    for prefix, keys in (('agent.algorithm', ALGORITHM_KEYS), ('agent.memory', MEMORY_KEYS),
+                         ('agent.net', NET_KEYS), ('env', ENV_PLANNED_KEYS)):
+        planned += [f'| `{prefix}.{key}` | {_cell(what)} |' for key, what in keys.items()]
+    for path, _, _, fld in fields:
+        planned += [f'| `{path}`: `{json_text(value)}` | {_cell(what)} |' for value, what in fld.planned.items()] \
+            if fld.planned else []
+    planned += [f'| `*optim_spec.name`: `"{name}"` | {_cell(what)} |' for name, what in PLANNED_OPTIMIZERS.items()]
+    return '\n\n'.join([SLM_LAB_KEYS, '\n'.join(aliases), SLM_LAB_ACCEPTED, '\n'.join(accepted),
+                        SLM_LAB_PLANNED, '\n'.join(planned)])
 
 
 def _allowed_edits() -> tuple:
@@ -584,6 +686,7 @@ def generate() -> str:
         SEEDS,
         RESUME_EDITS.replace('{allowed}', _names(_allowed_edits())),
         COMPAT.replace('{false_only}', _false_only_keys()), _planned(),
+        _slm_lab_sections(),
     ]
     return '\n\n'.join(p for p in parts if p) + '\n'
 

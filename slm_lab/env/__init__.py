@@ -19,7 +19,11 @@ def ensure_env_registered(name: str) -> None:
 
 
 def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
-    kwargs = dict(env_spec.get('make_kwargs') or {})
+    """Keyword arguments for gymnasium.make: env keys that are not the lab's own (arguments of the
+    env's constructor, passed as SLM-Lab v5 does), then make_kwargs, then max_t."""
+    from slm_lab.spec import ENV_SCHEMA
+    kwargs = {k: v for k, v in env_spec.items() if k not in ENV_SCHEMA}
+    kwargs.update(env_spec.get('make_kwargs') or {})
     if env_spec.get('max_t'):
         kwargs['max_episode_steps'] = env_spec['max_t']
     if render_mode:
@@ -43,6 +47,10 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
                        **_make_kwargs(env_spec))
     # innermost, so episode returns are the env's own rewards, before any normalisation
     env = gym.wrappers.vector.RecordEpisodeStatistics(env)
+    scale = env_spec.get('reward_scale')
+    if scale is not None:  # outside RecordEpisodeStatistics: the recorded returns stay the env's own
+        scale_fn = np.sign if scale == 'sign' else (lambda rewards: rewards * scale)
+        env = gym.wrappers.vector.TransformReward(env, scale_fn)
     if isinstance(env.single_action_space, gym.spaces.Box):
         # the agent keeps (and learns from) the action it sampled; the env gets it clipped
         env = gym.wrappers.vector.ClipAction(env)

@@ -15,6 +15,11 @@ from typing import Any, Callable
 from slm_lab.lib.errors import SpecError
 
 MISSING = object()
+# default of a key that stays out of the validated spec when the spec leaves it out: SLM-Lab keys
+# the lab accepts but does not use (see ignored_field), so saved specs do not grow keys nobody wrote
+OMIT = object()
+# every JSON type, for keys whose value is not used
+ANY_JSON = (bool, int, float, str, list, dict)
 
 TYPE_NAMES = {bool: 'bool', int: 'int', float: 'number', str: 'string', list: 'list', dict: 'object'}
 
@@ -25,12 +30,17 @@ class Field:
 
     types: accepted Python types (int is accepted where float is; bool never counts as a number).
     default: value filled in when the key is absent; MISSING makes the key required.
+    default OMIT: the key is optional and left out of the validated spec when absent.
     nullable: whether JSON null is accepted.
     choices: the valid values (strings usually).
     min / max: inclusive numeric bounds; min_exclusive makes the lower bound strict.
     schema: for an object, the Fields of its keys (validated recursively).
     check: an extra validator `check(value, path)` that raises SpecError.
     doc: one line for docs/spec.md.
+    aliases: other names accepted for this key (SLM-Lab's renamed keys); the validated spec holds
+      the value under this key's name only.
+    planned: values SLM-Lab accepts that need something this lab does not have yet, mapped to
+      what that is; such a value is refused with the "not available yet" line.
     """
 
     types: tuple
@@ -44,6 +54,20 @@ class Field:
     check: Callable[[Any, str], None] | None = None
     doc: str = ''
     item_type: type | None = None
+    aliases: tuple = ()
+    planned: dict | None = None
+
+
+def ignored_field(doc: str) -> Field:
+    """A key SLM-Lab specs carry that the component accepts and does not use (SLM-Lab itself
+    ignores it there too): any JSON value, kept in the saved spec only when the spec gives it."""
+    return Field(ANY_JSON, OMIT, nullable=True, doc=doc)
+
+
+def not_available(path: str, what: str, hint: str = '') -> SpecError:
+    """The one-line error for something SLM-Lab has that this lab does not have yet: a component,
+    a key that only such a component reads, or a value of a key."""
+    return SpecError(f'{path}: {what} is not available yet (not implemented in this version){hint}')
 
 
 def suggest(name: str, valid) -> str:
@@ -81,6 +105,9 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
         if fld.nullable:
             return None
         raise SpecError(f'{path}: null is not allowed; expected {_expect(fld)}')
+    for planned, what in (fld.planned or {}).items():
+        if type(value) is type(planned) and value == planned:  # true is not 1 here
+            raise not_available(path, f'{_json(value)} ({what})')
     if not _type_ok(value, fld.types):
         raise SpecError(f'{path}: expected {_expect(fld)}, got {type(value).__name__} {value!r}')
     check_finite(value, path)
@@ -120,19 +147,46 @@ def _expect(fld: Field) -> str:
     return ' or '.join(names)
 
 
-def check_object(obj: Any, schema: dict, path: str, extra_ok: Callable[[str], bool] | None = None) -> dict:
-    """Validate a dict against `schema`: unknown keys, missing required keys, each value.
-    Returns a new dict with defaults filled in, keys in schema order."""
+def _canonical_keys(obj: dict, schema: dict, path: str) -> dict:
+    """`obj` with every alias key renamed to its canonical key. An alias given together with its
+    canonical key is accepted only when both hold the same value."""
+    out = dict(obj)
+    for key, fld in schema.items():
+        for alias in fld.aliases:
+            if alias not in out:
+                continue
+            value = out.pop(alias)
+            if key in out and out[key] != value:
+                raise SpecError(f'{path}.{alias}: another name for {path}.{key}, which the spec also gives with a '
+                                f'different value ({_json(value)} vs {_json(out[key])}); keep only {key}')
+            out.setdefault(key, value)
+    return out
+
+
+def check_object(obj: Any, schema: dict, path: str, extra_ok: Callable[[str], bool] | None = None,
+                 planned_keys: dict[str, str] | None = None) -> dict:
+    """Validate a dict against `schema`: aliases, unknown keys, missing required keys, each value.
+    Returns a new dict with defaults filled in, keys in schema order (aliases under their
+    canonical names).
+
+    planned_keys: keys this schema does not have that SLM-Lab reads for a component the lab does
+    not have yet, mapped to what that is (e.g. 'the n-step returns of ActorCritic and SIL'); such
+    a key is refused with the "not available yet" line instead of "unknown key"."""
     if not isinstance(obj, dict):
         raise SpecError(f'{path}: expected an object, got {type(obj).__name__} {obj!r}')
+    obj = _canonical_keys(obj, schema, path)
     for key in obj:
         if key not in schema and not (extra_ok and extra_ok(key)):
+            if planned_keys and key in planned_keys:
+                raise not_available(f'{path}.{key}', planned_keys[key], '; remove the key')
             raise SpecError(f'{path}.{key}: unknown key{suggest(key, schema)}; '
                             f'valid keys: {", ".join(schema)}')
     out = {}
     for key, fld in schema.items():
         if key in obj:
             out[key] = check_value(obj[key], fld, f'{path}.{key}')
+        elif fld.default is OMIT:
+            continue
         elif fld.default is MISSING:
             raise SpecError(f'{path}.{key}: required key is missing ({fld.doc or _expect(fld)})')
         elif fld.schema is not None and fld.default is not None:

@@ -13,7 +13,8 @@ BASE_SCHEMA = {
     'name': Field((str,), doc='algorithm class'),
     'action_pdtype': Field((str,), 'default', choices=policy_util.PDTYPES + policy_util.PLANNED_PDTYPES,
                            doc='action distribution'),
-    'action_policy': Field((str,), 'default', choices=policy_util.ACTION_POLICIES, doc='how actions are drawn'),
+    'action_policy': Field((str,), 'default', choices=policy_util.ACTION_POLICIES,
+                           planned=policy_util.PLANNED_ACTION_POLICIES, doc='how actions are drawn'),
     'explore_var_spec': schedule_field('schedule of epsilon (epsilon_greedy) or temperature (boltzmann)'),
     'gamma': Field((float,), 0.99, min=0, max=1, doc='discount factor'),
 }

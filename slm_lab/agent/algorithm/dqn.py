@@ -21,7 +21,7 @@ from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.net import MLPNet, net_util
 from slm_lab.lib.decay import schedule_field
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import Field, ignored_field
 
 
 def q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_q_select: torch.Tensor,
@@ -48,7 +48,7 @@ class VanillaDQN(Algorithm):
         'action_pdtype': Field((str,), 'Argmax', choices=policy_util.PDTYPES + policy_util.PLANNED_PDTYPES,
                                doc='action distribution'),
         'action_policy': Field((str,), 'epsilon_greedy', choices=policy_util.ACTION_POLICIES,
-                               doc='how actions are drawn'),
+                               planned=policy_util.PLANNED_ACTION_POLICIES, doc='how actions are drawn'),
         'explore_var_spec': schedule_field('schedule of epsilon (epsilon_greedy) or temperature (boltzmann)',
                                            default={'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.05,
                                                     'start_step': 0, 'end_step': 10000}),
@@ -56,6 +56,8 @@ class VanillaDQN(Algorithm):
         'training_iter': Field((int,), 1, min=1, doc='batches sampled per training'),
         'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
         'training_start_step': Field((int,), 32, min=1, doc='transitions in memory before training starts'),
+        'normalize_state': ignored_field('(SLM-Lab v4) ignored: no SLM-Lab v4.2.4 algorithm reads it; '
+                                         'env.normalize_obs normalises observations'),
     }
     memory_names = ('Replay',)
     uses_target_net = False

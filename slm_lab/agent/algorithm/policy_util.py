@@ -20,6 +20,11 @@ CONTINUOUS_PDTYPES = ('Normal',)
 PDTYPES = ('default',) + DISCRETE_PDTYPES + CONTINUOUS_PDTYPES
 PLANNED_PDTYPES = ('GumbelSoftmax', 'Beta', 'Gumbel', 'LogNormal', 'MultivariateNormal', 'MultiCategorical')
 ACTION_POLICIES = ('default', 'epsilon_greedy', 'boltzmann')
+# SLM-Lab v4's action policies for several action heads (its HydraDQN), not available here yet
+PLANNED_ACTION_POLICIES = {
+    'multi_epsilon_greedy': "an action policy for several action heads (SLM-Lab v4's HydraDQN)",
+    'multi_boltzmann': "an action policy for several action heads (SLM-Lab v4's HydraDQN)",
+}
 
 
 def check_action_space(action_space: gym.Space, algo_spec: dict, algo_name: str, continuous_ok: bool) -> str:

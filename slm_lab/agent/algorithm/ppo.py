@@ -23,7 +23,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.net import MLPNet, net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import Field, ignored_field
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminateds: torch.Tensor,
@@ -82,7 +82,7 @@ class ActorCriticNet(nn.Module):
         else:
             self.actor = MLPNet(net_spec, in_dim, act_dim, out_gains=[0.01])
             self.critic = MLPNet(net_spec, in_dim, 1, out_gains=[1.0])
-        self.head = policy_util.PolicyHead(pdtype, act_dim)
+        self.head = policy_util.PolicyHead(pdtype, act_dim, net_spec.get('log_std_init') or 0.0)
 
     def pd_out(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)[0] if self.shared else self.actor(x)
@@ -115,8 +115,13 @@ class PPO(Algorithm):
                                 doc='samples per gradient step (the last minibatch of an epoch takes the remainder)'),
         'training_epoch': Field((int,), 4, min=1, doc='passes over the batch per update'),
         'normalize_advantage': Field((bool,), True, doc='standardise advantages per minibatch'),
-        'clip_vloss': Field((bool,), False, doc='clip the value update around the old values by clip_eps '
-                                                         '(mean over samples of the larger of the clipped and unclipped loss)'),
+        'clip_vloss': Field((bool,), False, aliases=('clip_val_loss',),
+                            doc='clip the value update around the old values by clip_eps '
+                                '(mean over samples of the larger of the clipped and unclipped loss)'),
+        'normalize_v_targets': Field((bool,), False, planned={
+            True: "SLM-Lab v5's scaling of value targets by a running std of the returns"},
+            doc='(SLM-Lab v5) only false in this version'),
+        'training_frequency': ignored_field('ignored, as in SLM-Lab: PPO trains every time_horizon vector steps'),
     }
     memory_names = ('OnPolicyBatchReplay',)
     continuous_ok = True

@@ -4,12 +4,16 @@ from __future__ import annotations
 import numpy as np
 
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.lib.schema import ignored_field
 
 
 class Random(Algorithm):
     """Samples each sub-env's action uniformly from the action space."""
 
-    spec_schema = BASE_SCHEMA
+    spec_schema = {
+        **BASE_SCHEMA,
+        'training_frequency': ignored_field('ignored, as in SLM-Lab: Random never trains'),
+    }
     requires = ()
     continuous_ok = True
 

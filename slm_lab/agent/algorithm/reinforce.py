@@ -67,7 +67,8 @@ class Reinforce(Algorithm):
         spec = self.algorithm_spec
         self.device = net_util.get_device(self.net_spec['gpu'])
         self.net = MLPNet(self.net_spec, self.in_dim, self.act_dim, out_gains=[0.01]).to(self.device)
-        self.head = policy_util.PolicyHead(self.pdtype, self.act_dim).to(self.device)
+        self.head = policy_util.PolicyHead(self.pdtype, self.act_dim,
+                                           self.net_spec.get('log_std_init') or 0.0).to(self.device)
         self.optimizers = {'net': net_util.make_optimizer(
             list(self.net.parameters()) + list(self.head.parameters()), self.net_spec['optim_spec'])}
         sched = net_util.make_lr_scheduler(self.optimizers['net'], self.net_spec['lr_scheduler_spec'], self.clock)

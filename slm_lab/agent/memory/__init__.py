@@ -4,4 +4,11 @@ from slm_lab.agent.memory.replay import Replay
 
 MEMORIES = {'OnPolicyReplay': OnPolicyReplay, 'OnPolicyBatchReplay': OnPolicyBatchReplay, 'Replay': Replay}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_MEMORIES = ('PrioritizedReplay',)
+PLANNED_MEMORIES = ('PrioritizedReplay', 'OnPolicyCrossEntropy')
+# keys SLM-Lab reads only in memories or algorithms of a later version, and what they are
+PLANNED_KEYS = {
+    'alpha': "prioritized replay (SLM-Lab's PrioritizedReplay)",
+    'epsilon': "prioritized replay (SLM-Lab's PrioritizedReplay)",
+    'cross_entropy': "SLM-Lab's OnPolicyCrossEntropy memory",
+    'sil_replay_name': "self-imitation learning (SLM-Lab's SIL and PPOSIL)",
+}

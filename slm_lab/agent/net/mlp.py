@@ -34,8 +34,13 @@ NET_SCHEMA = {
     'polyak_coef': Field((float,), 0.005, min=0, max=1,
                          doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef)'),
     'gpu': Field((bool, str), False, check=lambda v, p: _check_gpu(v, p), doc="use CUDA when available (true/'auto')"),
-    'batch_norm': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
-    'normalize': Field((bool,), False, choices=(False,), doc='(SLM-Lab key; only false is supported)'),
+    'batch_norm': Field((bool,), False, planned={
+        True: "SLM-Lab v5's BatchNorm1d after each hidden layer of MLPNet"},
+        doc='(SLM-Lab key) only false in this version'),
+    'normalize': Field((bool,), False, doc="ignored, as in SLM-Lab's MLPNet (its ConvNet divides pixel inputs by 255)"),
+    'log_std_init': Field((float,), None, nullable=True,
+                          doc='Normal actions: initial value of the learned, state-independent log standard '
+                              'deviation (null: 0.0)'),
 }
 
 

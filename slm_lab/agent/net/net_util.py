@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, check_torch_kwargs, suggest
+from slm_lab.lib.schema import Field, check_torch_kwargs, not_available, suggest
 
 ACTIVATIONS = {
     'relu': nn.ReLU, 'tanh': nn.Tanh, 'sigmoid': nn.Sigmoid, 'selu': nn.SELU, 'elu': nn.ELU,
@@ -29,9 +29,20 @@ def _torch_class(module, name: str, path: str, kind: str, base: type):
     return cls
 
 
+# SLM-Lab's own optimizers, not available here yet
+PLANNED_OPTIMIZERS = {
+    'GlobalAdam': "SLM-Lab's GlobalAdam (Adam with its state shared between the processes of meta.distributed)",
+    'GlobalRMSprop': "SLM-Lab's GlobalRMSprop (RMSprop with its state shared between the processes of "
+                     'meta.distributed)',
+    'Lookahead': "SLM-Lab's Lookahead optimizer (wrapping the optimizer its key 'optimizer' names)",
+}
+
+
 def _check_optim_spec(spec: dict, path: str) -> None:
     if 'name' not in spec:
         raise SpecError(f'{path}.name: required key is missing, e.g. "Adam"')
+    if isinstance(spec['name'], str) and spec['name'] in PLANNED_OPTIMIZERS:
+        raise not_available(f'{path}.name', PLANNED_OPTIMIZERS[spec['name']], '; use a torch.optim class, e.g. Adam')
     cls = _torch_class(torch.optim, spec['name'], path, 'torch.optim optimizer', torch.optim.Optimizer)
     check_torch_kwargs(cls, {k: v for k, v in spec.items() if k != 'name'}, path, skip=('params',))
 
@@ -50,9 +61,13 @@ def _check_lr_scheduler_spec(spec: dict, path: str) -> None:
     if 'name' not in spec:
         raise SpecError(f'{path}.name: required key is missing, e.g. "LinearToZero" or "StepLR"')
     if spec['name'] in CUSTOM_LR_SCHEDULERS:
-        extra = [k for k in spec if k != 'name']
+        extra = [k for k in spec if k not in ('name', 'frame')]
         if extra:
-            raise SpecError(f'{path}.{extra[0]}: LinearToZero takes no arguments (it decays to 0 at max_frame)')
+            raise SpecError(f'{path}.{extra[0]}: LinearToZero takes one argument, frame (the frame at which the '
+                            'learning rate reaches 0; default env.max_frame)')
+        frame = spec.get('frame')
+        if frame is not None and (isinstance(frame, bool) or not isinstance(frame, (int, float)) or frame < 1):
+            raise SpecError(f'{path}.frame: expected a frame count >= 1 or null, got {frame!r}')
         return
     sched = torch.optim.lr_scheduler
     cls = _torch_class(sched, spec['name'], path, 'torch.optim.lr_scheduler class', sched.LRScheduler)
@@ -114,16 +129,23 @@ def make_loss(loss_spec: dict) -> nn.Module:
 
 def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
     """A torch LR scheduler from the spec, or None. It is stepped once per training update.
-    LinearToZero scales the LR by (1 - frame / max_frame), read from the clock, so it needs no
+    LinearToZero scales the LR by (1 - frame / end), end being its `frame` or else env.max_frame,
+    with the frame read from the clock, so it needs no
     state of its own beyond what the Clock restores."""
     if lr_scheduler_spec is None:
         return None
     name = lr_scheduler_spec['name']
     if name == 'LinearToZero':
         return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda _: max(0.0, 1.0 - clock.frame / clock.max_frame))
+            optimizer, lambda _: max(0.0, 1.0 - clock.frame / linear_to_zero_end(lr_scheduler_spec, clock.max_frame)))
     kwargs = {k: v for k, v in lr_scheduler_spec.items() if k != 'name'}
     return _construct(getattr(torch.optim.lr_scheduler, name), 'agent.net.lr_scheduler_spec', optimizer, **kwargs)
+
+
+def linear_to_zero_end(lr_scheduler_spec: dict, max_frame: int) -> float:
+    """The frame at which LinearToZero reaches 0: its `frame` (SLM-Lab's key), else env.max_frame."""
+    frame = lr_scheduler_spec.get('frame')
+    return float(frame) if frame is not None else float(max_frame)
 
 
 def get_device(gpu) -> torch.device:

@@ -7,7 +7,7 @@ import torch
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.lib.decay import Schedule, schedule_field
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import Field, not_available
 
 BASE_SCHEMA = {
     'name': Field((str,), doc='algorithm class'),
@@ -58,8 +58,8 @@ class Algorithm:
                             f'{what}, e.g. {{"name": "linear_decay", "start_val": 1.0, "end_val": 0.05, '
                             '"start_step": 0, "end_step": 10000}')
         if pdtype in policy_util.PLANNED_PDTYPES:
-            raise SpecError(f"agent.algorithm.action_pdtype: '{pdtype}' is not implemented in this version yet; "
-                            f'available: {", ".join(policy_util.PDTYPES)}')
+            raise not_available('agent.algorithm.action_pdtype', f"SLM-Lab's action distribution '{pdtype}'",
+                                f'; available: {", ".join(policy_util.PDTYPES)}')
 
     def __init__(self, agent_spec: dict, env_spec: dict, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, clock, memory, seed: int | list[int]):

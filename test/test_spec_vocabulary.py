@@ -1,0 +1,380 @@
+"""Every key path and named value of SLM-Lab's published specs (v4.2.4 and v5.3) is accepted by the
+validator with SLM-Lab's meaning, or refused with the one "not available yet" line naming the
+component it waits for. The list is test/fixtures/slm_lab_spec_vocabulary.md (key paths counted
+over SLM-Lab's JSON specs); the values set here are ones those specs use.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import build_spec
+from slm_lab.lib.errors import SpecError
+from slm_lab.spec import validate_spec
+
+VOCABULARY = Path(__file__).parent / 'fixtures' / 'slm_lab_spec_vocabulary.md'
+LATER = 'not available yet'
+
+SCHEDULE = {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1, 'start_step': 0, 'end_step': 1000}
+OPTIM = {'name': 'RMSprop', 'lr': 0.001, 'alpha': 0.99, 'eps': 1e-5}
+LOOKAHEAD = {'name': 'Lookahead', 'optimizer': 'RAdam', 'lr': 0.001}
+# key paths whose value (in VALUES) is their whole parent object: set at the parent
+SET_PARENT = ('.optimizer', 'lr_scheduler_spec.gamma', 'lr_scheduler_spec.milestones', 'lr_scheduler_spec.step_size')
+
+# key path -> (base spec, value). Base specs are the lab's algorithms (conftest) or, for keys that
+# only a later component reads, a lab spec holding the key (the key itself is then refused).
+VALUES = {
+    'agent.algorithm.action_pdtype': ('DQN', 'Argmax'),
+    'agent.algorithm.action_policy': ('DQN', 'epsilon_greedy'),
+    'agent.algorithm.center_return': ('Reinforce', True),
+    'agent.algorithm.clip_eps_spec': ('PPO', SCHEDULE),
+    'agent.algorithm.clip_val_loss': ('PPO', False),
+    'agent.algorithm.clip_vloss': ('PPO', True),
+    'agent.algorithm.entropy_coef_spec': ('PPO', SCHEDULE),
+    'agent.algorithm.explore_var_spec': ('DQN', SCHEDULE),
+    'agent.algorithm.gamma': ('PPO', 0.99),
+    'agent.algorithm.lam': ('PPO', 0.95),
+    'agent.algorithm.minibatch_size': ('PPO', 64),
+    'agent.algorithm.name': ('PPO', 'PPO'),
+    'agent.algorithm.normalize_state': ('DQN', True),
+    'agent.algorithm.normalize_v_targets': ('PPO', False),
+    'agent.algorithm.num_step_returns': ('PPO', 5),
+    'agent.algorithm.policy_loss_coef': ('PPO', 1.0),
+    'agent.algorithm.sil_policy_loss_coef': ('PPO', 1.0),
+    'agent.algorithm.sil_val_loss_coef': ('PPO', 0.01),
+    'agent.algorithm.time_horizon': ('PPO', 128),
+    'agent.algorithm.training_batch_iter': ('DQN', 4),
+    'agent.algorithm.training_epoch': ('PPO', 4),
+    'agent.algorithm.training_frequency': ('PPO', 1),
+    'agent.algorithm.training_iter': ('DQN', 8),
+    'agent.algorithm.training_start_step': ('DQN', 32),
+    'agent.algorithm.val_loss_coef': ('PPO', 0.5),
+    'agent.memory.alpha': ('DQN', 0.6),
+    'agent.memory.batch_size': ('DQN', 32),
+    'agent.memory.cross_entropy': ('Reinforce', 1.0),
+    'agent.memory.epsilon': ('DQN', 0.0001),
+    'agent.memory.max_size': ('DQN', 10000),
+    'agent.memory.name': ('DQN', 'Replay'),
+    'agent.memory.sil_replay_name': ('Reinforce', 'Replay'),
+    'agent.memory.use_cer': ('DQN', True),
+    'agent.name': ('PPO', 'A2C'),
+    'agent.net.actor_optim_spec': ('PPO', OPTIM),
+    'agent.net.actor_optim_spec.optimizer': ('PPO', LOOKAHEAD),
+    'agent.net.batch_norm': ('PPO', False),
+    'agent.net.cell_type': ('PPO', 'GRU'),
+    'agent.net.clip_grad_val': ('PPO', 0.5),
+    'agent.net.conv_hid_layers': ('PPO', [[32, 8, 4, 0, 1]]),
+    'agent.net.critic_optim_spec': ('PPO', OPTIM),
+    'agent.net.critic_optim_spec.optimizer': ('PPO', LOOKAHEAD),
+    'agent.net.fc_hid_layers': ('PPO', [512]),
+    'agent.net.gpu': ('PPO', 'auto'),
+    'agent.net.hid_layers': ('PPO', [64, 64]),
+    'agent.net.hid_layers_activation': ('PPO', 'tanh'),
+    'agent.net.init_fn': ('PPO', 'orthogonal_'),
+    'agent.net.log_std_init': ('PPO', 0.0),
+    'agent.net.loss_spec': ('PPO', {'name': 'SmoothL1Loss'}),
+    'agent.net.lr_scheduler_spec': ('PPO', {'name': 'LinearToZero', 'frame': 1e7}),
+    'agent.net.lr_scheduler_spec.gamma': ('PPO', {'name': 'StepLR', 'step_size': 1000, 'gamma': 0.9}),
+    'agent.net.lr_scheduler_spec.milestones': ('PPO', {'name': 'MultiStepLR', 'milestones': [1000, 2000], 'gamma': 0.5}),
+    'agent.net.lr_scheduler_spec.step_size': ('PPO', {'name': 'StepLR', 'step_size': 1000, 'gamma': 0.9}),
+    'agent.net.normalize': ('PPO', True),
+    'agent.net.optim_spec': ('DQN', {'name': 'AdamW', 'lr': 0.001, 'eps': 1e-5}),
+    'agent.net.optim_spec.optimizer': ('DQN', LOOKAHEAD),
+    'agent.net.polyak_coef': ('DQN', 0.995),
+    'agent.net.rnn_hidden_size': ('PPO', 64),
+    'agent.net.rnn_num_layers': ('PPO', 1),
+    'agent.net.seq_len': ('PPO', 4),
+    'agent.net.shared': ('PPO', True),
+    'agent.net.type': ('PPO', 'MLPNet'),
+    'agent.net.update_frequency': ('DQN', 100),
+    'agent.net.update_type': ('DQN', 'polyak'),
+    'agent.net.use_same_optim': ('PPO', True),
+    'env.continuous': ('PPO', True),  # with LunarLander-v3, below
+    'env.frame_op': ('DQN', 'concat'),
+    'env.frame_op_len': ('DQN', 4),
+    'env.image_downsize': ('DQN', [64, 64]),
+    'env.life_loss_info': ('DQN', True),
+    'env.max_frame': ('PPO', 1e7),
+    'env.max_t': ('PPO', None),
+    'env.name': ('PPO', 'CartPole-v1'),
+    'env.normalize_obs': ('PPO', True),
+    'env.normalize_reward': ('PPO', True),
+    'env.normalize_state': ('PPO', False),
+    'env.num_envs': ('PPO', 4),
+    'env.repeat_action_probability': ('DQN', 0.0),  # with an ALE game, below
+    'env.reward_scale': ('DQN', 'sign'),
+    'env.unity': ('DQN', {'gridSize': 6, 'numGoals': 1, 'numObstacles': 0}),
+    'meta.distributed': ('PPO', False),
+    'meta.eval_frequency': ('PPO', 1000),
+    'meta.log_frequency': ('PPO', 1000),
+    'meta.max_session': ('PPO', 4),
+    'meta.max_trial': ('PPO', 1),
+    'meta.num_gpus': ('PPO', 1),
+    'meta.rigorous_eval': ('PPO', 0),
+    'meta.search': ('PPO', 'RandomSearch'),
+    'meta.search_resources': ('PPO', {'cpu': 1, 'gpu': 0.125}),
+    'meta.search_scheduler': ('PPO', {'grace_period': 200000.0, 'reduction_factor': 3}),
+    'meta.train_mode': ('PPO', True),
+    'spec_params': ('PPO', {'env': ['CartPole-v1', 'Acrobot-v1']}),
+    'body': ('PPO', {'product': 'outer', 'num': 1}),
+}
+# key paths a later component reads -> a name the refusal must contain
+WAITS_FOR = {
+    'agent.algorithm.num_step_returns': 'ActorCritic',
+    'agent.algorithm.policy_loss_coef': 'ActorCritic',
+    'agent.algorithm.sil_policy_loss_coef': 'SIL',
+    'agent.algorithm.sil_val_loss_coef': 'SIL',
+    'agent.memory.alpha': 'PrioritizedReplay',
+    'agent.memory.epsilon': 'PrioritizedReplay',
+    'agent.memory.cross_entropy': 'OnPolicyCrossEntropy',
+    'agent.memory.sil_replay_name': 'SIL',
+    'agent.net.actor_optim_spec.optimizer': 'Lookahead',
+    'agent.net.critic_optim_spec.optimizer': 'Lookahead',
+    'agent.net.optim_spec.optimizer': 'Lookahead',
+    'agent.net.cell_type': 'RecurrentNet',
+    'agent.net.conv_hid_layers': 'ConvNet',
+    'agent.net.fc_hid_layers': 'ConvNet',
+    'agent.net.rnn_hidden_size': 'RecurrentNet',
+    'agent.net.rnn_num_layers': 'RecurrentNet',
+    'agent.net.seq_len': 'RecurrentNet',
+    'env.frame_op': 'frame stacking',
+    'env.frame_op_len': 'frame stacking',
+    'env.image_downsize': 'ConvNet',
+    'env.life_loss_info': 'Atari',
+    'env.unity': 'Unity',
+}
+# key paths whose value is an object the spec gives whole: its own rows are covered by it
+OBJECT_KEYS = ('agent.algorithm.clip_eps_spec', 'agent.algorithm.entropy_coef_spec', 'agent.algorithm.explore_var_spec',
+               'agent.net.actor_optim_spec', 'agent.net.critic_optim_spec', 'agent.net.optim_spec',
+               'agent.net.loss_spec', 'agent.net.lr_scheduler_spec', 'agent.net.lr_scheduler_spec.gamma',
+               'meta.search_resources', 'meta.search_scheduler', 'env.unity', 'body', 'spec_params')
+CANONICAL = {'agent.algorithm.clip_val_loss': 'agent.algorithm.clip_vloss'}  # SLM-Lab's renamed keys
+SECTIONS = ('agent', 'agent.algorithm', 'agent.memory', 'agent.net', 'env', 'meta')
+NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets the same key
+    'agent.net.actor_optim_spec.name': 'agent.net.actor_optim_spec',
+    'agent.net.critic_optim_spec.name': 'agent.net.critic_optim_spec',
+    'agent.net.optim_spec.name': 'agent.net.optim_spec',
+    'agent.net.loss_spec.name': 'agent.net.loss_spec',
+    'agent.net.lr_scheduler_spec.name': 'agent.net.lr_scheduler_spec',
+    'agent.algorithm.clip_eps_spec.name': 'agent.algorithm.clip_eps_spec',
+    'agent.algorithm.entropy_coef_spec.name': 'agent.algorithm.entropy_coef_spec',
+    'agent.algorithm.explore_var_spec.name': 'agent.algorithm.explore_var_spec',
+}
+LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
+    'agent.algorithm.action_pdtype': {'GumbelSoftmax'},
+    'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
+    'agent.algorithm.name': {'ActorCritic', 'HydraDQN', 'PPOSIL', 'SARSA', 'SIL', 'SoftActorCritic'},
+    'agent.memory.name': {'OnPolicyCrossEntropy', 'PrioritizedReplay'},
+    'agent.net.type': {'ConvNet', 'DuelingConvNet', 'DuelingMLPNet', 'HydraMLPNet', 'RecurrentNet'},
+    'agent.net.actor_optim_spec.name': {'GlobalAdam', 'Lookahead'},
+    'agent.net.critic_optim_spec.name': {'GlobalAdam', 'Lookahead'},
+    'agent.net.optim_spec.name': {'GlobalAdam', 'Lookahead'},
+    'agent.net.cell_type': {'GRU'},
+    'meta.distributed': {'synced', 'shared'},
+}
+
+
+def vocabulary() -> tuple[list[str], dict[str, list[str]]]:
+    """(key paths, {key path: named values}) of the vocabulary file."""
+    text = VOCABULARY.read_text(encoding='utf-8')
+    paths = re.findall(r'^\| `([^`]+)` \| \d+ \| \d+ \|$', text, re.M)
+    named = {m.group(1): re.findall(r'([A-Za-z_]\w*) \(\d+/\d+\)', m.group(2))
+             for m in re.finditer(r'^- `([^`]+)`: (.*)$', text, re.M)}
+    return paths, named
+
+
+PATHS, NAMED = vocabulary()
+
+
+def spec_with(path: str, value, base: str) -> dict:
+    """A runnable lab spec (conftest's, for `base`) with the key at `path` set to `value`."""
+    spec = build_spec(base)
+    if path.startswith('env.continuous'):
+        spec['env']['name'] = 'LunarLander-v3'
+    if path.startswith('env.repeat_action_probability'):
+        spec['env']['name'] = 'ALE/Pong-v5'
+    if path in ('body', 'spec_params'):
+        spec[path] = copy.deepcopy(value)
+        return spec
+    if path.endswith(SET_PARENT):
+        path = path.rsplit('.', 1)[0]
+    *parents, key = path.split('.')
+    node = spec
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[key] = copy.deepcopy(value)
+    return spec
+
+
+def outcome(spec: dict) -> str | dict:
+    """The validated spec, or the error line."""
+    try:
+        return validate_spec(spec)
+    except SpecError as e:
+        return str(e)
+
+
+def leaf_of(path: str) -> str | None:
+    """The VALUES entry that covers a key path: itself, or the object key it is part of."""
+    if path in VALUES:
+        return path
+    for key in sorted(VALUES, key=len, reverse=True):
+        if key in OBJECT_KEYS and path.startswith(key + '.'):
+            return key
+    return None
+
+
+def test_the_vocabulary_file_is_read():
+    assert len(PATHS) > 120 and 'agent.algorithm.clip_val_loss' in PATHS and 'meta.search_scheduler' in PATHS
+    assert 'Argmax' in NAMED['agent.algorithm.action_pdtype']
+
+
+@pytest.mark.parametrize('path', PATHS)
+def test_every_slm_lab_key_path_is_accepted_or_waits_for_its_component(path):
+    if path in SECTIONS:
+        assert any(p.startswith(path + '.') for p in PATHS)
+        return
+    key = leaf_of(path)
+    assert key is not None, f'{path}: no value to test it with; add one to VALUES'
+    if path == 'env.continuous':
+        pytest.importorskip('Box2D', reason='LunarLander needs the box2d extra')
+    if path == 'env.repeat_action_probability':
+        pytest.importorskip('ale_py', reason='ALE games need the atari extra')
+    base, value = VALUES[key]
+    result = outcome(spec_with(key, value, base))
+    waits_for = WAITS_FOR.get(path) or WAITS_FOR.get(key)
+    if waits_for:
+        assert isinstance(result, str) and LATER in result and waits_for in result, result
+        assert result.startswith(key.split('.')[0]) and '\n' not in result
+        return
+    assert isinstance(result, dict), f'{path}: refused: {result}'
+    if path in ('body', 'spec_params') or path.startswith('body.'):
+        return
+    node = result
+    for part in CANONICAL.get(key, key).split('.')[:-1 if key.endswith(SET_PARENT) else None]:
+        node = node[part]  # kept in the validated (saved) spec, an alias under its canonical name
+
+
+def test_alias_is_saved_under_its_canonical_name():
+    result = outcome(spec_with('agent.algorithm.clip_val_loss', True, 'PPO'))
+    assert result['agent']['algorithm']['clip_vloss'] is True
+    assert 'clip_val_loss' not in result['agent']['algorithm']
+
+
+def test_alias_and_canonical_name_may_repeat_one_value_but_not_differ():
+    spec = spec_with('agent.algorithm.clip_val_loss', True, 'PPO')
+    spec['agent']['algorithm']['clip_vloss'] = True
+    assert outcome(spec)['agent']['algorithm']['clip_vloss'] is True
+    spec['agent']['algorithm']['clip_vloss'] = False
+    message = outcome(spec)
+    assert message.startswith('agent.algorithm.clip_val_loss:') and 'clip_vloss' in message
+
+
+@pytest.mark.parametrize('path, value', [(p, v) for p, values in NAMED.items() for v in values])
+def test_every_named_value_is_accepted_or_waits_for_its_component(path, value):
+    key = NAMED_VALUE_KEYS.get(path, path)
+    base, sample = VALUES[key]
+    if key != path:  # a name inside an object such as optim_spec
+        sample = {'name': value, 'lr': 0.001} if 'optim' in path else {**sample, 'name': value}
+        if path.endswith('lr_scheduler_spec.name') and value != 'LinearToZero':
+            sample = {'name': value, 'step_size': 100} if value == 'StepLR' else {'name': value, 'milestones': [100]}
+        if path.endswith('_spec.name') and 'decay' in value:
+            sample = {**SCHEDULE, 'name': value}
+        value_to_set = sample
+    else:
+        value_to_set = value
+    if path == 'agent.memory.name' and value.startswith('OnPolicy'):
+        base = 'Reinforce'
+    if path == 'agent.algorithm.name':
+        base = {'Random': 'Random', 'Reinforce': 'Reinforce', 'PPO': 'PPO'}.get(value, 'DQN')
+    if path == 'agent.algorithm.action_pdtype' and value in ('Categorical', 'Normal'):
+        base = 'Reinforce'
+    if path == 'agent.algorithm.action_policy' and value == 'default':
+        base = 'Reinforce'
+    spec = spec_with(key, value_to_set, base)
+    if value == 'Normal':
+        spec['env']['name'] = 'Pendulum-v1'
+    result = outcome(spec)
+    if value in LATER_NAMES.get(path, ()):
+        named = 'RecurrentNet' if path == 'agent.net.cell_type' else value  # the key itself waits for it
+        assert isinstance(result, str) and LATER in result and named in result, result
+    else:
+        assert isinstance(result, dict), f'{path} = {value}: refused: {result}'
+
+
+def test_unknown_keys_slm_lab_does_not_read_are_still_named_with_a_suggestion():
+    spec = build_spec('PPO')
+    spec['agent']['algorithm']['time_horizn'] = 64
+    message = outcome(spec)
+    assert message.startswith('agent.algorithm.time_horizn: unknown key') and "did you mean 'time_horizon'" in message
+
+
+def test_env_key_typo_is_named_with_the_lab_key_or_the_env_argument():
+    spec = build_spec('PPO')
+    spec['env']['max_frme'] = 100
+    message = outcome(spec)
+    assert message.startswith('env.max_frme:') and "did you mean 'max_frame'" in message
+    spec = build_spec('PPO')
+    spec['env']['sutton_barto_rewad'] = True
+    message = outcome(spec)
+    assert message.startswith('env.sutton_barto_rewad:') and "did you mean 'sutton_barto_reward'" in message
+    assert 'CartPole-v1 arguments: sutton_barto_reward' in message
+
+
+def test_env_keys_outside_the_lab_s_own_reach_the_env_constructor():
+    from slm_lab.env import make_env, make_single_env
+    spec = build_spec('PPO')
+    spec['env']['sutton_barto_reward'] = True  # CartPole: reward 0 per step, -1 when the pole falls
+    env_spec = validate_spec(spec)['env']
+    assert env_spec['sutton_barto_reward'] is True
+    env = make_env(env_spec)
+    env.reset(seed=0)
+    _, reward, *_ = env.step(np.zeros(1, dtype=np.int64))
+    assert reward.tolist() == [0.0]
+    assert make_single_env(env_spec).unwrapped._sutton_barto_reward is True
+    env.close()
+
+
+@pytest.mark.parametrize('scale, expected', [(2.5, 2.5), ('sign', 1.0)])
+def test_reward_scale_scales_training_rewards_but_not_the_recorded_returns(scale, expected):
+    from slm_lab.env import make_env
+    spec = build_spec('PPO')
+    spec['env']['reward_scale'] = scale
+    env = make_env(validate_spec(spec)['env'])
+    env.reset(seed=0)
+    done, total = False, 0.0
+    while not done:
+        _, reward, terminated, truncated, info = env.step(np.zeros(1, dtype=np.int64))
+        assert reward.tolist() == [expected]  # CartPole's reward is 1 per step
+        total += 1.0
+        done = bool(terminated[0] or truncated[0])
+    assert info['episode']['r'].tolist() == [total]
+    env.close()
+
+
+def test_linear_to_zero_frame_sets_where_the_learning_rate_reaches_zero():
+    import torch
+    from slm_lab.agent.net import net_util
+    from slm_lab.env import Clock
+    clock = Clock(max_frame=1000)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = net_util.make_lr_scheduler(opt, {'name': 'LinearToZero', 'frame': 100}, clock)
+    clock.frame = 50
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]['lr'] == pytest.approx(0.5)  # half of the way to frame 100, not to max_frame
+
+
+def test_log_std_init_sets_the_initial_standard_deviation(lab_run):
+    spec = build_spec('PPO', env='Pendulum-v1', max_frame=64)
+    spec['agent']['net']['log_std_init'] = -0.5
+    spec['agent']['algorithm']['time_horizon'] = 32
+    validated = validate_spec(spec)
+    from slm_lab.agent.algorithm.ppo import ActorCriticNet
+    net = ActorCriticNet(validated['agent']['net'], 3, 1, 'Normal')
+    assert net.head.log_std.tolist() == [-0.5]
+    lab_run(spec, 'log_std')  # trains with it

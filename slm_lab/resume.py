@@ -95,8 +95,8 @@ def read_run_spec(run_dir: RunDir) -> dict:
                 problem = 'meta.overrides is not a list'
     if problem:
         raise ResumeError(f"{path}: the run's saved spec is damaged or not valid for this lab ({problem}); "
-                          f'restore it from a session spec ({run_dir.spec_name}_t0_s0_spec.json holds the same '
-                          'spec) or start a new run')
+                          f"restore it from the trial's spec ({run_dir.spec_name}_t0_spec.json holds the same "
+                          "spec; a session's spec records that session's own seed) or start a new run")
     return spec
 
 

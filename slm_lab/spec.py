@@ -16,6 +16,7 @@ from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import OMIT, Field, check_finite, check_object, ignored_field, not_available, suggest
 
 PLACEHOLDER_RE = re.compile(r'\$\{([A-Za-z0-9_.\-]+)\}')
+TRAILING_COMMA_RE = re.compile(r',\s*[}\]]')  # a quick test before the character scan
 # A spec name becomes the run directory's name and the prefix of every file in it, so it must be
 # a plain file name: no path separators, no leading dot (hidden, or '..'), short enough that the
 # longest file name made from it stays under the usual 255-byte limit.
@@ -122,20 +123,148 @@ AGENT_KEYS = ('name', 'algorithm', 'memory', 'net')
 # ---------------------------------------------------------------------------------------------
 # reading
 
+YAML_EXTS = ('.yaml', '.yml')
+# A YAML file's aliases share one object however often they are used, but the spec built from it
+# is expanded (merged, copied, written as JSON): a few nested aliases ("billion laughs") would
+# expand to more values than any spec holds. SLM-Lab's largest YAML file has a few thousand.
+MAX_SPEC_VALUES = 1_000_000
+
+
+def strip_trailing_commas(text: str) -> str:
+    """`text` with every comma that closes a JSON list or object (`[1, 2,]`, `{"a": 1,}`) replaced
+    by a space, as SLM-Lab's reader accepts them (its v4 spec files all have them). Commas in
+    strings are kept, and so is any comma that does not follow a value (`[,]`, `[1,,]`), so the
+    JSON reader still reports those; the text keeps its length and line breaks, so an error's
+    line and column are those of the file."""
+    if not TRAILING_COMMA_RE.search(text):
+        return text
+    out = list(text)
+    in_string = escaped = False
+    last = ''  # the last character outside strings and whitespace
+    comma = None  # index of a comma after a value, trailing if a bracket closes next
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == '\\':
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch in ' \t\r\n':
+            continue
+        if ch in '}]' and comma is not None:
+            out[comma] = ' '
+        comma = i if ch == ',' and last and last not in '[{,:' else None
+        in_string = ch == '"'
+        last = ch
+    return ''.join(out)
+
+
+
+def _yaml_loader():
+    """PyYAML's safe loader, reading `1e7` and `5e-4` as numbers (YAML 1.2 does; PyYAML's YAML 1.1
+    rules want `1.0e+7`), so a frame count is written the same way in YAML and JSON specs."""
+    import yaml
+
+    class SpecLoader(yaml.SafeLoader):
+        """Safe loader with YAML 1.2 exponent floats."""
+
+    SpecLoader.add_implicit_resolver(
+        'tag:yaml.org,2002:float',
+        re.compile(r'^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$'), list('-+0123456789'))
+    return SpecLoader
+
+
+def _parse_yaml(text: str, spec_file: str) -> Any:
+    import yaml
+    try:
+        return yaml.load(text, Loader=_yaml_loader())  # a safe loader: no Python objects
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f' at line {mark.line + 1} column {mark.column + 1}' if mark else ''
+        what = ' '.join(str(e.problem or e.context or type(e).__name__).split())
+        raise SpecError(f'spec file {spec_file}: invalid YAML{where}: {what}') from None
+    except yaml.YAMLError as e:
+        raise SpecError(f'spec file {spec_file}: invalid YAML: {" ".join(str(e).split())}') from None
+
+
+def _check_plain(value: Any, spec_file: str) -> None:
+    """SpecError unless `value` is made only of what JSON holds (objects with string keys, lists,
+    strings, numbers, booleans, null): YAML also reads dates, sets, binary and other keys, which no
+    spec value means and which the saved JSON specs could not record; and at most MAX_SPEC_VALUES
+    values, counted as expanded, with no object that contains itself (a recursive alias)."""
+    count = 0
+    stack = [(value, '', ())]
+    while stack:
+        node, path, inside = stack.pop()
+        count += 1
+        if count > MAX_SPEC_VALUES:
+            raise SpecError(f'spec file {spec_file}: more than {MAX_SPEC_VALUES} values once its aliases are '
+                            'expanded; a spec file holds specs, not data')
+        if isinstance(node, (dict, list)):
+            if id(node) in inside:
+                raise SpecError(f'spec file {spec_file}: {path or "the file"} contains itself (a recursive '
+                                'alias); a spec must be a tree')
+            inside = inside + (id(node),)
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise SpecError(f'spec file {spec_file}: {path + "." if path else ""}{key!r}: keys must be '
+                                    f'strings, got {type(key).__name__}; quote it')
+                stack.append((item, f'{path}.{key}' if path else key, inside))
+        elif isinstance(node, list):
+            stack.extend((item, f'{path}[{i}]', inside) for i, item in enumerate(node))
+        elif node is not None and not isinstance(node, (str, bool, int, float)):
+            raise SpecError(f'spec file {spec_file}: {path}: {node!r} is a YAML {type(node).__name__}, not a spec '
+                            'value (string, number, boolean, null, list or object); quote it if it is a string')
+
+
 def read_spec_file(spec_file: str) -> dict:
-    """Parse a spec file; SpecError for a missing file, malformed JSON or a non-object."""
+    """Parse a spec file: JSON (trailing commas accepted, as SLM-Lab does), or YAML for a name
+    ending in .yaml / .yml (safe loading: anchors, aliases and `<<:` merges, no Python objects).
+    Returns its top-level object. SpecError for a missing file, a syntax error (with line and
+    column), a value JSON cannot hold, or a top level that is not an object."""
     if not os.path.isfile(spec_file):
         where = 'is a directory' if os.path.isdir(spec_file) else 'not found'
-        raise SpecError(f'spec file {spec_file} {where}; give the path of a JSON spec file, e.g. spec/demo.json')
-    with open(spec_file, encoding='utf-8') as f:
-        text = f.read()
+        raise SpecError(f'spec file {spec_file} {where}; give the path of a JSON or YAML spec file, '
+                        'e.g. spec/demo.json')
     try:
-        specs = json.loads(text)
+        with open(spec_file, encoding='utf-8') as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise SpecError(f'spec file {spec_file}: not UTF-8 text (byte {e.start}); save it as UTF-8') from None
+    is_yaml = spec_file.lower().endswith(YAML_EXTS)
+    kind = 'YAML' if is_yaml else 'JSON'
+    try:
+        if is_yaml:
+            specs = _parse_yaml(text, spec_file)
+            _check_plain(specs, spec_file)
+        else:
+            specs = json.loads(strip_trailing_commas(text))
     except json.JSONDecodeError as e:
         raise SpecError(f'spec file {spec_file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}') from None
+    except RecursionError:
+        raise SpecError(f'spec file {spec_file}: nested too deeply to be a spec') from None
     if not isinstance(specs, dict):
-        raise SpecError(f'spec file {spec_file}: expected a JSON object mapping spec names to specs')
+        raise SpecError(f'spec file {spec_file}: expected a {kind} object mapping spec names to specs')
     return specs
+
+
+def is_template_name(spec_file: str, name: str) -> bool:
+    """In a YAML spec file, a top-level key starting with '_' holds shared pieces that specs
+    merge with `<<: *anchor` (SLM-Lab's convention), not a spec."""
+    return spec_file.lower().endswith(YAML_EXTS) and name.startswith('_')
+
+
+def is_single_spec(data: dict) -> bool:
+    """Whether a spec file's top level is one spec rather than {name: spec}: the specs the lab
+    saves in a run directory (`{name}_spec.json`, `{name}_t0_s0_spec.json`) are. Told apart by an
+    `agent` that is an agent (it has an `algorithm`), as a spec named 'agent' is not."""
+    agent = data.get('agent')
+    if isinstance(agent, list) and len(agent) == 1:
+        agent = agent[0]
+    return isinstance(agent, dict) and 'algorithm' in agent and 'env' in data
 
 
 def check_spec_name(spec_name: Any) -> str:
@@ -150,17 +279,64 @@ def check_spec_name(spec_name: Any) -> str:
 
 
 def get_raw_spec(spec_file: str, spec_name: str) -> dict:
-    """The named spec from a spec file, unvalidated."""
+    """The named spec from a spec file, unvalidated. A file that is one spec (a spec the lab
+    saved in a run directory) gives that spec under its recorded name."""
     check_spec_name(spec_name)
-    specs = read_spec_file(spec_file)
-    if spec_name not in specs:
+    data = read_spec_file(spec_file)
+    if is_single_spec(data):
+        recorded = data.get('name')
+        if recorded is not None and recorded != spec_name:
+            raise SpecError(f"{spec_file} holds one spec, named {recorded!r}, not {spec_name!r}; "
+                            f'run it as: {spec_file} {recorded} MODE')
+        spec = data
+    else:
+        specs = [name for name in data if not is_template_name(spec_file, name)]
         names = ', '.join(specs) or '(none)'
-        raise SpecError(f"spec name '{spec_name}' is not in {spec_file}{suggest(spec_name, specs)}; "
-                        f'specs in that file: {names}')
-    spec = specs[spec_name]
+        if spec_name not in data:
+            raise SpecError(f"spec name '{spec_name}' is not in {spec_file}{suggest(spec_name, specs)}; "
+                            f'specs in that file: {names}')
+        if is_template_name(spec_file, spec_name):
+            raise SpecError(f"'{spec_name}' in {spec_file} is a template (a YAML key starting with _ holds pieces "
+                            f'that specs merge in), not a spec; specs in that file: {names}')
+        spec = data[spec_name]
     if not isinstance(spec, dict):
-        raise SpecError(f'{spec_file}: spec {spec_name} must be a JSON object')
+        raise SpecError(f'{spec_file}: spec {spec_name} must be an object')
     return copy.deepcopy(spec)
+
+
+V4_BODY_PRODUCTS = ('outer', 'inner', 'custom')
+
+
+def flatten_v4_layout(spec: dict) -> None:
+    """SLM-Lab v4's layout made flat (v5's), in place: `agent` and `env` given as one-element lists
+    are unwrapped, and the `body` block is checked and removed. `body` is SLM-Lab's multi-agent
+    pairing of agents with envs (`product` of the agent and env lists, `num` bodies), which
+    SLM-Lab v4 checks but no longer reads: with one agent in one env every product is that one
+    pair. Several agents, envs or bodies are refused, naming the key."""
+    for key in ('agent', 'env'):
+        value = spec.get(key)
+        if isinstance(value, list):
+            if len(value) != 1:
+                raise SpecError(f'{key}: a list of {len(value)} {key}s is SLM-Lab\'s multi-agent layout, which this '
+                                f'lab does not have (one agent in one env); give one {key} object')
+            spec[key] = value[0]
+    if 'body' not in spec:
+        return
+    body = spec.pop('body')
+    if not isinstance(body, dict):
+        raise SpecError(f'body: expected an object such as {{"product": "outer", "num": 1}}, got '
+                        f'{type(body).__name__} {body!r}')
+    for key in body:
+        if key not in ('product', 'num'):
+            raise SpecError(f'body.{key}: unknown key{suggest(key, ("product", "num"))}; valid keys: product, num')
+    product = body.get('product', 'outer')
+    if product not in V4_BODY_PRODUCTS:
+        raise SpecError(f'body.product: {product!r} is not valid{suggest(product, V4_BODY_PRODUCTS)}; valid values: '
+                        f'{", ".join(V4_BODY_PRODUCTS)} (all mean the one agent-env pair here)')
+    num = body.get('num', 1)
+    if num not in (1, [1]) or isinstance(num, bool):
+        raise SpecError(f'body.num: {json.dumps(num)} bodies is SLM-Lab\'s multi-agent layout, which this lab does '
+                        'not have (one agent in one env); use "num": 1 or remove body')
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,25 +357,40 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def _placeholders(obj) -> set:
-    found = set()
+def _placeholder_paths(obj, path: str = '') -> list[tuple[str, str]]:
+    """(name, key path) of every `${name}` placeholder in the string values of `obj`."""
     if isinstance(obj, str):
-        found.update(PLACEHOLDER_RE.findall(obj))
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            found |= _placeholders(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            found |= _placeholders(v)
-    return found
+        return [(name, path) for name in PLACEHOLDER_RE.findall(obj)]
+    if isinstance(obj, dict):
+        return [found for k, v in obj.items() for found in _placeholder_paths(v, f'{path}.{k}' if path else k)]
+    if isinstance(obj, list):
+        return [found for i, v in enumerate(obj) for found in _placeholder_paths(v, f'{path}.{i}')]
+    return []
+
+
+def _placeholders(obj) -> set:
+    return {name for name, _ in _placeholder_paths(obj)}
+
+
+def _placeholder_text(value: Any) -> str:
+    """A -s value as it reads inside a longer string: `max_frame=1e7` in "run_${max_frame}" gives
+    "run_10000000" (an integral number without its float form), true gives "true", as in JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value)
 
 
 def _substitute(obj, values: dict):
+    """`obj` with each filled placeholder replaced. A string that is one placeholder takes the
+    -s value itself, so `"max_frame": "${max_frame}"` with -s max_frame=1e7 holds a number."""
     if isinstance(obj, str):
         whole = PLACEHOLDER_RE.fullmatch(obj)
         if whole and whole.group(1) in values:
             return copy.deepcopy(values[whole.group(1)])
-        return PLACEHOLDER_RE.sub(lambda m: str(values.get(m.group(1), m.group(0))), obj)
+        return PLACEHOLDER_RE.sub(
+            lambda m: _placeholder_text(values[m.group(1)]) if m.group(1) in values else m.group(0), obj)
     if isinstance(obj, dict):
         return {k: _substitute(v, values) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -252,24 +443,18 @@ def apply_overrides(spec: dict, overrides: list[str]) -> dict:
     for key, value in pairs:
         if key not in holes:
             set_by_path(spec, key, value)
-    missing = sorted(_placeholders(spec))
+    missing = {}
+    for name, where in _placeholder_paths(spec):
+        missing.setdefault(name, where)
     if missing:
-        raise SpecError(f'the spec has unfilled placeholder(s) {", ".join("${" + m + "}" for m in missing)}; '
-                        f'fill each with -s {missing[0]}=VALUE')
+        holes_at = ', '.join(f'${{{name}}} at {where}' for name, where in sorted(missing.items()))
+        fill = ' '.join(f'-s {name}=VALUE' for name in sorted(missing))
+        raise SpecError(f'the spec has unfilled placeholder(s) {holes_at}; fill them with {fill}')
     return spec
 
 
 # ---------------------------------------------------------------------------------------------
 # validation
-
-def _unwrap_single(spec: dict, key: str) -> None:
-    """SLM-Lab v4 specs wrap agent and env in one-element lists; accept that form."""
-    value = spec.get(key)
-    if isinstance(value, list):
-        if len(value) != 1:
-            raise SpecError(f'{key}: a list of {len(value)} is not supported; give one {key} object')
-        spec[key] = value[0]
-
 
 def _check_env_name(name: str, path: str) -> None:
     import gymnasium as gym
@@ -369,9 +554,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     # NaN and Infinity (which Python's json reads, as it reads 1e400) pass every range check and
     # would reach torch or numpy; free-form objects such as optim_spec or make_kwargs included
     check_finite(spec)
-    spec.pop('body', None)  # SLM-Lab v4's multi-agent body layout; one agent, one env here
-    for key in ('agent', 'env'):
-        _unwrap_single(spec, key)
+    flatten_v4_layout(spec)  # SLM-Lab v4's list-wrapped agent and env, and its body block
     top = {
         'agent': Field((dict,), doc='the agent: algorithm, memory and net'),
         'env': Field((dict,), doc='the environment'),
@@ -420,8 +603,11 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
 def load_raw_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None) -> dict:
     """The named spec with overrides applied, before defaults and validation."""
     raw = get_raw_spec(spec_file, spec_name)
-    for key in ('agent', 'env'):  # so that -s agent.x / env.x paths work on SLM-Lab v4 list specs too
-        _unwrap_single(raw, key)
+    flatten_v4_layout(raw)  # so that -s agent.x / env.x paths work on SLM-Lab v4 list specs too
+    if isinstance(raw.get('meta'), dict):
+        # a spec the lab saved in a run directory records that run (its timestamp, session index,
+        # overrides...); run again, it starts a new run, which records its own
+        raw['meta'] = {k: v for k, v in raw['meta'].items() if k not in RUNTIME_META}
     return apply_overrides(raw, overrides or [])
 
 

@@ -212,7 +212,7 @@ def test_dqn_on_a_continuous_env_fails_in_preflight(dqn, spec_file, tmp_path):
 
 def test_malformed_json_gives_line_and_column(tmp_path):
     path = tmp_path / 'bad.json'
-    path.write_text('{\n  "s": {\n    "agent": {"name": "PPO",}\n  }\n}\n')
+    path.write_text('{\n  "s": {\n    "agent": {"name": "PPO" "net": {}}\n  }\n}\n')  # a missing comma
     with pytest.raises(json.JSONDecodeError) as expected:
         json.loads(path.read_text())
     message = spec_error(str(path), 's')

@@ -64,8 +64,13 @@ class StopSignal:
 
 
 def session_seed(spec: dict, trial: int, session: int) -> int:
-    """The seed of session s in trial t: random_seed + 1000 * t + s."""
-    return int(spec['meta']['random_seed']) + 1000 * trial + session
+    """The seed of session s in trial t: random_seed + 1000 * t + s of the trial's spec. A
+    session's own spec (Trial.session_spec, meta.session set) records that seed as its
+    random_seed, so it is read from there as it is."""
+    meta = spec['meta']
+    if meta.get('session') is not None:
+        return int(meta['random_seed'])
+    return int(meta['random_seed']) + 1000 * trial + session
 
 
 def set_global_seeds(seed: int) -> None:
@@ -619,8 +624,16 @@ class Trial:
         self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
 
     def session_spec(self, session: int | None) -> dict:
+        """The spec of the trial (session None) or of one of its sessions, as the run directory
+        saves it. As in SLM-Lab, a session's spec records the seed that session used as
+        meta.random_seed; with meta.max_session 1 it is a spec that repeats that session alone
+        (the first session of a run uses random_seed itself). The trial's spec keeps the base seed."""
         spec = copy.deepcopy(self.spec)
-        spec['meta']['trial'], spec['meta']['session'] = self.index, session
+        meta = spec['meta']
+        meta['trial'], meta['session'] = self.index, session
+        if session is not None:
+            meta['random_seed'] = session_seed(self.spec, self.index, session)
+            meta['max_session'] = 1
         return spec
 
     def run(self) -> dict:

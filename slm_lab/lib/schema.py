@@ -91,6 +91,16 @@ def check_finite(value: Any, path: str = '') -> None:
             check_finite(item, f'{path}[{i}]')
 
 
+def _integral(value: Any, types: tuple) -> Any:
+    """`value` as an int when the key takes ints but not other numbers and the value is a float
+    with no fractional part: SLM-Lab specs write frame counts as `1e7` or `500000.0`, and a JSON
+    or YAML reader gives those as floats. Any other value is returned as it is."""
+    if type(value) is float and int in types and float not in types and math.isfinite(value) \
+            and value.is_integer():
+        return int(value)
+    return value
+
+
 def _type_ok(value: Any, types: tuple) -> bool:
     if isinstance(value, bool):
         return bool in types
@@ -105,6 +115,7 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
         if fld.nullable:
             return None
         raise SpecError(f'{path}: null is not allowed; expected {_expect(fld)}')
+    written, value = value, _integral(value, fld.types)  # errors quote the value as written
     for planned, what in (fld.planned or {}).items():
         if type(value) is type(planned) and value == planned:  # true is not 1 here
             raise not_available(path, f'{_json(value)} ({what})')
@@ -112,6 +123,7 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
         raise SpecError(f'{path}: expected {_expect(fld)}, got {type(value).__name__} {value!r}')
     check_finite(value, path)
     if fld.item_type is not None:
+        value = [_integral(item, (fld.item_type,)) for item in value]
         for i, item in enumerate(value):
             if not _type_ok(item, (fld.item_type,)):
                 raise SpecError(f'{path}[{i}]: expected {TYPE_NAMES.get(fld.item_type)}, got {item!r}')
@@ -121,9 +133,9 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if fld.min is not None and (value < fld.min or (fld.min_exclusive and value == fld.min)):
             op = '>' if fld.min_exclusive else '>='
-            raise SpecError(f'{path}: {value!r} is out of range; it must be {op} {fld.min}')
+            raise SpecError(f'{path}: {written!r} is out of range; it must be {op} {fld.min}')
         if fld.max is not None and value > fld.max:
-            raise SpecError(f'{path}: {value!r} is out of range; it must be <= {fld.max}')
+            raise SpecError(f'{path}: {written!r} is out of range; it must be <= {fld.max}')
     if fld.schema is not None:
         value = check_object(value, fld.schema, path)
     if fld.check is not None:

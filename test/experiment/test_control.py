@@ -58,7 +58,7 @@ def test_two_session_trial(lab_run, make_spec):
     for s in (0, 1):
         prename = f'two_t0_s{s}'
         meta = json.loads((run_dir / f'{prename}_spec.json').read_text())['meta']
-        assert meta['session'] == s and meta['random_seed'] == 7
+        assert meta['session'] == s and meta['random_seed'] == 7 + s  # the seed session s used
         for df_mode in ('train', 'eval'):
             df = pd.read_csv(run_dir / 'info' / f'{prename}_session_df_{df_mode}.csv')
             assert df['frame'].iloc[-1] == 128

@@ -9,7 +9,7 @@ EXIT_INTERRUPTED = 130
 ENJOY_DEFAULTS = {'episodes': 5, 'ckpt': 'best', 'render': False, 'record': False}
 
 HELP = """\
-Train, resume, replay and search deep RL agents from JSON specs.
+Train, resume, replay and search deep RL agents from JSON or YAML specs (SLM-Lab v4 and v5 files too).
 
 With no arguments, runs the demo: spec/demo.json ppo_cartpole train (PPO on CartPole, ~1 minute).
 
@@ -30,6 +30,9 @@ examples:
   python run_lab.py spec/benchmark/dqn/dqn_cartpole.json dqn_cartpole dev -s env.max_frame=2000
   python run_lab.py my_spec.json my_ppo train -s agent.net.optim_spec.lr=3e-4 -s lr=3e-4
   python run_lab.py spec/demo.json ppo_cartpole train@latest -s env.max_frame=200000
+  python run_lab.py spec/slm_lab/cartpole_v5.yaml ppo_yaml train -s env=CartPole-v1 -s max_frame=1e5
+  python run_lab.py data/ppo_cartpole_2026_01_01_120000/ppo_cartpole_t0_s1_spec.json ppo_cartpole train
+                    (repeats session 1 of that run alone: its spec records its seed)
   python run_lab.py enjoy@data/ppo_cartpole_2026_01_01_120000/ppo_cartpole_t0_s0_spec.json --episodes 3
 
 exit codes: 0 done (or already finished), 2 bad input (one line on stderr, nothing written),
@@ -48,7 +51,8 @@ class OneLineParser(argparse.ArgumentParser):
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = OneLineParser(prog='run_lab.py', description=HELP,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('spec_file', nargs='?', help='path of a JSON spec file')
+    parser.add_argument('spec_file', nargs='?',
+                        help='path of a JSON or YAML (.yaml, .yml) spec file, or of a spec a run saved')
     parser.add_argument('spec_name', nargs='?', help='name of a spec in that file')
     parser.add_argument('mode', nargs='?', help='dev | train (see modes above)')
     parser.add_argument('-s', '--set', dest='overrides', action='append', default=[], metavar='KEY=VALUE',

@@ -132,7 +132,12 @@ def _is_schedule_edit(key: str, old_spec: dict, new_spec: dict) -> bool:
 
 def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
     """The spec diff (key, old, new). Edits outside ALLOWED_EDITS raise ResumeError listing each
-    one, unless force; a lower max_session is never allowed."""
+    one, unless force; a lower max_session is never allowed. The run's spec is first filled with
+    this lab's defaults, so a key a newer lab added (at its default) is not an edit."""
+    try:
+        old_spec = {**validate_spec({k: v for k, v in old_spec.items() if k != 'name'}), 'name': old_spec.get('name')}
+    except SpecError:  # read_run_spec has checked it; diff it as saved
+        pass
     diff = [d for d in diff_specs(old_spec, new_spec) if not d[0].startswith(IGNORED) and d[0] != 'name']
     seed_old, seed_new = old_spec['meta'].get('random_seed'), new_spec['meta'].get('random_seed')
     if seed_new != seed_old:
@@ -223,7 +228,8 @@ def schedule_changes(old_spec: dict, new_spec: dict, frames: dict[int, int]) -> 
 
     A schedule is affected when its value at the resume frame changes (LinearToZero follows
     env.max_frame; an edited schedule), or when the run is extended past the end_step of a
-    schedule that was set to span the whole old run (it then stays at end_val for the extension)."""
+    schedule that was set to span the whole old run (end_step == the old env.max_frame: it then
+    stays at end_val for the whole extension)."""
     old_max, new_max = old_spec['env']['max_frame'], new_spec['env']['max_frame']
     old_scheds, new_scheds = _schedules(old_spec), _schedules(new_spec)
     changes = []
@@ -245,13 +251,13 @@ def schedule_changes(old_spec: dict, new_spec: dict, frames: dict[int, int]) -> 
         end_step = piece.get('end_step', 0) if kind == 'schedule' else None
         decays = kind == 'schedule' and piece.get('name') != 'no_decay' and \
             piece.get('start_val') != _schedule_value(kind, piece, end_step, new_max)
-        if decays and new_max > old_max and old_max <= end_step < new_max:
+        if decays and new_max > old_max and end_step == old_max:
             end_val = _schedule_value(kind, piece, end_step, new_max)
             changes.append({'key': key, 'frames': {str(s): f for s, f in frames.items()},
                             'before': {str(s): v[0] for s, v in values.items()},
                             'after': {str(s): v[1] for s, v in values.items()},
                             'why': f'its end_step {end_step} spanned the old run (env.max_frame {old_max}); it stays '
-                                   f'at end_val {end_val:g} from frame {end_step} to the new env.max_frame {new_max}; '
+                                   f'at end_val {end_val:g} for the whole extension to env.max_frame {new_max}; '
                                    f'to stretch it, resume with -s {key}.end_step={new_max}'})
     return changes
 

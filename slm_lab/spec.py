@@ -33,7 +33,9 @@ MAX_THREADS = 1024
 
 ENV_SCHEMA = {
     'name': Field((str,), doc='gymnasium environment id, e.g. CartPole-v1'),
-    'num_envs': Field((int,), 1, min=1, doc='parallel environments in one gymnasium.vector env'),
+    'num_envs': Field((int,), 1, min=1, max=4096,
+                      doc='parallel environments in one gymnasium.vector env (at most 4096: every one is stepped '
+                          'by one process, or is a process of its own in async mode)'),
     'max_t': Field((int,), None, nullable=True, min=1,
                    doc="episode step limit (null: the env's own TimeLimit)"),
     'max_frame': Field((int,), min=1, doc='frames (env steps over all envs) in a session'),
@@ -564,7 +566,8 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
                                                 'benchmarks ran; here each run fills them with -s; recorded'),
     }
     spec = check_object(spec, top, 'spec')
-    spec['env'] = check_object(spec['env'], ENV_SCHEMA, 'env', extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
+    from slm_lab.env import rename_env_id  # gymnasium ids renamed since SLM-Lab v4 run their current id
+    spec['env'] = check_object(rename_env_id(spec['env']), ENV_SCHEMA, 'env', extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
                                planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(spec['env'])
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')

@@ -367,3 +367,62 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
         assert done.returncode == 0, done.stderr
         (run,) = run_dirs(data, 'full')
         assert train_csv(run, 'full')['frame'].iloc[-1] == 40000
+
+
+def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):
+    """Rows are written before the first snapshot of checkpoint_frequency: the snapshot taken
+    before the first step still lets the run continue (from frame 0) after a SIGKILL."""
+    spec_file = write_spec(tmp_path, 'early', copy_spec(PPO, max_frame=10**7))
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'early', 'train', '-s', 'meta.checkpoint_frequency=10000000'],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = run_dirs(tmp_path / 'data', 'early')
+            if runs and (runs[0] / 'info' / 'early_t0_s0_session_df_train.csv').exists():
+                break
+            time.sleep(0.1)
+        proc.kill()
+    finally:
+        proc.wait()
+    (run,) = run_dirs(tmp_path / 'data', 'early')
+    assert [s.name for s in checkpoint.list_snapshots(run / 'ckpt' / 'early_t0_s0')] == ['f000000000000']
+    done = cli([spec_file, 'early', 'train@latest', '-s', 'env.max_frame=1000'], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert train_csv(run, 'early')['frame'].tolist() == [500, 1000]
+
+
+def test_extending_linear_to_zero_moves_the_rate_from_the_first_resumed_update(tmp_path, no_png):
+    from slm_lab.experiment.control import Session
+    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab.spec import load_spec
+    spec = json.loads(json.dumps(PPO))  # 4 envs x time_horizon 32: an update every 128 frames
+    spec['agent']['net']['lr_scheduler_spec'] = {'name': 'LinearToZero'}
+    spec_file = write_spec(tmp_path, 'ltz', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'ltz', 'train', ['env.max_frame=1000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'ltz')
+    state, _ = checkpoint.load_snapshot(checkpoint.list_snapshots(run / 'ckpt' / 'ltz_t0_s0')[0])
+    longer = load_spec(spec_file, 'ltz', ['env.max_frame=2000', 'meta.random_seed=7'])
+    session = Session(longer, RunDir(run, 'ltz'))
+    try:
+        session.load_state_dict(state, quiet=True)
+        last_update = 892  # the 7th update (7 x 128 frames) runs before that step's frames are counted
+        assert session.agent.algorithm.current_lr() == pytest.approx(1e-3 * (1 - last_update / 2000))
+    finally:
+        session.close()
+
+
+def test_a_key_a_newer_lab_added_is_not_an_edit(tmp_path):
+    spec_file = write_spec(tmp_path, 'newkey', PPO)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'newkey', 'train', ['env.max_frame=500'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'newkey')
+    for path in run.glob('newkey*_spec.json'):  # as written by a lab that did not know these keys yet
+        saved = json.loads(path.read_text())
+        del saved['agent']['algorithm']['clip_vloss'], saved['meta']['keep_checkpoints']
+        path.write_text(json.dumps(saved))
+    lab.run(spec_file, 'newkey', 'train@latest', ['env.max_frame=1000'], data_dir=data)
+    assert train_csv(run, 'newkey')['frame'].iloc[-1] == 1000
+    assert json.loads((run / 'newkey_resumes.json').read_text())[-1]['spec_diff'] == [
+        {'key': 'env.max_frame', 'old': 500, 'new': 1000}]

@@ -121,9 +121,9 @@ def load_env_state_dict(env: gym.Env, state: dict) -> bool:
     for layer, layer_state in zip(layers, state['layers']):
         _load_layer_state(layer, layer_state)
         if isinstance(layer, gym.wrappers.PassiveEnvChecker) and getattr(layer, '_previous_data', None) is None:
-            # its one-off check that step() does not reuse the previous step's objects holds those
-            # objects, which are not state; stopped after the first step, it would compare with None
-            layer.checked_data_reuse = True
+            # its one-off checks compare a step's objects with the previous reset's or step's, which
+            # are not state: restored just after a reset or the first step, they would compare with None
+            layer.checked_step = layer.checked_data_reuse = True
     return bool(state['exact'])
 
 

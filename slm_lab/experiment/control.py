@@ -266,6 +266,9 @@ class Session:
             logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
                         f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
             self.obs, _ = self.env.reset(seed=self.seed)
+            # a snapshot before the first step: a session that recorded anything always has one to
+            # continue from, so train@ can tell a crash early in a run from damage
+            self.save_snapshot()
         env = self.env
         obs = self.obs
         next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
@@ -419,6 +422,7 @@ class Session:
     def finish(self) -> dict:
         """Write session metrics and final graphs; return the metrics. A stop signal during this
         raises Preempted: the final snapshot is saved, and train@ completes what is missing."""
+        self.before_write()  # a session resumed at its max_frame records (and verifies) its resume too
         metrics = write_session_results(self.spec, self.run_dir, self.trial, self.index,
                                         rows_to_df(self.body.train_rows), rows_to_df(self.body.eval_rows),
                                         png=True, stop=self.stop, frame=self.clock.frame)
@@ -561,11 +565,15 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
                 finally:
                     sess.close()
             sess.resume_t0 = t0
+            fell_back_from = []
             while damaged:  # an older intact snapshot was found: now the damaged ones can go aside
+                fell_back_from.append(damaged[-1].name)
                 aside = checkpoint.set_aside_damaged(damaged.pop())
                 logger.warning(f'{sess.prename}: the damaged snapshot is kept as {aside.name}')
             try:
                 sess.resume_from(*loaded)
+                if fell_back_from:
+                    sess.resume_record['fell_back_from'] = fell_back_from  # snapshots with damaged arrays
                 return sess.run(resumed=True)
             except DamagedSnapshot as e:
                 logger.warning(f'{sess.prename}: {e}; nothing was written: starting again from the previous '
@@ -751,7 +759,11 @@ class Trial:
             raise (cls if isinstance(cls, type) and issubclass(cls, LabError) else LabError)(message)
         if preempted:
             frames = [f for _, f in preempted if f is not None]
-            raise Preempted(stop.signum or preempted[0][0], min(frames) if frames else None)
+            if frames:
+                raise Preempted(stop.signum or preempted[0][0], min(frames))
+            raise Preempted(stop.signum or preempted[0][0], None,
+                            f'with {len(results)} session(s) finished and {len(preempted)} not started yet '
+                            '(they start with train@latest)' if results else None)
         return [results[s] for s in range(len(specs))]
 
     def finish(self, session_metrics: list[dict], stop: StopSignal | None = None) -> dict:

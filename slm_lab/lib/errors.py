@@ -33,8 +33,9 @@ class TrainingDiverged(LabError):
 class Preempted(Exception):
     """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
 
-    def __init__(self, signum: int, frame: int | None = None):
-        where = f'at frame {frame}; a snapshot was saved' if frame is not None else 'before training started'
+    def __init__(self, signum: int, frame: int | None = None, where: str | None = None):
+        if where is None:
+            where = f'at frame {frame}; a snapshot was saved' if frame is not None else 'before training started'
         super().__init__(f'stopped by {signal.Signals(signum).name} {where}')
         self.signum, self.frame = signum, frame
 

@@ -169,11 +169,31 @@ class Algorithm:
         for k, opt in self.optimizers.items():
             opt.load_state_dict(state['optimizers'][k])
         for k, sched in self.lr_schedulers.items():
-            sched.load_state_dict(state['lr_schedulers'][k])
+            new_end = getattr(sched, 'linear_to_zero_end', None)
+            sched.load_state_dict(state['lr_schedulers'][k])  # brings back the end it was saved with
+            if new_end is not None:
+                _move_linear_to_zero(sched, new_end)
         for k, opt in self.optimizers.items():
             _apply_spec_hyperparameters(opt, spec_groups[k], self.lr_schedulers.get(k))
         self.rng.bit_generator.state = state['rng']
         self.load_extra_state(state['extra'])
+
+
+def _move_linear_to_zero(sched, new_end: float) -> None:
+    """A LinearToZero schedule whose end moved (env.max_frame raised on resume) continues as if
+    the run had been started with the new end, from the next update on: the loaded rate
+    base * (1 - f / old_end), set at the last update's frame f, becomes base * (1 - f / new_end).
+    (The old end is in the scheduler's own state; snapshots older than that attribute keep their rate.)"""
+    old_end, sched.linear_to_zero_end = sched.linear_to_zero_end, new_end
+    if new_end == old_end:
+        return
+    for i, group in enumerate(sched.optimizer.param_groups):
+        base = sched.base_lrs[i]
+        if not base:
+            continue
+        frame = old_end * (1.0 - group['lr'] / base)  # the frame of the last scheduler step
+        group['lr'] = base * max(0.0, 1.0 - frame / new_end)
+        sched._last_lr[i] = group['lr']
 
 
 def _apply_spec_hyperparameters(opt: torch.optim.Optimizer, spec_groups: list[dict], sched) -> None:

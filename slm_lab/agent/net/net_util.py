@@ -136,8 +136,10 @@ def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
         return None
     name = lr_scheduler_spec['name']
     if name == 'LinearToZero':
-        return torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda _: max(0.0, 1.0 - clock.frame / linear_to_zero_end(lr_scheduler_spec, clock.max_frame)))
+        end = linear_to_zero_end(lr_scheduler_spec, clock.max_frame)
+        sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: max(0.0, 1.0 - clock.frame / end))
+        sched.linear_to_zero_end = end  # saved with the algorithm: a resume may move it (a longer run)
+        return sched
     kwargs = {k: v for k, v in lr_scheduler_spec.items() if k != 'name'}
     return _construct(getattr(torch.optim.lr_scheduler, name), 'agent.net.lr_scheduler_spec', optimizer, **kwargs)
 

@@ -181,7 +181,8 @@ itself)."""
 LAYOUT = """\
 ## Spec files and the top level
 
-A spec file is a JSON object that maps spec names to specs; the command line picks one by name:
+A spec file is a JSON (or YAML) object that maps spec names to specs; the command line picks one
+by name:
 
 ```json
 {
@@ -410,8 +411,14 @@ of a run. From the session seed:
 | the algorithm's generator (exploration draws; the action space for `Random`) | `seed + 2` |
 | the `rigorous_eval` env, at its first reset | `seed + 1000000` |
 
+Each session's saved spec (`{spec_name}_t{t}_s{s}_spec.json`) records the seed that session used
+as its `meta.random_seed`, with `meta.max_session` 1 (as SLM-Lab records it), so running that file
+as a spec file repeats the session alone: its session 0 uses `random_seed` itself. The run's and
+the trial's specs keep the base seed.
+
 A session resumed with `train@` restores every generator from its snapshot instead. Replay
-(`enjoy@`) plays episode `i` (from 0) with the env reset to `meta.random_seed + 10000000 + i`."""
+(`enjoy@`) plays episode `i` (from 0) with the env reset to the session spec's
+`meta.random_seed + 10000000 + i`."""
 
 RESUME_EDITS = """\
 ## Editing a spec before resuming (`train@`)
@@ -432,14 +439,23 @@ with 0 without training. A null `meta.random_seed` keeps the run's seed."""
 COMPAT = """\
 ## SLM-Lab compatibility
 
-Specs follow SLM-Lab's layout and names, with these differences:
+SLM-Lab's spec files run unchanged, both its v4 series (v4.2.4) and its v5 series (v5.3):
 
+- JSON may have trailing commas before `}` and `]`, as SLM-Lab v4 files do; a real syntax error
+  still names its line and column in the file.
+- YAML spec files (`.yaml`, `.yml`, read with pyyaml's safe loader): anchors and `<<:` merges
+  work, `1e7` is a number, and top-level keys starting with `_` are templates, not specs (they
+  are not listed and cannot be run).
+- Integer keys accept integral numbers written as floats: `"max_frame": 1e7` is 10000000, in a
+  file and in `-s`; `1.5` is still refused.
 - `agent` and `env` may be one-element lists (`"agent": [{...}]`), as in SLM-Lab v4 specs; the
-  single element is used. Lists of more than one agent or env are rejected. Overrides are
-  applied before this unwrapping, so for such a spec a path needs the index:
-  `-s agent.0.algorithm.gamma=0.99`.
-- A top-level `body` key (SLM-Lab's agent-env layout) and a top-level `name` are accepted and
-  dropped.
+  single element is used, before overrides, so `-s agent.algorithm.gamma=0.99` works on either
+  layout. Lists of more than one agent or env are refused.
+- A top-level `body` block (SLM-Lab v4's agent-env layout) is checked: `product` `outer`,
+  `inner` or `custom` with `num` 1 is the one agent in one env it describes; more is refused as
+  a multi-agent layout. A top-level `name` is accepted and dropped.
+- A spec saved in a run directory is itself a spec file (its top level is one spec, read under
+  its recorded `name`); the run records in its `meta` are dropped, and the new run records its own.
 {false_only}
 Names SLM-Lab has that this version does not implement yet fail with "not available yet" and
 the list of what is available:"""

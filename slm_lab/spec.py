@@ -578,7 +578,10 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         'memory': Field((dict,), None, nullable=True, doc='the memory'),
         'net': Field((dict,), None, nullable=True, doc='the network'),
     }
-    agent = check_object(agent, agent_schema, 'agent')
+    if isinstance(agent, dict) and isinstance(agent.get('algorithm'), dict):  # a later algorithm's keys wait for it
+        _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
+    agent = check_object(agent, agent_schema, 'agent',
+                         planned_keys={'critic_net': "CrossQ's separate critic net (agent.critic_net)"})
     algo_cls = _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
     agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm',
                                       planned_keys=PLANNED_ALGORITHM_KEYS)
@@ -587,6 +590,8 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     for section, registry, planned, planned_keys in (('memory', MEMORIES, PLANNED_MEMORIES, PLANNED_MEMORY_KEYS),
                                                      ('net', NETS, PLANNED_NETS, PLANNED_NET_KEYS)):
         required = section in algo_cls.requires
+        if agent[section] == {} and not required:  # SLM-Lab's "net": {} for an agent without one
+            agent[section] = None
         if agent[section] is None:
             if required:
                 raise SpecError(f"agent.{section}: {algo_cls.__name__} needs a {section}; "
@@ -594,6 +599,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
             continue
         cls = _component_schema(section, registry, planned, agent[section], f'agent.{section}')
         agent[section] = check_object(agent[section], cls.spec_schema, f'agent.{section}', planned_keys=planned_keys)
+    planned_memory = getattr(algo_cls, 'planned_memory_names', {}).get((agent['memory'] or {}).get('name'))
+    if planned_memory:
+        raise not_available('agent.memory.name', planned_memory, f'; use one of: {", ".join(algo_cls.memory_names)}')
     if agent['memory'] is not None and algo_cls.memory_names is not None \
             and agent['memory']['name'] not in algo_cls.memory_names:
         raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "

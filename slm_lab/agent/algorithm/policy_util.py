@@ -18,7 +18,8 @@ from slm_lab.lib.errors import SpecError
 DISCRETE_PDTYPES = ('Categorical', 'Argmax')
 CONTINUOUS_PDTYPES = ('Normal',)
 PDTYPES = ('default',) + DISCRETE_PDTYPES + CONTINUOUS_PDTYPES
-PLANNED_PDTYPES = ('GumbelSoftmax', 'Beta', 'Gumbel', 'LogNormal', 'MultivariateNormal', 'MultiCategorical')
+PLANNED_PDTYPES = ('GumbelSoftmax', 'Beta', 'Gumbel', 'LogNormal', 'MultivariateNormal', 'MultiCategorical',
+                   'NormalTanh')
 ACTION_POLICIES = ('default', 'epsilon_greedy', 'boltzmann')
 # SLM-Lab v4's action policies for several action heads (its HydraDQN), not available here yet
 PLANNED_ACTION_POLICIES = {

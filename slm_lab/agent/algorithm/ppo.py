@@ -124,16 +124,10 @@ class PPO(Algorithm):
         'training_frequency': ignored_field('ignored, as in SLM-Lab: PPO trains every time_horizon vector steps'),
     }
     memory_names = ('OnPolicyBatchReplay',)
+    # SLM-Lab's PPO also trains on whole episodes
+    planned_memory_names = {'OnPolicyReplay': 'PPO on whole episodes (OnPolicyReplay)'}
     continuous_ok = True
     samples_from_policy = True
-
-    @classmethod
-    def check_spec(cls, spec):
-        super().check_spec(spec)
-        net = spec['agent']['net']
-        if net['shared'] and (net['actor_optim_spec'] or net['critic_optim_spec']):
-            raise SpecError('agent.net.actor_optim_spec: a shared net has one optimizer; use agent.net.optim_spec '
-                            'or set agent.net.shared to false')
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -149,6 +143,9 @@ class PPO(Algorithm):
                 'critic': net_util.make_optimizer(self.model.critic.parameters(), critic_spec,
                                                   'agent.net.critic_optim_spec'),
             }
+        elif actor_spec:  # a shared net is the actor's net: SLM-Lab gives it actor_optim_spec (critic_ is unused)
+            self.optimizers = {'net': net_util.make_optimizer(self.model.parameters(), actor_spec,
+                                                              'agent.net.actor_optim_spec')}
         else:
             self.optimizers = {'net': net_util.make_optimizer(self.model.parameters(), net_spec['optim_spec'])}
         self.lr_schedulers = {}

@@ -61,6 +61,15 @@ ENV_SCHEMA = {
     'image_downsize': Field((list,), OMIT, nullable=True, check=lambda v, p: _refuse_unless_null(
         v, p, "image preprocessing (SLM-Lab v4's image_downsize, for ConvNet)"),
         doc='(SLM-Lab v4) only null: image preprocessing for ConvNet is not available yet'),
+    'clip_obs': Field((float,), OMIT, nullable=True, min=0, min_exclusive=True,
+                      doc='(SLM-Lab v5) clip observations to [-clip_obs, clip_obs], after normalize_obs when that '
+                          'is on (absent: 10 with normalize_obs, else null; null: no clipping)'),
+    'clip_reward': Field((float, list), OMIT, nullable=True, check=lambda v, p: _check_clip_reward(v, p),
+                         doc='(SLM-Lab v5) clip training rewards to [-clip_reward, clip_reward] or to [min, max], '
+                             'after normalize_reward when that is on (absent: 10 with normalize_reward, else null; '
+                             "null: no clipping); the recorded returns stay the env's own"),
+    'device': ignored_field("(SLM-Lab v5) the device of SLM-Lab's MuJoCo Playground envs; ignored for gymnasium "
+                            'envs, as in SLM-Lab'),
     'life_loss_info': Field((bool,), OMIT, planned={
         True: "life-loss signals of SLM-Lab v5's Atari vector env, for ConvNet"},
         doc='(SLM-Lab v5) only false'),
@@ -107,6 +116,14 @@ META_SCHEMA = {
     'search': ignored_field('(SLM-Lab v4) the search method name, e.g. "RandomSearch"; '
                             'SLM-Lab v4.2.4 does not read it either'),
     'train_mode': ignored_field('(SLM-Lab v4) not read by SLM-Lab v4.2.4 either; accepted and ignored'),
+    # what SLM-Lab writes into the meta of the specs it saves (its spec_util.extend_meta_spec and
+    # tick), so that a spec file SLM-Lab saved runs here too: the lab records its own run instead
+    **{key: ignored_field(f'(set by SLM-Lab in the specs it saves: {what}) ignored; the lab records its own run')
+       for key, what in (('experiment', 'experiment index'), ('resume', 'whether the run was resumed'),
+                         ('cuda_offset', 'first GPU index'), ('prepath', 'output path prefix'),
+                         ('predir', 'output directory'), ('graph_prepath', 'graph path prefix'),
+                         ('info_prepath', 'info path prefix'), ('log_prepath', 'log path prefix'),
+                         ('model_prepath', 'model path prefix'))},
     # filled by the lab and recorded in the saved specs
     'experiment_ts': Field((str,), None, nullable=True, doc='(set by the lab) run timestamp'),
     'trial': Field((int,), None, nullable=True, doc='(set by the lab) trial index'),
@@ -475,6 +492,28 @@ def _check_reward_scale(value, path: str) -> None:
         raise SpecError(f'{path}: {value!r} is not valid; give a number, "sign" or null')
 
 
+def _check_clip_reward(value, path: str) -> None:
+    if isinstance(value, list):
+        if len(value) != 2 or not all(_is_number(x) for x in value) or not value[0] < value[1]:
+            raise SpecError(f'{path}: {value!r} is not valid; give a bound b > 0 (clips to [-b, b]), '
+                            '[min, max] with min < max, or null')
+    elif value <= 0:
+        raise SpecError(f'{path}: {value!r} is out of range; a bound must be > 0 (or give [min, max])')
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fill_env_clip_defaults(env: dict) -> dict:
+    """SLM-Lab v5's defaults of clip_obs and clip_reward, written into the validated env spec so
+    the saved spec says what ran: 10 when the matching normalisation is on, else null (an explicit
+    null, kept, turns clipping off)."""
+    env.setdefault('clip_obs', 10.0 if env['normalize_obs'] else None)
+    env.setdefault('clip_reward', 10.0 if env['normalize_reward'] else None)
+    return env
+
+
 def _refuse_unless_null(value, path: str, what: str) -> None:
     if value is not None:
         raise not_available(path, what, '; use null')
@@ -570,6 +609,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     spec['env'] = check_object(rename_env_id(spec['env']), ENV_SCHEMA, 'env', extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
                                planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(spec['env'])
+    fill_env_clip_defaults(spec['env'])
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     agent = spec['agent']
     agent_schema = {

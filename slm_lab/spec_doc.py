@@ -50,6 +50,7 @@ CHECK_NOTES = {
 KEY_NOTES = {
     ('MLPNet', 'gpu'): '`true`, `false` or `"auto"`',
     ('env', 'reward_scale'): 'a number, `"sign"` or null',
+    ('env', 'clip_reward'): 'a bound > 0, `[min, max]` with min < max, or null',
     ('env', 'frame_op_len'): 'only null: [not available yet](#slm-lab-keys)',
     ('env', 'image_downsize'): 'only null: [not available yet](#slm-lab-keys)',
     ('MLPNet', 'hid_layers'): 'each width >= 1',
@@ -562,7 +563,11 @@ published specs is either accepted, with the meaning it has in SLM-Lab, or refus
 saying that what it needs is not available yet in this version (the component it waits for is
 named; see the last table). SLM-Lab silently ignores keys its code does not read; the lab
 refuses them as unknown keys with a suggestion, except the few SLM-Lab's own specs carry, which
-are accepted and ignored as SLM-Lab ignores them (listed below).
+are accepted and ignored as SLM-Lab ignores them (listed below). The same holds for keys SLM-Lab's
+code reads that its published specs do not show (`env.clip_obs`, `env.clip_reward`,
+`net.layer_norm`, `net.actor_init_std`, `net.critic_init_std`, `net.cuda_id`, PPO's `symlog` and
+`normalize_advantages`, SoftActorCritic's keys, and the `meta` keys SLM-Lab writes into the specs
+it saves, so that a spec file SLM-Lab saved runs here too).
 
 Env keys that are not in the `env` table are keyword arguments of the env's constructor and go
 to `gymnasium.make` (SLM-Lab v5's rule), e.g. `"continuous": true` for `LunarLander-v3` or

@@ -378,3 +378,61 @@ def test_log_std_init_sets_the_initial_standard_deviation(lab_run):
     net = ActorCriticNet(validated['agent']['net'], 3, 1, 'Normal')
     assert net.head.log_std.tolist() == [-0.5]
     lab_run(spec, 'log_std')  # trains with it
+
+
+# Keys SLM-Lab's code reads that none of its published specs holds (so the vocabulary file lacks
+# them), which users' own specs may: key path -> (base spec, value, where SLM-Lab reads it (file at
+# the tag or HEAD), the component the refusal names, or None when the key is accepted).
+_SAC = 'slm_lab/agent/algorithm/sac.py (HEAD, SoftActorCritic.init_algorithm_params)'
+CODE_READ = {
+    'env.clip_obs': ('PPO', 5.0, 'slm_lab/env/__init__.py (HEAD, make_env)', None),
+    'env.clip_reward': ('PPO', [-1.0, 1.0], 'slm_lab/env/__init__.py (HEAD, make_env)', None),
+    'env.device': ('PPO', 'auto', 'slm_lab/env/__init__.py (HEAD, make_env: MuJoCo Playground only)', None),
+    'agent.net.layer_norm': ('PPO', True, 'slm_lab/agent/net/mlp.py (HEAD, MLPNet)', None),
+    'agent.net.actor_init_std': ('PPO', 0.01, 'slm_lab/agent/net/mlp.py (HEAD, MLPNet)', None),
+    'agent.net.critic_init_std': ('PPO', 1.0, 'slm_lab/agent/net/mlp.py (HEAD, MLPNet)', None),
+    'agent.net.cuda_id': ('DQN', 0, 'slm_lab/agent/net/base.py (v4.2.4 and HEAD, Net)', None),
+    'agent.net.bidirectional': ('PPO', True, 'slm_lab/agent/net/recurrent.py (v4.2.4 and HEAD)', 'RecurrentNet'),
+    'agent.net.arc': ('PPO', {'modules': {}}, 'slm_lab/agent/net/torcharc_net.py (HEAD)', 'TorchArcNet'),
+    'agent.net.arc_file': ('PPO', 'arc.yaml', 'slm_lab/agent/net/torcharc_net.py (HEAD)', 'TorchArcNet'),
+    'agent.algorithm.symlog': ('PPO', True, 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
+    'agent.algorithm.normalize_advantages': ('PPO', 'standardize', 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
+    'agent.algorithm.policy_delay': ('PPO', 2, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.entropy_penalty_coef': ('PPO', 0.1, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.log_alpha_min': ('PPO', -5.0, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.log_alpha_max': ('PPO', 2.0, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.alpha_lr': ('DQN', 3e-4, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.fixed_alpha': ('DQN', 0.2, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.alpha_anneal_frames': ('Reinforce', 1000, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.target_entropy': ('PPO', 'auto', _SAC, 'SoftActorCritic'),
+    'agent.algorithm.entropy_anneal': ('PPO', {'start': 1.0}, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.spectral_norm': ('PPO', True, _SAC, 'SoftActorCritic'),
+    **{f'meta.{key}': ('PPO', value, 'slm_lab/spec/spec_util.py (v4.2.4 and HEAD, extend_meta_spec and tick)', None)
+       for key, value in (('experiment', 0), ('resume', False), ('cuda_offset', 0),
+                          ('prepath', 'data/ppo_cartpole_2020_01_01_000000/ppo_cartpole_t0_s0'),
+                          ('predir', 'data/ppo_cartpole_2020_01_01_000000'),
+                          ('graph_prepath', 'data/x/graph/ppo_cartpole_t0_s0'),
+                          ('info_prepath', 'data/x/info/ppo_cartpole_t0_s0'),
+                          ('log_prepath', 'data/x/log/ppo_cartpole_t0_s0'),
+                          ('model_prepath', 'data/x/model/ppo_cartpole_t0_s0'))},
+}
+
+
+def test_code_read_keys_are_not_in_the_vocabulary_file():
+    assert not set(CODE_READ) & set(PATHS)  # else they belong to VALUES
+
+
+@pytest.mark.parametrize('path', sorted(CODE_READ))
+def test_every_key_slm_lab_s_code_reads_is_accepted_or_waits_for_its_component(path):
+    base, value, _where, waits_for = CODE_READ[path]
+    result = outcome(spec_with(path, value, base))
+    if waits_for:
+        assert isinstance(result, str) and LATER in result and waits_for in result, result
+        assert result.startswith(path) and '\n' not in result
+        return
+    assert isinstance(result, dict), f'{path}: refused: {result}'
+    node = result
+    for part in path.split('.')[:-1]:
+        node = node[part]
+    if not path.startswith('meta.'):  # SLM-Lab's run records are ignored, the rest kept as given
+        assert node[path.split('.')[-1]] == value

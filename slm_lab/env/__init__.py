@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
-from slm_lab.env.wrappers import NormalizeObservation
+from slm_lab.env.wrappers import NormalizeObservation, clip_observation
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
 
@@ -193,7 +193,7 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     n = num_envs or env_spec['num_envs']
     env = gym.make_vec(env_spec['name'], num_envs=n, vectorization_mode=env_spec.get('vectorization_mode', 'sync'),
                        vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP},
-                       **_make_kwargs(env_spec))
+                       wrappers=_raw_obs_wrappers(env_spec), **_make_kwargs(env_spec))
     # innermost, so episode returns are the env's own rewards, before any normalisation
     env = gym.wrappers.vector.RecordEpisodeStatistics(env)
     scale = env_spec.get('reward_scale')
@@ -204,16 +204,31 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         # the agent keeps (and learns from) the action it sampled; the env gets it clipped
         env = gym.wrappers.vector.ClipAction(env)
     if env_spec.get('normalize_obs'):
-        env = NormalizeObservation(env)
+        env = NormalizeObservation(env, clip=env_spec.get('clip_obs'))
     if env_spec.get('normalize_reward'):
         env = gym.wrappers.vector.NormalizeReward(env, gamma=gamma)
+    clip_reward = env_spec.get('clip_reward')
+    if clip_reward is not None:  # after normalize_reward, as in SLM-Lab v5
+        low, high = clip_reward if isinstance(clip_reward, list) else (-clip_reward, clip_reward)
+        env = gym.wrappers.vector.ClipReward(env, min_reward=low, max_reward=high)
     return env
+
+
+def _raw_obs_wrappers(env_spec: dict) -> list | None:
+    """Wrappers of each sub-env for env.clip_obs without normalize_obs (with it, the
+    normalisation clips); per sub-env, so the final observation of an episode is clipped too."""
+    bound = env_spec.get('clip_obs')
+    if bound is None or env_spec.get('normalize_obs'):
+        return None
+    return [lambda env: clip_observation(env, bound)]
 
 
 def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
     """One plain gymnasium env (for evaluation and replay)."""
     ensure_env_registered(env_spec['name'])
     env = gym.make(env_spec['name'], **_make_kwargs(env_spec, render_mode))
+    for wrap in _raw_obs_wrappers(env_spec) or ():
+        env = wrap(env)
     if isinstance(env.action_space, gym.spaces.Box):
         env = gym.wrappers.ClipAction(env)
     return env

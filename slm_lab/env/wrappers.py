@@ -15,19 +15,27 @@ class NormalizeObservation(gym.vector.VectorWrapper):
     scale. Statistics update on the observations returned by step and reset, before they are
     normalised (not on final_obs, which the next step's statistics would count twice otherwise).
 
+    clip: when given, normalised observations are clipped to [-clip, clip] (env.clip_obs), here
+    rather than in a wrapper of their own so that evaluation, which normalises with `normalize`,
+    clips the same way.
+
     State (for snapshots): obs_rms (mean, var, count), epsilon, update_running_mean.
     """
 
-    def __init__(self, env: gym.vector.VectorEnv, epsilon: float = 1e-8):
+    def __init__(self, env: gym.vector.VectorEnv, epsilon: float = 1e-8, clip: float | None = None):
         super().__init__(env)
         self.obs_rms = RunningMeanStd(shape=self.single_observation_space.shape,
                                       dtype=self.single_observation_space.dtype)
         self.epsilon = epsilon
+        self.clip = clip
         self.update_running_mean = True
 
     def normalize(self, observations: np.ndarray) -> np.ndarray:
-        """Normalise with the current statistics, without updating them."""
-        return ((observations - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)).astype(np.float32)
+        """Normalise (and clip, with `clip`) with the current statistics, without updating them."""
+        normalized = (observations - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        if self.clip is not None:
+            normalized = np.clip(normalized, -self.clip, self.clip)
+        return normalized.astype(np.float32)
 
     def observations(self, observations: np.ndarray) -> np.ndarray:
         if self.update_running_mean:
@@ -49,3 +57,10 @@ class NormalizeObservation(gym.vector.VectorWrapper):
                 final[j] = normalized[i]
             infos = {**infos, 'final_obs': final}
         return obs, rewards, terminations, truncations, infos
+
+
+def clip_observation(env: gym.Env, bound: float) -> gym.Env:
+    """One env whose observations are clipped to [-bound, bound] (env.clip_obs without
+    normalize_obs). Applied to each sub-env of a vector env, so final_obs is clipped too."""
+    return gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -bound, bound).astype(obs.dtype),
+                                             env.observation_space)

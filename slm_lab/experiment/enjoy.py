@@ -204,7 +204,9 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
     obs_norm = weights.obs_norm
     if obs_norm is not None:
         mean, var, eps = np.asarray(obs_norm['mean']), np.asarray(obs_norm['var']), obs_norm.get('epsilon', 1e-8)
-        normalize = lambda o: ((o - mean) / np.sqrt(var + eps)).astype(np.float32)  # noqa: E731
+        bound = spec['env'].get('clip_obs')  # the training normalisation clips (env.clip_obs)
+        normalize = lambda o: np.clip((o - mean) / np.sqrt(var + eps), -(bound or np.inf),  # noqa: E731
+                                      bound or np.inf).astype(np.float32)
     seed = int(spec['meta'].get('random_seed') or 0) + 10**7
     print(f'replaying {spec_name} t{trial} s{session} on {spec["env"]["name"]} with {weights.what}')
     returns = []

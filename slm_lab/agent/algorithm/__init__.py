@@ -17,4 +17,17 @@ PLANNED_KEYS = {
     'policy_loss_coef': "the policy loss weight of SLM-Lab's ActorCritic and SIL",
     'sil_policy_loss_coef': "self-imitation learning (SLM-Lab's SIL and PPOSIL)",
     'sil_val_loss_coef': "self-imitation learning (SLM-Lab's SIL and PPOSIL)",
+    # read by SLM-Lab v5's SoftActorCritic (and CrossQ) only, in its code (not in its published specs)
+    **{key: f"{what} (SLM-Lab v5's SoftActorCritic)" for key, what in (
+        ('policy_delay', 'delayed policy updates'),
+        ('entropy_penalty_coef', 'the entropy penalty'),
+        ('log_alpha_min', 'the bounds of the entropy temperature'),
+        ('log_alpha_max', 'the bounds of the entropy temperature'),
+        ('alpha_lr', 'the learning rate of the entropy temperature'),
+        ('fixed_alpha', 'a fixed entropy temperature'),
+        ('alpha_anneal_frames', 'annealing of the entropy temperature'),
+        ('target_entropy', 'the target entropy'),
+        ('entropy_anneal', 'annealing of the target entropy'),
+        ('spectral_norm', 'spectral normalisation of the critic'),
+    )},
 }

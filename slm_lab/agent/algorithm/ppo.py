@@ -11,6 +11,7 @@ one smaller when minibatch_size does not divide B, so every sample is trained on
             - entropy_coef * mean(H(pi(.|s)))
   L_V     = loss_fn(V(s), R), or with clip_vloss, per sample i:
             mean_i max(l(V_i, R_i), l(V_old_i + clip(V_i - V_old_i, -eps, eps), R_i))   (l: loss_fn per sample)
+            with symlog, V, V_old and R are replaced by symlog(V), symlog(V_old), symlog(R) in L_V
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.net import MLPNet, net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, ignored_field
+from slm_lab.lib.schema import OMIT, Field, ignored_field
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminateds: torch.Tensor,
@@ -70,6 +71,12 @@ def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torc
     return torch.max(sample_loss(values, returns), sample_loss(clipped, returns)).mean()
 
 
+def symlog(x: torch.Tensor) -> torch.Tensor:
+    """symlog(x) = sign(x) * ln(1 + |x|): near x for small |x|, logarithmic for large ones
+    (DreamerV3), so value targets of very different scales weigh alike in the value loss."""
+    return torch.sign(x) * torch.log1p(x.abs())
+
+
 class ActorCriticNet(nn.Module):
     """Policy and value function: one MLP with two heads (net.shared) or two MLPs.
     Input (B, obs_dim); `pd_out` gives (B, act_dim) logits or means, `value` gives (B,)."""
@@ -82,6 +89,14 @@ class ActorCriticNet(nn.Module):
         else:
             self.actor = MLPNet(net_spec, in_dim, act_dim, out_gains=[0.01])
             self.critic = MLPNet(net_spec, in_dim, 1, out_gains=[1.0])
+        actor_std, critic_std = net_spec.get('actor_init_std'), net_spec.get('critic_init_std')
+        if actor_std is not None:
+            (self.body if self.shared else self.actor).init_head(0, actor_std)
+        if critic_std is not None:
+            if self.shared:
+                self.body.init_head(1, critic_std)
+            else:
+                self.critic.init_head(0, critic_std)
         self.head = policy_util.PolicyHead(pdtype, act_dim, net_spec.get('log_std_init') or 0.0)
 
     def pd_out(self, x: torch.Tensor) -> torch.Tensor:
@@ -115,6 +130,12 @@ class PPO(Algorithm):
                                 doc='samples per gradient step (the last minibatch of an epoch takes the remainder)'),
         'training_epoch': Field((int,), 4, min=1, doc='passes over the batch per update'),
         'normalize_advantage': Field((bool,), True, doc='standardise advantages per minibatch'),
+        'normalize_advantages': Field((str,), OMIT, choices=('standardize',), planned={
+            'percentile': "SLM-Lab v5's percentile scaling of advantages (DreamerV3)"},
+            doc='(SLM-Lab v5) "standardize": what normalize_advantage true does (SLM-Lab v5\'s default); '
+                '"percentile" is not available yet'),
+        'symlog': Field((bool,), False, doc='(SLM-Lab v5) fit values in symlog space (DreamerV3): the value loss '
+                                            'compares symlog(V) with symlog(R) (and symlog(V_old) with clip_vloss)'),
         'clip_vloss': Field((bool,), False, aliases=('clip_val_loss',),
                             doc='clip the value update around the old values by clip_eps '
                                 '(mean over samples of the larger of the clipped and unclipped loss)'),
@@ -132,7 +153,7 @@ class PPO(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec, net_spec = self.algorithm_spec, self.net_spec
-        self.device = net_util.get_device(net_spec['gpu'])
+        self.device = net_util.get_device(net_spec['gpu'], net_spec.get('cuda_id'))
         self.model = ActorCriticNet(net_spec, self.in_dim, self.act_dim, self.pdtype).to(self.device)
         actor_spec = net_spec['actor_optim_spec']
         if actor_spec and not self.model.shared:
@@ -160,6 +181,15 @@ class PPO(Algorithm):
         self.lam, self.val_loss_coef = spec['lam'], spec['val_loss_coef']
         self.minibatch_size, self.training_epoch = spec['minibatch_size'], spec['training_epoch']
         self.normalize_advantage, self.clip_vloss = spec['normalize_advantage'], spec['clip_vloss']
+        self.symlog = spec['symlog']
+
+    @classmethod
+    def check_spec(cls, spec: dict) -> None:
+        super().check_spec(spec)
+        algo = spec['agent']['algorithm']
+        if algo.get('normalize_advantages') == 'standardize' and not algo['normalize_advantage']:
+            raise SpecError('agent.algorithm.normalize_advantages: "standardize" contradicts normalize_advantage: '
+                            'false; keep one of the two')
 
     def nets(self):
         return {'model': self.model}
@@ -224,10 +254,13 @@ class PPO(Algorithm):
                 if self.normalize_advantage and len(idx) > 1:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 pg_loss = ppo_policy_loss(pd.log_prob(actions[idx]), old_log_probs[idx], adv, clip_eps)
+                v_fit, old_fit, returns_fit = v, old_values[idx], returns[idx]
+                if self.symlog:
+                    v_fit, old_fit, returns_fit = symlog(v_fit), symlog(old_fit), symlog(returns_fit)
                 if self.clip_vloss:
-                    v_loss = ppo_value_loss(v, old_values[idx], returns[idx], clip_eps, self.sample_loss_fn)
+                    v_loss = ppo_value_loss(v_fit, old_fit, returns_fit, clip_eps, self.sample_loss_fn)
                 else:
-                    v_loss = self.loss_fn(v, returns[idx])
+                    v_loss = self.loss_fn(v_fit, returns_fit)
                 entropy = pd.entropy().mean()
                 loss = pg_loss + self.val_loss_coef * v_loss - entropy_coef * entropy
                 norms.append(self.step_optimizers(loss))

@@ -65,7 +65,7 @@ class Reinforce(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec = self.algorithm_spec
-        self.device = net_util.get_device(self.net_spec['gpu'])
+        self.device = net_util.get_device(self.net_spec['gpu'], self.net_spec.get('cuda_id'))
         self.net = MLPNet(self.net_spec, self.in_dim, self.act_dim, out_gains=[0.01]).to(self.device)
         self.head = policy_util.PolicyHead(self.pdtype, self.act_dim,
                                            self.net_spec.get('log_std_init') or 0.0).to(self.device)

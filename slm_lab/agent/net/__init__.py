@@ -12,4 +12,7 @@ PLANNED_KEYS = {
     'rnn_hidden_size': "recurrent nets (SLM-Lab's RecurrentNet)",
     'rnn_num_layers': "recurrent nets (SLM-Lab's RecurrentNet)",
     'seq_len': "recurrent nets (SLM-Lab's RecurrentNet)",
+    'bidirectional': "recurrent nets (SLM-Lab's RecurrentNet)",
+    'arc': "architectures described in the spec (SLM-Lab v5's TorchArcNet)",
+    'arc_file': "architectures described in the spec (SLM-Lab v5's TorchArcNet)",
 }

@@ -38,6 +38,15 @@ NET_SCHEMA = {
         True: "SLM-Lab v5's BatchNorm1d after each hidden layer of MLPNet"},
         doc='(SLM-Lab key) only false in this version'),
     'normalize': Field((bool,), False, doc="ignored, as in SLM-Lab's MLPNet (its ConvNet divides pixel inputs by 255)"),
+    'layer_norm': Field((bool,), False, doc='(SLM-Lab v5) LayerNorm after each hidden layer, before its activation'),
+    'actor_init_std': Field((float,), None, nullable=True, min=0,
+                            doc='(SLM-Lab v5) PPO: orthogonal init of the policy output layer with this gain, '
+                                'bias 0 (null: gain 0.01 under init_fn); other algorithms ignore it, as in SLM-Lab'),
+    'critic_init_std': Field((float,), None, nullable=True, min=0,
+                             doc='(SLM-Lab v5) PPO: orthogonal init of the value output layer with this gain, '
+                                 'bias 0 (null: gain 1 under init_fn); other algorithms ignore it, as in SLM-Lab'),
+    'cuda_id': Field((int,), None, nullable=True, min=0,
+                     doc='(SLM-Lab) the CUDA device index used when gpu puts the nets on a GPU (null: the current one)'),
     'log_std_init': Field((float,), None, nullable=True,
                           doc='Normal actions: initial value of the learned, state-independent log standard '
                               'deviation (null: 0.0)'),
@@ -58,7 +67,8 @@ def _check_gpu(value, path):
 
 
 class MLPNet(nn.Module):
-    """An MLP body (hid_layers with hid_layers_activation) and one linear head per output.
+    """An MLP body (hid_layers, each followed by LayerNorm when layer_norm, then
+    hid_layers_activation) and one linear head per output.
 
     Input: (batch, *obs_shape) float tensor with prod(obs_shape) = in_dim, flattened to
     (batch, in_dim) (so a Box observation of any shape works). Output: a tensor (batch, out_dim)
@@ -77,7 +87,10 @@ class MLPNet(nn.Module):
         for width in net_spec['hid_layers']:
             linear = nn.Linear(dim, width)
             net_util.init_layer(linear, net_spec['init_fn'], math.sqrt(2))
-            layers += [linear, net_util.make_activation(net_spec['hid_layers_activation'])]
+            layers.append(linear)
+            if net_spec.get('layer_norm'):
+                layers.append(nn.LayerNorm(width))
+            layers.append(net_util.make_activation(net_spec['hid_layers_activation']))
             dim = width
         self.body = nn.Sequential(*layers)
         gains = out_gains or [1.0] * len(self.out_dims)
@@ -87,6 +100,12 @@ class MLPNet(nn.Module):
             net_util.init_layer(head, net_spec['init_fn'], gain)
             self.heads.append(head)
         self.out_activation = net_util.make_activation(net_spec['out_layer_activation'])
+
+    def init_head(self, index: int, std: float) -> None:
+        """Re-initialise output head `index`: orthogonal weights with gain `std`, bias 0 (SLM-Lab's
+        actor_init_std / critic_init_std)."""
+        nn.init.orthogonal_(self.heads[index].weight, std)
+        nn.init.zeros_(self.heads[index].bias)
 
     def forward(self, x: torch.Tensor):
         h = self.body(x.flatten(start_dim=1))

@@ -150,10 +150,11 @@ def linear_to_zero_end(lr_scheduler_spec: dict, max_frame: int) -> float:
     return float(frame) if frame is not None else float(max_frame)
 
 
-def get_device(gpu) -> torch.device:
-    """cuda when the spec asks for gpu (true or 'auto') and one is available, else cpu."""
+def get_device(gpu, cuda_id: int | None = None) -> torch.device:
+    """cuda (device `cuda_id`, or the current one) when the spec asks for gpu (true or 'auto') and
+    one is available, else cpu."""
     if gpu and torch.cuda.is_available():
-        return torch.device('cuda')
+        return torch.device('cuda' if cuda_id is None else f'cuda:{cuda_id}')
     return torch.device('cpu')
 
 

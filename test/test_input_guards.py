@@ -112,7 +112,6 @@ HUGE = {  # (algorithm, override, the key the message must blame)
     'on-policy batch of 1e9 steps': ('PPO', 'agent.algorithm.time_horizon=1000000000', 'agent.algorithm.time_horizon'),
     'replay of 1e12': ('DQN', 'agent.memory.max_size=1000000000000', 'agent.memory.max_size'),
     'replay batch of 1e12': ('DQN', 'agent.memory.batch_size=1000000000000', 'agent.memory.batch_size'),
-    '2**63 envs': ('PPO', f'env.num_envs={2**63}', 'env.num_envs'),
 }
 
 
@@ -125,6 +124,12 @@ def test_a_spec_the_machine_cannot_hold_is_refused_before_anything_is_built(case
     total = resources.format_bytes(resources.machine_memory().total)
     assert message.startswith('the spec needs about ') and f'this machine has {total} of memory' in message
     assert key in message
+
+
+@pytest.mark.parametrize('num_envs', [4097, 2**63])
+def test_env_count_is_bounded(num_envs, make_spec, tmp_path):
+    message = refused(make_spec('PPO'), tmp_path, overrides=[f'env.num_envs={num_envs}'])
+    assert message.startswith('env.num_envs:') and 'it must be <= 4096' in message
 
 
 def test_the_estimate_counts_each_net_as_built(make_spec):

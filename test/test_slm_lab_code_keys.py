@@ -216,3 +216,12 @@ def test_resume_with_these_keys_is_exact(tmp_path):
     lab.run(spec_file, name, 'train', ['env.max_frame=2048'], data_dir=data_b)
     (run_a,), (run_b,) = run_dirs(Path(data_a), name), run_dirs(Path(data_b), name)
     assert_same_run(run_a, run_b, name)
+
+
+def test_a_mujoco_playground_env_is_one_line_naming_its_package():
+    spec = build_spec('PPO', env='playground/CartpoleBalance')
+    spec['env']['device'] = 'auto'  # SLM-Lab v5 reads it for these envs only
+    with pytest.raises(SpecError) as e:
+        validate_spec(spec)
+    message = str(e.value)
+    assert message.startswith('env.name:') and 'mujoco_playground' in message and '\n' not in message

@@ -89,6 +89,10 @@ _UNAVAILABLE_ENVS = (
     (re.compile(r'Unity[A-Za-z0-9]*-v\d+|2dball|3dball|gridworld|tennis', re.IGNORECASE),
      'a Unity ML-Agents env (packages mlagents and gym-unity, with the Unity builds SLM-Lab shipped), which '
      'this lab does not have'),
+    # SLM-Lab v5's ids of MuJoCo Playground envs (its env.device key is theirs)
+    (re.compile(r'playground/.+'),
+     "a MuJoCo Playground env (package mujoco_playground, on JAX, which SLM-Lab v5 wraps as a vector env of its "
+     'own), which this lab does not have'),
     (re.compile(r'vizdoom-v\d+', re.IGNORECASE),
      "SLM-Lab v4's own VizDoom env (package vizdoom, with SLM-Lab's scenario files), which this lab does not "
      'have (its observations are images, which need ConvNet, not available yet)'),

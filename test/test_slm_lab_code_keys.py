@@ -126,7 +126,10 @@ def test_actor_and_critic_init_std_set_the_output_layers_orthogonal_gain(shared)
 def test_cuda_id_picks_the_gpu_index(monkeypatch):
     from slm_lab.agent.net import net_util
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 2)
     assert net_util.get_device(True, 1) == torch.device('cuda:1')
+    with pytest.raises(SpecError, match=r'^agent\.net\.cuda_id: 2 is out of range.*use 0 to 1'):
+        net_util.get_device(True, 2)
     assert net_util.get_device('auto', None) == torch.device('cuda')
     assert net_util.get_device(False, 1) == torch.device('cpu')
 

@@ -154,6 +154,10 @@ def get_device(gpu, cuda_id: int | None = None) -> torch.device:
     """cuda (device `cuda_id`, or the current one) when the spec asks for gpu (true or 'auto') and
     one is available, else cpu."""
     if gpu and torch.cuda.is_available():
+        if cuda_id is not None and cuda_id >= torch.cuda.device_count():
+            raise SpecError(f'agent.net.cuda_id: {cuda_id} is out of range; this machine has '
+                            f'{torch.cuda.device_count()} CUDA device(s): use 0 to {torch.cuda.device_count() - 1} '
+                            'or null')
         return torch.device('cuda' if cuda_id is None else f'cuda:{cuda_id}')
     return torch.device('cpu')
 

@@ -174,7 +174,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     from slm_lab import resume as resume_lib
     from slm_lab.experiment.control import Trial, complete_finished_run
     from slm_lab.lib.errors import ResumeError
-    old_spec = resume_lib.read_run_spec(run_dir)
+    old_spec = resume_lib.fill_keys_added_later(resume_lib.read_run_spec(run_dir))
     # the run's own -s overrides first, so a bare train@latest continues the run as it was started
     overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
     spec = load_spec(spec_file, spec_name, overrides, base=old_spec)

@@ -100,6 +100,23 @@ def read_run_spec(run_dir: RunDir) -> dict:
     return spec
 
 
+# Keys a newer lab added whose default changes what a run made before them did: a run's saved spec
+# lacks them, and resuming it fills them with the value that keeps its old behaviour (not the
+# new default), so a run continues as it was started.
+KEYS_ADDED_LATER = {
+    ('env', 'clip_obs'): None,  # no clipping before clip_obs existed (its default is 10 with normalize_obs)
+    ('env', 'clip_reward'): None,
+}
+
+
+def fill_keys_added_later(spec: dict) -> dict:
+    """The run's saved spec with each key of KEYS_ADDED_LATER it lacks set to its old behaviour."""
+    for (section, key), old_value in KEYS_ADDED_LATER.items():
+        if isinstance(spec.get(section), dict) and key not in spec[section]:
+            spec[section][key] = old_value
+    return spec
+
+
 def check_resume_logs(run_dir: RunDir, max_session: int) -> None:
     """The run's and each session's resume logs must be JSON lists (they are appended to)."""
     paths = [run_dir.resume_log_path()] + [run_dir.session_resume_log_path(0, s) for s in range(max_session)]

@@ -426,3 +426,23 @@ def test_a_key_a_newer_lab_added_is_not_an_edit(tmp_path):
     assert train_csv(run, 'newkey')['frame'].iloc[-1] == 1000
     assert json.loads((run / 'newkey_resumes.json').read_text())[-1]['spec_diff'] == [
         {'key': 'env.max_frame', 'old': 500, 'new': 1000}]
+
+
+def test_a_run_made_before_clip_obs_existed_resumes_without_clipping(tmp_path):
+    """clip_obs / clip_reward default to 10 with normalisation on (SLM-Lab v5); a run whose saved
+    spec predates them ran unclipped, and resumes unclipped without --force."""
+    spec = json.loads(json.dumps(PPO))
+    spec['env'].update({'normalize_obs': True, 'normalize_reward': True})
+    spec_file = write_spec(tmp_path, 'preclip', spec)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'preclip', 'train', ['env.max_frame=500'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'preclip')
+    for path in run.glob('preclip*_spec.json'):
+        saved = json.loads(path.read_text())
+        assert saved['env']['clip_obs'] == 10
+        del saved['env']['clip_obs'], saved['env']['clip_reward']
+        path.write_text(json.dumps(saved))
+    lab.run(spec_file, 'preclip', 'train@latest', ['env.max_frame=1000'], data_dir=data)
+    saved = json.loads((run / 'preclip_spec.json').read_text())
+    assert saved['env']['clip_obs'] is None and saved['env']['clip_reward'] is None
+    assert train_csv(run, 'preclip')['frame'].iloc[-1] == 1000

@@ -9,6 +9,7 @@ import contextlib
 import copy
 import gc
 import json
+import logging
 import os
 import subprocess
 from pathlib import Path
@@ -117,3 +118,25 @@ def tmpfs(path: Path, size: str):
         gc.collect()  # a writer torch left open in a traceback keeps the mount busy
         if subprocess.run(['umount', str(path)], capture_output=True).returncode != 0:
             subprocess.run(['umount', '-l', str(path)], check=True)
+
+
+class LabWarnings:
+    """Collect the lab's warnings within a `with` block (its logger does not propagate to pytest's)."""
+
+    def __enter__(self):
+        self.records = []
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = self.records.append
+        logging.getLogger('slm_lab').addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger('slm_lab').removeHandler(self.handler)
+
+    @property
+    def lines(self) -> list[str]:
+        return [r.getMessage() for r in self.records]
+
+    @property
+    def text(self) -> str:
+        return '\n'.join(self.lines)

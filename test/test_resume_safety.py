@@ -4,7 +4,6 @@ damaged data found before it is trained on, a diverged loss, and stop signals at
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import signal
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tmpfs
+from conftest import LabWarnings, tmpfs
 from test_resume import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
 
 from slm_lab import checkpoint, lab
@@ -26,24 +25,6 @@ def copy_spec(spec: dict, **env) -> dict:
     out = json.loads(json.dumps(spec))
     out['env'].update(env)
     return out
-
-
-class LabWarnings:
-    """Collect the lab's warnings (its logger does not propagate to pytest's)."""
-
-    def __enter__(self):
-        self.records = []
-        self.handler = logging.Handler(logging.WARNING)
-        self.handler.emit = self.records.append
-        logging.getLogger('slm_lab').addHandler(self.handler)
-        return self
-
-    def __exit__(self, *exc):
-        logging.getLogger('slm_lab').removeHandler(self.handler)
-
-    @property
-    def text(self) -> str:
-        return '\n'.join(r.getMessage() for r in self.records)
 
 
 def flip_byte(path: Path, offset: int | None = None) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 import subprocess
 import sys
 import tomllib
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from conftest import LabWarnings
 
 from slm_lab import lab
 from slm_lab.env import ENV_FAMILIES, RENAMED_ENV_IDS, ensure_env_registered
@@ -61,24 +62,6 @@ def installed(family: str) -> bool:
 def needs(family: str):
     return pytest.mark.skipif(not installed(family), reason=f'the {family} extra is not installed '
                                                             f'({ENV_FAMILIES[family].install_command})')
-
-
-class LabWarnings:
-    """Collect the lab's warnings (its logger does not propagate to pytest's)."""
-
-    def __enter__(self):
-        self.records = []
-        self.handler = logging.Handler(logging.WARNING)
-        self.handler.emit = self.records.append
-        logging.getLogger('slm_lab').addHandler(self.handler)
-        return self
-
-    def __exit__(self, *exc):
-        logging.getLogger('slm_lab').removeHandler(self.handler)
-
-    @property
-    def lines(self) -> list[str]:
-        return [r.getMessage() for r in self.records]
 
 
 def continuous_ppo(make_spec, env: str, max_frame: int = 256) -> dict:

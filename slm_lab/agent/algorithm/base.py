@@ -116,22 +116,30 @@ class Algorithm:
     def tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float32, device=self.device)
 
+    def clip_groups(self) -> list[list[torch.Tensor]]:
+        """The parameter groups whose gradients are clipped to net.clip_grad_val each on its own:
+        one per net, as SLM-Lab clips each net in its own train step (an actor's step is not
+        shrunk by its critic's gradient). By default, every optimizer's parameters as one group."""
+        return [[p for opt in self.optimizers.values() for g in opt.param_groups for p in g['params']]]
+
     def step_optimizers(self, loss: torch.Tensor) -> float:
-        """Backward, clip gradients to net.clip_grad_val, step every optimizer; returns the
-        gradient norm before clipping and counts one optimizer step on the clock."""
+        """Backward, clip each clip group's gradients to net.clip_grad_val, step every optimizer;
+        returns the global gradient norm before clipping and counts one optimizer step on the clock."""
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         loss.backward()
         if self._optim_params is None:  # the optimizers' parameters never change after construction
-            self._optim_params = [p for opt in self.optimizers.values() for g in opt.param_groups for p in g['params']]
-        params = self._optim_params
-        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        grad_norm = float(norm)
+            self._optim_params = self.clip_groups()
         clip = self.net_spec.get('clip_grad_val') if self.net_spec else None
-        # clip_grad_norm_ scales by min(1, clip / (norm + 1e-6)): skip its multiply by exactly 1.0
-        # (the margin keeps that exact in float32); a NaN or inf norm still goes through it
-        if clip is not None and not grad_norm < clip * (1.0 - 1e-5):
-            torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+        norms = []
+        for params in self._optim_params:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+            norms.append(norm)
+            # clip_grad_norm_ scales by min(1, clip / (norm + 1e-6)): skip its multiply by exactly 1.0
+            # (the margin keeps that exact in float32); a NaN or inf norm still goes through it
+            if clip is not None and not float(norm) < clip * (1.0 - 1e-5):
+                torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+        grad_norm = float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
         for opt in self.optimizers.values():
             opt.step()
         self.clock.tick_opt_step()

@@ -191,6 +191,13 @@ class PPO(Algorithm):
             raise SpecError('agent.algorithm.normalize_advantages: "standardize" contradicts normalize_advantage: '
                             'false; keep one of the two')
 
+    def clip_groups(self):
+        """Separate actor and critic nets clip their gradients each on its own (SLM-Lab steps them
+        in separate train steps), whether they share an optimizer or not."""
+        if self.model.shared:
+            return super().clip_groups()
+        return [self.model.actor_parameters(), list(self.model.critic.parameters())]
+
     def nets(self):
         return {'model': self.model}
 

@@ -1,0 +1,46 @@
+"""clip_grad_val clips each net on its own, as SLM-Lab clips each net in its own train step."""
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+import torch
+
+from slm_lab.agent import Agent
+from slm_lab.env import Clock
+from slm_lab.spec import validate_spec
+
+
+def ppo_agent(shared: bool, **net) -> Agent:
+    spec = validate_spec({
+        'agent': {'name': 'PPO', 'algorithm': {'name': 'PPO'}, 'memory': {'name': 'OnPolicyBatchReplay'},
+                  'net': {'type': 'MLPNet', 'shared': shared, 'hid_layers': [8], 'clip_grad_val': 0.5, **net}},
+        'env': {'name': 'CartPole-v1', 'max_frame': 1000}})
+    env = gym.make('CartPole-v1')
+    return Agent(spec, env.observation_space, env.action_space, 1, Clock(1000, 1), seed=0)
+
+
+def grad_norm(params) -> float:
+    return float(torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None]))
+
+
+@pytest.mark.parametrize('net', [{}, {'actor_optim_spec': {'name': 'Adam', 'lr': 0.01},
+                                     'critic_optim_spec': {'name': 'Adam', 'lr': 0.01}}])
+def test_a_large_critic_gradient_does_not_shrink_the_actor_step(net):
+    algorithm = ppo_agent(False, **net).algorithm
+    model = algorithm.model
+    x = torch.randn(4, 4)
+    actor_loss = 1e-3 * model.pd_out(x).sum()  # an actor gradient well under clip_grad_val
+    expected = torch.autograd.grad(actor_loss, model.actor_parameters(), retain_graph=True, allow_unused=True)
+    expected_norm = float(torch.nn.utils.get_total_norm([g for g in expected if g is not None]))
+    assert expected_norm < 0.5
+    loss = actor_loss + 1e4 * model.value(x).sum()  # and a huge critic gradient
+    algorithm.step_optimizers(loss)
+    assert grad_norm(model.actor_parameters()) == pytest.approx(expected_norm, rel=1e-5)  # not scaled down
+    assert grad_norm(model.critic.parameters()) == pytest.approx(0.5, rel=1e-3)  # clipped on its own
+
+
+def test_a_shared_net_clips_as_one():
+    algorithm = ppo_agent(True).algorithm
+    x = torch.randn(4, 4)
+    algorithm.step_optimizers(1e4 * algorithm.model.value(x).sum() + algorithm.model.pd_out(x).sum())
+    assert grad_norm(algorithm.model.parameters()) == pytest.approx(0.5, rel=1e-3)

@@ -304,7 +304,8 @@ def test_defaults_are_filled(spec_file):
            'env': {'name': 'CartPole-v1', 'max_frame': 1000}}
     spec = load_spec(spec_file({'s': raw}), 's')
     algo = spec['agent']['algorithm']
-    assert algo['minibatch_size'] == 64 and algo['time_horizon'] == 128 and algo['training_epoch'] == 4
+    assert algo['minibatch_size'] == 4 and algo['time_horizon'] == 128 and algo['training_epoch'] == 4
+    assert algo['val_loss_coef'] == 1.0  # SLM-Lab's defaults where SLM-Lab has one
     assert algo['gamma'] == 0.99 and algo['lam'] == 0.95
     assert algo['clip_eps_spec']['start_val'] == 0.2
     assert spec['agent']['name'] == 'PPO'
@@ -389,3 +390,18 @@ def test_torch_arguments_checked_only_on_use_fail_before_the_run(override, key, 
     with pytest.raises(SpecError, match=key):
         lab.run(spec_file, 'ppo_cartpole', 'train', ['env.max_frame=1000', override], data_dir=str(tmp_path / 'data'))
     assert not (tmp_path / 'data').exists() or not any((tmp_path / 'data').iterdir())
+
+
+def test_slm_labs_defaults_are_the_defaults(spec_file):
+    """A key a SLM-Lab file leaves out means what SLM-Lab's default makes it (values from its
+    init_algorithm_params / net defaults, v4.2.4 and v5)."""
+    env = {'name': 'CartPole-v1', 'max_frame': 1000}
+    reinforce = load_spec(spec_file({'r': {'agent': {'algorithm': {'name': 'Reinforce'}, 'memory': {
+        'name': 'OnPolicyReplay'}, 'net': {'type': 'MLPNet'}}, 'env': env}}), 'r')
+    assert reinforce['agent']['algorithm']['center_return'] is False
+    dqn = load_spec(spec_file({'d': {'agent': {'algorithm': {'name': 'DQN'}, 'memory': {
+        'name': 'Replay', 'batch_size': 48}, 'net': {'type': 'MLPNet', 'update_type': 'polyak'}}, 'env': env}}), 'd')
+    assert dqn['agent']['algorithm']['training_start_step'] == 48  # the memory's batch_size
+    assert dqn['agent']['algorithm']['action_pdtype'] == 'Argmax'
+    assert dqn['agent']['algorithm']['action_policy'] == 'epsilon_greedy'
+    assert dqn['agent']['net']['polyak_coef'] == 0.0 and dqn['agent']['net']['update_frequency'] == 1

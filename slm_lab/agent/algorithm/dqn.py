@@ -55,13 +55,22 @@ class VanillaDQN(Algorithm):
         'training_batch_iter': Field((int,), 1, min=1, doc='gradient steps per sampled batch'),
         'training_iter': Field((int,), 1, min=1, doc='batches sampled per training'),
         'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
-        'training_start_step': Field((int,), 32, min=1, doc='transitions in memory before training starts'),
+        'training_start_step': Field((int,), None, nullable=True, min=1,
+                                     doc="transitions in memory before training starts (null: the memory's batch_size, "
+                                         "as in SLM-Lab; the saved spec records the number)"),
         'normalize_state': ignored_field('(SLM-Lab v4) ignored: no SLM-Lab v4.2.4 algorithm reads it; '
                                          'env.normalize_obs normalises observations'),
     }
     memory_names = ('Replay',)
     uses_target_net = False
     double = False
+
+    @classmethod
+    def check_spec(cls, spec: dict) -> None:
+        super().check_spec(spec)
+        algo = spec['agent']['algorithm']
+        if algo['training_start_step'] is None:  # SLM-Lab starts once one batch can be sampled
+            algo['training_start_step'] = spec['agent']['memory']['batch_size']
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

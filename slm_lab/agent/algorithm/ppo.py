@@ -124,10 +124,11 @@ class PPO(Algorithm):
         'clip_eps_spec': schedule_field('schedule of the clipping epsilon', default={
             'name': 'no_decay', 'start_val': 0.2, 'end_val': 0.2, 'start_step': 0, 'end_step': 0}),
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
-        'val_loss_coef': Field((float,), 0.5, min=0, doc='weight of the value loss'),
+        'val_loss_coef': Field((float,), 1.0, min=0, doc="weight of the value loss (SLM-Lab's default 1)"),
         'time_horizon': Field((int,), 128, min=1, doc='vector steps per update (batch = time_horizon * num_envs)'),
-        'minibatch_size': Field((int,), 64, min=1,
-                                doc='samples per gradient step (the last minibatch of an epoch takes the remainder)'),
+        'minibatch_size': Field((int,), 4, min=1,
+                                doc="samples per gradient step (the last minibatch of an epoch takes the remainder; "
+                                    "SLM-Lab's default 4)"),
         'training_epoch': Field((int,), 4, min=1, doc='passes over the batch per update'),
         'normalize_advantage': Field((bool,), True, doc='standardise advantages per minibatch'),
         'normalize_advantages': Field((str,), OMIT, choices=('standardize',), planned={

@@ -51,7 +51,8 @@ class Reinforce(Algorithm):
 
     spec_schema = {
         **BASE_SCHEMA,
-        'center_return': Field((bool,), True, doc='subtract the batch mean from the returns (a baseline)'),
+        'center_return': Field((bool,), False, doc="subtract the batch mean from the returns (a baseline; SLM-Lab's "
+                                                     'default: off)'),
         'normalize_return': Field((bool,), False,
                                   doc='divide the returns by their std over the batch (after centring when center_return)'),
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),

@@ -31,8 +31,9 @@ NET_SCHEMA = {
     'lr_scheduler_spec': net_util.lr_scheduler_field('LR schedule: LinearToZero or a torch.optim.lr_scheduler class'),
     'update_type': Field((str,), 'replace', choices=('replace', 'polyak'), doc='DQN target net update'),
     'update_frequency': Field((int,), 1, min=1, doc='DQN: frames between target net updates'),
-    'polyak_coef': Field((float,), 0.005, min=0, max=1,
-                         doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef)'),
+    'polyak_coef': Field((float,), 0.0, min=0, max=1,
+                         doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef; '
+                             "SLM-Lab's default 0 leaves the target as it is)"),
     'gpu': Field((bool, str), False, check=lambda v, p: _check_gpu(v, p), doc="use CUDA when available (true/'auto')"),
     'batch_norm': Field((bool,), False, planned={
         True: "SLM-Lab v5's BatchNorm1d after each hidden layer of MLPNet"},

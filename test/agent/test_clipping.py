@@ -44,3 +44,24 @@ def test_a_shared_net_clips_as_one():
     x = torch.randn(4, 4)
     algorithm.step_optimizers(1e4 * algorithm.model.value(x).sum() + algorithm.model.pd_out(x).sum())
     assert grad_norm(algorithm.model.parameters()) == pytest.approx(0.5, rel=1e-3)
+
+
+def test_reinforce_policy_loss_coef_scales_the_policy_term_only():
+    """SLM-Lab's Reinforce: loss = -policy_loss_coef * mean(log_prob * return) - entropy_coef * entropy."""
+    import numpy as np
+    losses = {}
+    for coef in (1.0, 3.0):
+        spec = validate_spec({
+            'agent': {'name': 'R', 'algorithm': {'name': 'Reinforce', 'policy_loss_coef': coef,
+                                                 'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.5}},
+                      'memory': {'name': 'OnPolicyReplay'}, 'net': {'type': 'MLPNet', 'hid_layers': [8]}},
+            'env': {'name': 'CartPole-v1', 'max_frame': 1000}})
+        env = gym.make('CartPole-v1')
+        torch.manual_seed(0)  # the same initial net for both coefficients
+        algorithm = Agent(spec, env.observation_space, env.action_space, 1, Clock(1000, 1), seed=0).algorithm
+        states, actions, returns = np.ones((3, 4), np.float32), np.array([0, 1, 1]), np.array([1.0, 2.0, 3.0])
+        metrics = algorithm.train(states, actions, returns)
+        losses[coef] = (metrics['loss'], metrics['entropy'])
+    (loss1, entropy), (loss3, _) = losses[1.0], losses[3.0]
+    policy_term = loss1 + 0.5 * entropy  # the same net (seed 0): the policy term of coef 1
+    assert loss3 == pytest.approx(3.0 * policy_term - 0.5 * entropy, rel=1e-5)

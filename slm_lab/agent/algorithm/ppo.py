@@ -139,7 +139,9 @@ class PPO(Algorithm):
                                             'compares symlog(V) with symlog(R) (and symlog(V_old) with clip_vloss)'),
         'clip_vloss': Field((bool,), False, aliases=('clip_val_loss',),
                             doc='clip the value update around the old values by clip_eps '
-                                '(mean over samples of the larger of the clipped and unclipped loss)'),
+                                '(mean over samples of the larger of the clipped and unclipped loss); '
+                                "SLM-Lab v5's specs write clip_val_loss, which its code never reads (all its "
+                                'published values are false): here it is an alias, so true does clip'),
         'normalize_v_targets': Field((bool,), False, planned={
             True: "SLM-Lab v5's scaling of value targets by a running std of the returns"},
             doc='(SLM-Lab v5) only false in this version'),

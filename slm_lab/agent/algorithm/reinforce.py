@@ -56,6 +56,8 @@ class Reinforce(Algorithm):
         'normalize_return': Field((bool,), False,
                                   doc='divide the returns by their std over the batch (after centring when center_return)'),
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
+        'policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the policy-gradient term (not of the entropy '
+                                                            "bonus), as in SLM-Lab's Reinforce"),
         'training_frequency': Field((int,), 1, min=1,
                                     doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per update'),
     }
@@ -76,6 +78,7 @@ class Reinforce(Algorithm):
         self.lr_schedulers = {'net': sched} if sched else {}
         self.training_frequency = spec['training_frequency']
         self.center_return, self.normalize_return = spec['center_return'], spec['normalize_return']
+        self.policy_loss_coef = spec['policy_loss_coef']
 
     def nets(self):
         return {'net': self.net, 'head': self.head}
@@ -119,7 +122,7 @@ class Reinforce(Algorithm):
         entropy = pd.entropy().mean()
         entropy_coef = self.entropy_coef.value(self.clock.frame)
         entropy_coef = 0.0 if np.isnan(entropy_coef) else entropy_coef
-        loss = -(log_probs * returns).mean() - entropy_coef * entropy
+        loss = -self.policy_loss_coef * (log_probs * returns).mean() - entropy_coef * entropy
         grad_norm = self.step_optimizers(loss)
         self.step_lr_schedulers()
         return {'loss': float(loss.detach()), 'entropy': float(entropy.detach()), 'grad_norm': grad_norm}

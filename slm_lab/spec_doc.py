@@ -583,10 +583,28 @@ SLM_LAB_ACCEPTED = """\
 Every other key of SLM-Lab's specs (`gamma`, `lam`, `time_horizon`, `training_frequency` of DQN
 and Reinforce, `hid_layers`, `clip_grad_val`, `gpu`, `update_type`, `polyak_coef`, `log_std_init`,
 `LinearToZero`'s `frame`, `use_cer`, `max_t`, `eval_frequency`, `rigorous_eval`, ...) is one of
-the lab's own keys in the tables above, with SLM-Lab's meaning. Two differences: `log_std_init`
-null keeps a learned state-independent standard deviation starting at 1 (SLM-Lab v5 then
-predicts it from the state), and LR schedulers are stepped once per training update (SLM-Lab
-v4 stepped them with the frame count as the epoch).
+the lab's own keys in the tables above, with SLM-Lab's meaning and SLM-Lab's default where SLM-Lab
+has one (Reinforce `center_return` false, PPO `val_loss_coef` 1 and `minibatch_size` 4, DQN
+`training_start_step` the memory's `batch_size`, `polyak_coef` 0). `clip_grad_val` clips each net
+on its own, as SLM-Lab clips each net in its own train step.
+
+Where SLM-Lab's two generations, or SLM-Lab and this lab, differ (known, and kept as they are):
+
+- `log_std_init` null keeps a learned state-independent standard deviation starting at 1
+  (SLM-Lab v5 then predicts it from the state).
+- SLM-Lab v5's Reinforce always standardises its returns; v4 only centres them with
+  `center_return`. Here `center_return` centres and `normalize_return` divides by the std, both
+  off by default, as in v4.
+- `meta.rigorous_eval` plays greedy actions (argmax, or a Normal policy's mean) on a separate
+  env; SLM-Lab evaluates with its acting policy at the exploration schedules' end values.
+- `use_cer` puts the one newest transition in each sampled batch (SLM-Lab v4); v5 puts the
+  newest transition of every vector env.
+- `env.max_t` becomes the episodes' time limit (v4 applies it to single envs; v5 records it
+  without applying it).
+- PPO's `time_horizon` and `minibatch_size` are used as given; SLM-Lab rounds both up to a
+  multiple of `num_envs`.
+- DQN's `polyak` target update runs every `update_frequency` frames, as in v4 (v5 runs it at
+  every training step and ignores `update_frequency`).
 
 Keys the lab accepts for SLM-Lab specs beyond its own (the tables above give their types and
 defaults; "absent" means the saved spec holds the key only when the spec file gives it):"""

@@ -65,11 +65,12 @@ def _try_torch_pieces(algorithm) -> None:
             loss_fn(torch.zeros(2), torch.zeros(2))
         except (ValueError, TypeError, RuntimeError) as e:
             raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
+    from slm_lab.agent.net.net_util import step_lr_scheduler
     for sched in algorithm.lr_schedulers.values():
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter('ignore')  # stepping a scheduler before its optimizer
-                sched.step()
+                step_lr_scheduler(sched, algorithm.clock.num_envs)  # as at the first update: a step_size of 0 fails here
         except (ValueError, TypeError, ZeroDivisionError, IndexError) as e:
             raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} fails with these arguments: '
                             f'{e}') from None

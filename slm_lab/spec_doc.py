@@ -326,17 +326,27 @@ of `torch.nn` whose name ends in `Loss`: `{"name": "MSELoss"}`,
 
 ## LR schedulers (`lr_scheduler_spec`)
 
-null (the default) keeps the learning rate constant. Otherwise the scheduler is stepped once
-after every training update (not every frame, and not every gradient step), and the CSV column
-`lr` shows the learning rate of the first optimizer.
+null (the default) keeps the learning rate constant. Otherwise, after every training update (not
+every frame, and not every gradient step), the learning rate is set to the schedule's value at the
+frame of that update, counting the step being trained on; the next update trains with it. The CSV
+column `lr` shows the learning rate of the first optimizer. As in SLM-Lab, every count a schedule
+takes is in frames (env steps summed over all sub-envs), whatever the training frequency, so the
+rate is a function of the frame alone and a resumed run continues on the same curve.
 
 - `{"name": "LinearToZero", "frame": N}`: the learning rate is the initial one times
   max(0, 1 - frame / N), where frame is the frame count at the update; without `frame` (or
   with null) N is `env.max_frame`. `frame` is its only argument (SLM-Lab's).
 - `{"name": CLASS, ...arguments}`: `torch.optim.lr_scheduler.CLASS(optimizer, **arguments)`,
-  e.g. `{"name": "StepLR", "step_size": 100, "gamma": 0.5}` (step_size counts training
-  updates). `LambdaLR`, `MultiplicativeLR`, `SequentialLR`, `ChainedScheduler` and
-  `ReduceLROnPlateau` need Python objects or a metric and are rejected."""
+  with the frame as the scheduler's epoch: the rate is CLASS's closed form at that frame, as
+  SLM-Lab v4 computed it (it stepped schedulers with `step(epoch=frame)`). E.g.
+  `{"name": "StepLR", "step_size": 1000, "gamma": 0.9}` multiplies the rate by 0.9 every 1000
+  frames (initial rate times 0.9 ** (frame // 1000)); `{"name": "MultiStepLR", "milestones":
+  [80000], "gamma": 0.1}` divides it by 10 from frame 80000 on. Likewise `ExponentialLR`
+  (gamma ** frame), `CosineAnnealingLR` (`T_max` in frames), `CosineAnnealingWarmRestarts`
+  (`T_0` in frames), `LinearLR` and `ConstantLR` (`total_iters` in frames), `PolynomialLR`.
+  `LambdaLR`, `MultiplicativeLR`, `SequentialLR`, `ChainedScheduler` and `ReduceLROnPlateau`
+  need Python objects or a metric, and `CyclicLR` and `OneCycleLR` count their own steps with
+  no value per frame: all are rejected in one line."""
 
 SCHEDULES = """\
 ## Schedules
@@ -347,17 +357,26 @@ sub-envs). Schedules are used by `explore_var_spec` (epsilon or temperature),
 spec is an object with these keys:"""
 
 SCHEDULE_FORMULAS = """\
-With `f` the frame, `s` = `start_step`, `e` = `end_step`, `v0` = `start_val` and
-`v1` = `end_val` (`start_val` when `end_val` is null), every schedule except `no_decay` gives
-`v0` for `f <= s` and `v1` for `f >= e`. In between, with `p = (f - s) / (e - s)`:
+Schedules compute what SLM-Lab's `VarScheduler` computes (v4.2.4 and v5 agree), so an SLM-Lab
+spec gives the same coefficient at the same frame. The coefficient is `start_val` for the first
+env step (frame 0); every later step taken with `f` frames already done uses the formula at `f`
+(SLM-Lab recomputes it after each env step). With `s` = `start_step`, `e` = `end_step`,
+`v0` = `start_val` and `v1` = `end_val`:
 
-| `name` | value for `s < f < e` |
+- `end_val` null, absent or 0 means `v1 = v0` (SLM-Lab's rule): the schedule is a constant.
+  To decay towards 0, give a tiny `end_val` such as `1e-8` (this lab's PPO specs do: with float32
+  ratios, a clip range of `1e-8` is the same as 0).
+- Every name except `no_decay` gives `v0` for `f < s`.
+
+| `name` | value for `f > 0` |
 |---|---|
-| `no_decay` | `v0` at every frame (`end_val` and the steps are ignored) |
-| `linear_decay` | `v0 + p * (v1 - v0)` |
-| `rate_decay` | `v0 * decay_rate ** floor(p * frequency)`, kept from passing `v1` (no lower than `v1` when `v0 >= v1`, no higher otherwise) |
-| `periodic_decay` | `v1 + (1 - p) * (v0 - v1) * 0.5 * (1 + cos(pi * ((p * frequency) mod 1)))`: a cosine that restarts `frequency` times, inside an envelope that shrinks linearly to `v1` |
+| `no_decay` | `v1` (so `v0` at frame 0, `v1` after it; the steps are ignored) |
+| `linear_decay` | `max(v0 + (f - s) * (v1 - v0) / (e - s), v1)`, with no stop at `e`: a falling schedule stays at `v1` from `e` on; a rising one is `v1` at once and keeps rising past `v1` after `e`. Needs `e > s`. |
+| `rate_decay` | `max(v0 * 0.9 ** ((f - s) / ((e - s) / 20)), v1)` for `s <= f < e`, then `v1` |
+| `periodic_decay` | `max(v1 * 0.5 * (v0 - v1) * (1 + cos(x) * (1 - x / 60)), v1)` with `x = (f - s) / ((e - s) / 60)` (radians) for `s <= f < e`, then `v1`: SLM-Lab's formula as it is (it multiplies by `v1` where a sinusoid around `v1` would add it, so with `v1 > 0` and `v0 - v1 < 1` it is `v1` after frame 0) |
 
+`decay_rate` and `frequency` are accepted and ignored, as in SLM-Lab, whose scheduler never
+passes them (its `rate_decay` always uses 0.9 and 20 periods, `periodic_decay` 60).
 `end_step` must not be before `start_step` (except for `no_decay`). `explore_var_spec` and
 `entropy_coef_spec` may be null, which means no schedule: the CSV columns `explore_var` and
 `entropy_coef` are then empty, and a null `entropy_coef_spec` means no entropy bonus. The value

@@ -75,6 +75,11 @@ def _check_lr_scheduler_spec(spec: dict, path: str) -> None:
                sched.ReduceLROnPlateau):
         raise SpecError(f"{path}.name: '{spec['name']}' needs Python objects and cannot be given in a spec; "
                         'use e.g. LinearToZero, StepLR, ExponentialLR, LinearLR, CosineAnnealingLR')
+    if not _has_frame_form(cls):  # CyclicLR, OneCycleLR: they would train on a schedule the spec did not ask for
+        raise SpecError(f"{path}.name: '{spec['name']}' counts its own steps and has no rate as a function of the "
+                        'frame, which the lab\'s LR schedulers follow (as SLM-Lab\'s do); use e.g. StepLR, '
+                        'MultiStepLR, ExponentialLR, CosineAnnealingLR, CosineAnnealingWarmRestarts, LinearLR, '
+                        'LinearToZero, with their counts in frames')
     check_torch_kwargs(cls, {k: v for k, v in spec.items() if k != 'name'}, path, skip=('optimizer',))
 
 
@@ -128,10 +133,11 @@ def make_loss(loss_spec: dict) -> nn.Module:
 
 
 def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
-    """A torch LR scheduler from the spec, or None. It is stepped once per training update.
-    LinearToZero scales the LR by (1 - frame / end), end being its `frame` or else env.max_frame,
-    with the frame read from the clock, so it needs no
-    state of its own beyond what the Clock restores."""
+    """A torch LR scheduler from the spec, or None; step it with step_lr_scheduler after each
+    training update. LinearToZero scales the LR by (1 - frame / end), end being its `frame` or else
+    env.max_frame, with the frame read from the clock, so it needs no state of its own beyond what
+    the Clock restores. A torch scheduler's counts (StepLR's step_size, MultiStepLR's milestones,
+    T_max, total_iters, ...) are frames, as in SLM-Lab."""
     if lr_scheduler_spec is None:
         return None
     name = lr_scheduler_spec['name']
@@ -142,6 +148,34 @@ def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
         return sched
     kwargs = {k: v for k, v in lr_scheduler_spec.items() if k != 'name'}
     return _construct(getattr(torch.optim.lr_scheduler, name), 'agent.net.lr_scheduler_spec', optimizer, **kwargs)
+
+
+def _has_frame_form(cls: type) -> bool:
+    """Whether step_lr_scheduler can set this torch scheduler's rate at any frame."""
+    return hasattr(cls, '_get_closed_form_lr') or issubclass(cls, torch.optim.lr_scheduler.CosineAnnealingWarmRestarts)
+
+
+def step_lr_scheduler(sched, frame: int) -> None:
+    """Set the learning rates of `sched`'s optimizer to the schedule's value at `frame`.
+
+    SLM-Lab v4 stepped every torch scheduler with the frame as its epoch
+    (`lr_scheduler.step(epoch=frame)`, torch 1.3, which set last_epoch and took the closed form),
+    so a v4 spec's `"StepLR", "step_size": 1000` decays the rate every 1000 frames, whatever the
+    training frequency. The same here: last_epoch becomes the frame and the rate is the
+    scheduler's closed form there, so the rate is a function of the frame alone (a resumed run,
+    whose scheduler state brings last_epoch back, continues on the same curve).
+    CosineAnnealingWarmRestarts has no closed form method but takes the epoch in its own step.
+    LinearToZero reads the clock itself and is stepped plainly."""
+    lr_scheduler = torch.optim.lr_scheduler
+    if hasattr(sched, 'linear_to_zero_end'):
+        sched.step()
+    elif isinstance(sched, lr_scheduler.CosineAnnealingWarmRestarts):
+        sched.step(frame)
+    else:
+        sched.last_epoch = frame
+        for group, lr in zip(sched.optimizer.param_groups, sched._get_closed_form_lr(), strict=True):
+            group['lr'] = lr
+        sched._last_lr = [group['lr'] for group in sched.optimizer.param_groups]
 
 
 def linear_to_zero_end(lr_scheduler_spec: dict, max_frame: int) -> float:

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
+from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.schema import Field, not_available
 
@@ -146,8 +147,13 @@ class Algorithm:
         return grad_norm
 
     def step_lr_schedulers(self) -> None:
+        """Set each optimizer's learning rate to its schedule's value at this step's frame. Call
+        once after each training update, from update(), before the clock ticks the step: the frame
+        counts the step being trained on, as SLM-Lab v4's clock did when it set the rate for its
+        update (see net_util.step_lr_scheduler: torch schedulers count frames, not updates)."""
+        frame = self.clock.frame + self.clock.num_envs
         for sched in self.lr_schedulers.values():
-            sched.step()
+            net_util.step_lr_scheduler(sched, frame)
 
     # --- state ----------------------------------------------------------------------------------
     def extra_state(self) -> dict:

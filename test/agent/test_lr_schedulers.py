@@ -110,3 +110,33 @@ def test_preflight_still_catches_a_zero_step_size(make_spec, spec_file, tmp_path
     with pytest.raises(SpecError, match='agent.net.lr_scheduler_spec: StepLR fails with these arguments'):
         lab.run(spec_file({'s': spec}), 's', 'train', data_dir=str(tmp_path / 'data'))
     assert not (tmp_path / 'data').exists()
+
+
+def test_a_forced_scheduler_argument_applies_after_resume(tmp_path, no_png):
+    """--force -s agent.net.lr_scheduler_spec.step_size=...: the loaded scheduler takes the
+    edited argument (its state brings back only where it is, not how it was built)."""
+    import json
+
+    from slm_lab import checkpoint, lab
+    from slm_lab.experiment.control import Session
+    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab.spec import load_spec
+    spec = {'agent': {'name': 'DQN', 'algorithm': {'name': 'DQN', 'training_start_step': 32},
+                      'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1000},
+                      'net': {'type': 'MLPNet', 'hid_layers': [16], 'optim_spec': {'name': 'Adam', 'lr': 1e-3},
+                              'lr_scheduler_spec': {'name': 'StepLR', 'step_size': 100, 'gamma': 0.5}}},
+            'env': {'name': 'CartPole-v1', 'max_frame': 400}, 'meta': {'log_frequency': 100, 'random_seed': 3}}
+    path = tmp_path / 'forced.json'
+    path.write_text(json.dumps({'forced': spec}))
+    lab.run(str(path), 'forced', 'train', data_dir=str(tmp_path / 'data'))
+    (run,) = (tmp_path / 'data').iterdir()
+    state, _ = checkpoint.load_snapshot(checkpoint.list_snapshots(run / 'ckpt' / 'forced_t0_s0')[0])
+    edited = load_spec(str(path), 'forced', ['env.max_frame=800', 'agent.net.lr_scheduler_spec.step_size=200'])
+    session = Session(edited, RunDir(run, 'forced'))
+    try:
+        session.load_state_dict(state, quiet=True)
+        sched = session.agent.algorithm.lr_schedulers['net']
+        assert sched.step_size == 200 and sched.last_epoch == state['agent']['algorithm']['lr_schedulers']['net'][
+            'last_epoch']
+    finally:
+        session.close()

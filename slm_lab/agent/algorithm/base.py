@@ -184,13 +184,21 @@ class Algorithm:
             opt.load_state_dict(state['optimizers'][k])
         for k, sched in self.lr_schedulers.items():
             new_end = getattr(sched, 'linear_to_zero_end', None)
-            sched.load_state_dict(state['lr_schedulers'][k])  # brings back the end it was saved with
+            spec_args = {a: v for a, v in vars(sched).items() if a not in SCHEDULER_STATE}
+            sched.load_state_dict(state['lr_schedulers'][k])  # brings back the arguments it was saved with
             if new_end is not None:
                 _move_linear_to_zero(sched, new_end)
+            else:  # the spec's arguments (step_size, gamma, milestones...), edited with --force or not
+                vars(sched).update(spec_args)
         for k, opt in self.optimizers.items():
             _apply_spec_hyperparameters(opt, spec_groups[k], self.lr_schedulers.get(k))
         self.rng.bit_generator.state = state['rng']
         self.load_extra_state(state['extra'])
+
+
+# what a torch LR scheduler's state holds beyond the arguments it was built with
+SCHEDULER_STATE = ('optimizer', 'last_epoch', 'base_lrs', '_last_lr', '_step_count', '_get_lr_called_within_step',
+                   '_is_initial', 'linear_to_zero_end', 'lr_lambdas', 'verbose', 'T_cur')
 
 
 def _move_linear_to_zero(sched, new_end: float) -> None:

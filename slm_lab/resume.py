@@ -270,11 +270,15 @@ def schedule_changes(old_spec: dict, new_spec: dict, frames: dict[int, int]) -> 
             piece.get('start_val') != _schedule_value(kind, piece, end_step, new_max)
         if decays and new_max > old_max and end_step == old_max:
             end_val = _schedule_value(kind, piece, end_step, new_max)
+            last_val = _schedule_value(kind, piece, new_max, new_max)
+            # SLM-Lab's linear_decay keeps rising past end_step when end_val > start_val
+            after_end = (f'it stays at end_val {end_val:g} for the whole extension' if _same(end_val, last_val) else
+                         f'past it the value goes on from {end_val:g} to {last_val:g}')
             changes.append({'key': key, 'frames': {str(s): f for s, f in frames.items()},
                             'before': {str(s): v[0] for s, v in values.items()},
                             'after': {str(s): v[1] for s, v in values.items()},
-                            'why': f'its end_step {end_step} spanned the old run (env.max_frame {old_max}); it stays '
-                                   f'at end_val {end_val:g} for the whole extension to env.max_frame {new_max}; '
+                            'why': f'its end_step {end_step} spanned the old run (env.max_frame {old_max}); '
+                                   f'{after_end} to env.max_frame {new_max}; '
                                    f'to stretch it, resume with -s {key}.end_step={new_max}'})
     return changes
 

@@ -63,7 +63,8 @@ def test_records_without_an_intact_snapshot_are_refused_and_left_alone(tmp_path)
 
 def test_extending_max_frame_warns_of_each_schedule_it_moves(tmp_path):
     spec = json.loads(json.dumps(PPO))
-    spec['agent']['algorithm']['clip_eps_spec'] = {'name': 'linear_decay', 'start_val': 0.2, 'end_val': 0.0,
+    # slope (0.02 - 0.2) / 1000 = -0.00018 (an end_val of 0 would mean a constant 0.2, as in SLM-Lab)
+    spec['agent']['algorithm']['clip_eps_spec'] = {'name': 'linear_decay', 'start_val': 0.2, 'end_val': 0.02,
                                                    'start_step': 0, 'end_step': 1000}
     spec['agent']['net']['lr_scheduler_spec'] = {'name': 'LinearToZero'}
     spec_file = write_spec(tmp_path, 'sched', spec)
@@ -78,8 +79,8 @@ def test_extending_max_frame_warns_of_each_schedule_it_moves(tmp_path):
     assert lr['before']['0'] == 0.0 and lr['after']['0'] == pytest.approx(5e-4), lr
     assert 'LinearToZero' in lr['why']
     clip = changes['agent.algorithm.clip_eps_spec']
-    assert clip['before']['0'] == clip['after']['0'] == 0.0
-    assert 'agent.algorithm.clip_eps_spec.end_step=2000' in clip['why']
+    assert clip['before']['0'] == clip['after']['0'] == 0.02
+    assert 'stays at end_val 0.02' in clip['why'] and 'agent.algorithm.clip_eps_spec.end_step=2000' in clip['why']
     assert 'agent.algorithm.clip_eps_spec: at frame 1000' in warned.text
     assert 'agent.net.optim_spec.lr: at frame 1000 the value goes 0 -> 0.0005' in warned.text
     # the rule's remedy is allowed: stretch the schedule while extending again
@@ -87,7 +88,8 @@ def test_extending_max_frame_warns_of_each_schedule_it_moves(tmp_path):
                                                  'agent.algorithm.clip_eps_spec.end_step=3000'], data_dir=data)
     record = json.loads((run / 'sched_resumes.json').read_text())[-1]
     clip = {c['key']: c for c in record['schedule_changes']}['agent.algorithm.clip_eps_spec']
-    assert clip['before']['0'] == 0.0 and clip['after']['0'] == pytest.approx(0.2 / 3), clip
+    # at frame 2000: max(0.2 - 0.18 * 2000 / 3000, 0.02) = 0.08
+    assert clip['before']['0'] == 0.02 and clip['after']['0'] == pytest.approx(0.08), clip
     assert not record['forced']
     assert train_csv(run, 'sched')['frame'].iloc[-1] == 3000
 

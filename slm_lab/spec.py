@@ -482,6 +482,8 @@ def _check_env_name(name: str, path: str) -> None:
     if name not in gym.envs.registry:
         raise SpecError(f"{path}: '{name}' is not a registered gymnasium environment"
                         f'{suggest(name, list(gym.envs.registry))}; e.g. CartPole-v1, Pendulum-v1')
+    from slm_lab.env import warn_if_outdated
+    warn_if_outdated(name)
 
 
 ENV_SCHEMA['name'].check = _check_env_name

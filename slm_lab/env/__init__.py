@@ -2,8 +2,10 @@
 the env ids of SLM-Lab spec files: renamed ids, optional env families, packages that cannot run."""
 from __future__ import annotations
 
+import functools
 import importlib
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +150,25 @@ def _unavailable_reason(name: str) -> str | None:
                        if nearest else '')
             return f"'{name}' is {reason}{instead}"
     return None
+
+
+# gymnasium warns of an older env version with a multi-line coloured DeprecationWarning at every
+# make (three per run); the lab says it once, in one line, where the spec is checked
+warnings.filterwarnings('ignore', message=r'.*The environment .* is out of date', category=DeprecationWarning)
+
+
+@functools.lru_cache(maxsize=None)
+def warn_if_outdated(name: str) -> None:
+    """One warning per process when `name` is an older version of a registered env (it still
+    runs as it is: SLM-Lab's specs name e.g. CartPole-v0, whose episodes end at 200 steps)."""
+    spec = gym.envs.registry.get(name)
+    if spec is None or spec.version is None:
+        return
+    newest = max((s.version for s in gym.envs.registry.values() if s.namespace == spec.namespace
+                  and s.name == spec.name and s.version is not None), default=spec.version)
+    if newest > spec.version:
+        newer = gym.envs.registration.get_env_id(spec.namespace, spec.name, newest)
+        logger.warning(f'env.name: {name} runs as it is; a newer version of it is {newer}')
 
 
 def ensure_env_registered(name: str, path: str = 'env.name') -> None:

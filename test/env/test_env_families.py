@@ -236,3 +236,18 @@ def test_atari_ram_observations_train_with_the_mlp(lab_run, make_spec):
     _, run = lab_run(spec, 'pongram')
     assert saved_spec(run, 'pongram')['env']['make_kwargs'] == {'obs_type': 'ram'}
     assert train_frames(run, 'pongram')[-1] == 200
+
+
+def test_an_older_env_version_runs_with_one_line_of_warning(tmp_path):
+    """CartPole-v0 (SLM-Lab v4's specs) runs as it is; gymnasium's multi-line deprecation warning
+    at every make gives way to one line of the lab's."""
+    spec = {'agent': {'name': 'PPO', 'algorithm': {'name': 'PPO', 'time_horizon': 32},
+                      'memory': {'name': 'OnPolicyBatchReplay'}, 'net': {'type': 'MLPNet', 'hid_layers': [16]}},
+            'env': {'name': 'CartPole-v0', 'max_frame': 200}, 'meta': {'log_frequency': 100}}
+    path = tmp_path / 'old.json'
+    path.write_text(json.dumps({'old': spec}))
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[2] / 'run_lab.py'), str(path), 'old',
+                           'train'], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert 'DeprecationWarning' not in done.stderr and 'out of date' not in done.stderr
+    assert done.stderr.count('a newer version of it is CartPole-v1') == 1, done.stderr

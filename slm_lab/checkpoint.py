@@ -501,10 +501,11 @@ def list_snapshots(ckpt_dir: Path) -> list[Path]:
 
 
 def load_latest_snapshot(ckpt_dir: Path, skip: Collection = (), verify_arrays: bool = False,
-                         ) -> tuple[dict, dict, Path] | None:
+                         damaged: list | None = None) -> tuple[dict, dict, Path] | None:
     """(state, manifest, path) of the newest intact snapshot, falling back past damaged ones
     (and past those in `skip`, e.g. ones whose arrays failed the background check) with a
-    warning; None when there is none. A snapshot of an unknown format version is refused
+    warning, or, when `damaged` is a list, appending (path, ResumeError) to it for the caller to
+    report; None when there is none. A snapshot of an unknown format version is refused
     (UnknownSnapshotFormat), not skipped."""
     skip = {Path(p) for p in skip}
     for path in list_snapshots(ckpt_dir):
@@ -516,7 +517,10 @@ def load_latest_snapshot(ckpt_dir: Path, skip: Collection = (), verify_arrays: b
         except UnknownSnapshotFormat:
             raise
         except ResumeError as e:
-            logger.warning(f'{e}; falling back to the previous snapshot')
+            if damaged is None:
+                logger.warning(f'{e}; falling back to the previous snapshot')
+            else:
+                damaged.append((path, e))
     return None
 
 

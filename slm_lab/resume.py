@@ -199,15 +199,17 @@ def load_sessions(run_dir: RunDir, max_session: int) -> dict[int, tuple[dict, di
     start would overwrite its records). Sessions that never recorded anything are left out."""
     loaded = {}
     for s in range(max_session):
-        found = checkpoint.load_latest_snapshot(run_dir.ckpt_dir(0, s))
+        # damaged snapshots are reported by the session that falls back past them (in its log), or
+        # named in the refusal below: not twice
+        damaged: list = []
+        found = checkpoint.load_latest_snapshot(run_dir.ckpt_dir(0, s), damaged=damaged)
         if found is not None:
             loaded[s] = found
             continue
         progress = session_has_progress(run_dir, s)
         if progress:
-            snaps = checkpoint.list_snapshots(run_dir.ckpt_dir(0, s))
-            what = (f'all {len(snaps)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged' if snaps else
-                    f'it has no snapshot ({run_dir.ckpt_dir(0, s)} is missing or empty)')
+            what = (f'all {len(damaged)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged (newest: {damaged[0][1]})'
+                    if damaged else f'it has no snapshot ({run_dir.ckpt_dir(0, s)} is missing or empty)')
             raise ResumeError(f'session {s} of {run_dir.root} has recorded progress ({progress[0]}) but {what}; '
                               'it cannot continue without starting over its records: start a new run with '
                               f'python run_lab.py SPEC_FILE {run_dir.spec_name} train (this run is left unchanged)')

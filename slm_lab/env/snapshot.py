@@ -107,6 +107,15 @@ def is_exact(env: gym.Env) -> bool:
     return module.startswith(EXACT_ENV_MODULES)
 
 
+def obs_norm_from_state(vector_env_state: dict) -> dict | None:
+    """The observation-normalisation statistics (mean, var, count, epsilon) held in a vector env's
+    snapshot state (see NormalizeObservation), or None when observations were not normalised."""
+    for layer in vector_env_state['layers']:
+        if 'obs_rms' in layer:
+            return layer['obs_rms']['__rms__'] | {'epsilon': layer.get('epsilon', 1e-8)}
+    return None
+
+
 def env_state_dict(env: gym.Env) -> dict:
     """State of a single env: every wrapper layer plus the base env (when exact)."""
     layers = _chain(env)

@@ -97,27 +97,17 @@ def _latest_weights(run_dir, trial: int, session: int) -> SavedWeights:
     """The newest intact snapshot's weights, skipping damaged snapshots (with one warning that
     names them); when none is intact, a ResumeError that says what was damaged."""
     from slm_lab import checkpoint
+    from slm_lab.env.snapshot import obs_norm_from_state
     ckpt_dir = run_dir.ckpt_dir(trial, session)
-    damaged = []
-    for path in checkpoint.list_snapshots(ckpt_dir):
-        try:
-            state, manifest = checkpoint.load_snapshot(path)
-            nets = state['agent']['algorithm']['nets']
-            obs_norm = None
-            for layer in state['env']['layers']:
-                if 'obs_rms' in layer:
-                    obs_norm = layer['obs_rms']['__rms__'] | {'epsilon': layer.get('epsilon', 1e-8)}
-        except checkpoint.UnknownSnapshotFormat:
-            raise  # not damage: another lab version's snapshot, refused rather than skipped
-        except ResumeError as e:
-            damaged.append(f'{path.name}: {str(e).split(": ", 1)[-1]}')
-            continue
-        except Exception as e:  # a torn state file, or a state without an agent's weights
-            damaged.append(f'{path.name}: {type(e).__name__}: {_first_line(e)}')
-            continue
+    found: list = []  # (path, error) of each damaged snapshot, reported here in one line
+    loaded = checkpoint.load_latest_snapshot(ckpt_dir, damaged=found)  # an unknown format is refused
+    damaged = [f'{path.name}: {str(e).split(": ", 1)[-1]}' for path, e in found]
+    if loaded is not None:
+        state, manifest, path = loaded
         if damaged:
             logger.warning(f'{ckpt_dir}: skipped damaged snapshot(s) ({"; ".join(damaged)}); replaying {path.name}')
-        return SavedWeights(nets, obs_norm, path, f'snapshot {path.name} (frame {manifest["frame"]})')
+        return SavedWeights(state['agent']['algorithm']['nets'], obs_norm_from_state(state['env']), path,
+                            f'snapshot {path.name} (frame {manifest["frame"]})')
     if not damaged:
         if not run_dir.model_path(trial, session, 'best').is_file():
             raise _no_weights(run_dir, trial, session)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from slm_lab.lib.errors import SpecError

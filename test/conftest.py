@@ -57,6 +57,22 @@ def build_spec(algorithm: str, env: str = 'CartPole-v1', max_frame: int = 256, n
     }
 
 
+def make_agent(spec: dict, seed: int = 0):
+    """The Agent (and its Clock) a session would build from a raw spec, without a session: for
+    tests of an algorithm's nets, losses and state. Returns (agent, clock)."""
+    import gymnasium as gym
+
+    from slm_lab.agent import Agent
+    from slm_lab.env.clock import Clock
+    from slm_lab.spec import validate_spec
+    spec = validate_spec(spec)
+    env = gym.make(spec['env']['name'])
+    clock = Clock(spec['env']['max_frame'], spec['env']['num_envs'])
+    agent = Agent(spec, env.observation_space, env.action_space, spec['env']['num_envs'], clock, seed=seed)
+    env.close()
+    return agent, clock
+
+
 def write_spec_file(path: Path, specs: dict) -> str:
     """Write {spec_name: spec} as a JSON spec file; return its path as a string."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,10 +98,11 @@ def test_a_bad_clip_reward_is_one_line_naming_the_key(value, message):
 
 
 def test_layer_norm_puts_a_layer_norm_after_each_hidden_layer_and_in_the_snapshot_state():
-    from slm_lab.agent.algorithm.ppo import ActorCriticNet
+    from slm_lab.agent.algorithm.policy_util import PolicyHead
+    from slm_lab.agent.net.actor_critic import ActorCriticNet
     spec = build_spec('PPO')
     spec['agent']['net'].update(layer_norm=True, hid_layers=[8, 6])
-    net = ActorCriticNet(validate_spec(spec)['agent']['net'], 4, 2, 'Categorical')
+    net = ActorCriticNet(validate_spec(spec)['agent']['net'], 4, 2, PolicyHead('Categorical', 2))
     kinds = [type(m).__name__ for m in net.actor.body]
     assert kinds[:3] == ['Linear', 'LayerNorm', kinds[2]] and kinds.count('LayerNorm') == 2
     assert 'actor.body.1.weight' in net.state_dict()  # its learned scale is saved with the weights
@@ -111,10 +112,11 @@ def test_layer_norm_puts_a_layer_norm_after_each_hidden_layer_and_in_the_snapsho
 
 @pytest.mark.parametrize('shared', [False, True])
 def test_actor_and_critic_init_std_set_the_output_layers_orthogonal_gain(shared):
-    from slm_lab.agent.algorithm.ppo import ActorCriticNet
+    from slm_lab.agent.algorithm.policy_util import PolicyHead
+    from slm_lab.agent.net.actor_critic import ActorCriticNet
     spec = build_spec('PPO')
     spec['agent']['net'].update(shared=shared, actor_init_std=0.3, critic_init_std=2.0, hid_layers=[16])
-    net = ActorCriticNet(validate_spec(spec)['agent']['net'], 4, 3, 'Categorical')
+    net = ActorCriticNet(validate_spec(spec)['agent']['net'], 4, 3, PolicyHead('Categorical', 3))
     actor = net.body.heads[0] if shared else net.actor.heads[0]
     critic = net.body.heads[1] if shared else net.critic.heads[0]
     for head, gain in ((actor, 0.3), (critic, 2.0)):

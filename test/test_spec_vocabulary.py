@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import build_spec
+from conftest import build_spec, make_agent
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -373,10 +373,8 @@ def test_log_std_init_sets_the_initial_standard_deviation(lab_run):
     spec = build_spec('PPO', env='Pendulum-v1', max_frame=64)
     spec['agent']['net']['log_std_init'] = -0.5
     spec['agent']['algorithm']['time_horizon'] = 32
-    validated = validate_spec(spec)
-    from slm_lab.agent.algorithm.ppo import ActorCriticNet
-    net = ActorCriticNet(validated['agent']['net'], 3, 1, 'Normal')
-    assert net.head.log_std.tolist() == [-0.5]
+    agent, _ = make_agent(spec)
+    assert agent.algorithm.model.head.log_std.tolist() == [-0.5]
     lab_run(spec, 'log_std')  # trains with it
 
 

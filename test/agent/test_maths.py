@@ -21,6 +21,7 @@ from slm_lab.agent.algorithm.dqn import q_targets
 from slm_lab.agent.algorithm.ppo import gae, ppo_policy_loss, ppo_value_loss
 from slm_lab.agent.algorithm.reinforce import discounted_returns
 from slm_lab.agent.memory import OnPolicyReplay, Replay
+from slm_lab.agent.memory.onpolicy import RolloutBatch
 from slm_lab.env import Clock
 from slm_lab.env.wrappers import NormalizeObservation
 from slm_lab.spec import validate_spec
@@ -118,9 +119,10 @@ def test_ppo_advantages_from_a_batch_use_terminated_and_done_where_each_belongs(
     states = np.zeros((3, 2, 4), np.float32)
     next_states = np.zeros((3, 2, 4), np.float32)
     states[..., 0], next_states[..., 0] = GAE_CASE['values'], GAE_CASE['next_values']
-    batch = {'states': states, 'next_states': next_states, 'rewards': np.array(GAE_CASE['rewards'], np.float32),
-             'terminateds': np.array(GAE_CASE['terminateds'], np.float32),
-             'truncateds': np.array(GAE_CASE['truncateds'], np.float32)}
+    batch = RolloutBatch(states=states, actions=np.zeros((3, 2), np.int64), next_states=next_states,
+                         rewards=np.array(GAE_CASE['rewards'], np.float32),
+                         terminateds=np.array(GAE_CASE['terminateds'], np.float32),
+                         truncateds=np.array(GAE_CASE['truncateds'], np.float32))
     advs, returns, old_values = algo.advantages(batch)
     torch.testing.assert_close(advs, t(GAE_EXPECTED).reshape(-1))
     # R = A + V(s)
@@ -220,8 +222,8 @@ def test_episode_memory_splits_at_truncation_and_termination():
         memory.add(obs, np.zeros(2, np.int64), np.array([step, 10 + step], np.float32), obs, np.array(term),
                    np.array(trunc))
     batch = memory.sample()
-    np.testing.assert_array_equal(batch['rewards'], [0, 1, 10, 11])
-    np.testing.assert_array_equal(batch['dones'], [0, 1, 0, 1])
+    np.testing.assert_array_equal(batch.rewards, [0, 1, 10, 11])
+    np.testing.assert_array_equal(batch.dones, [0, 1, 0, 1])
 
 
 # --- episode ends in the session loop ---------------------------------------------------------

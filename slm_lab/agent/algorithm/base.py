@@ -80,10 +80,13 @@ class Algorithm:
                                                      self.continuous_ok)
         self.in_dim = int(np.prod(obs_space.shape))
         self.act_dim = policy_util.action_dim(action_space)
-        self.device = torch.device('cpu')
+        # where the nets live: the spec's net.gpu / net.cuda_id (an algorithm without a net acts on the cpu)
+        self.device = (net_util.get_device(self.net_spec['gpu'], self.net_spec.get('cuda_id')) if self.net_spec
+                       else torch.device('cpu'))
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.lr_schedulers: dict = {}
-        self._optim_params: list[torch.Tensor] | None = None  # filled on the first optimizer step
+        self._optim_params: list[list[torch.Tensor]] | None = None  # clip_groups(), on the first optimizer step
+        self._clip_group_cache: dict[tuple[str, ...], list[list[torch.Tensor]]] = {}
 
     # --- acting -------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -114,6 +117,13 @@ class Algorithm:
         frame = self.clock.frame
         return {'explore_var': self.explore_var.value(frame), 'entropy_coef': self.entropy_coef.value(frame)}
 
+    def crossed_next(self, frequency: int) -> bool:
+        """Whether the vector step being stored (ticked on the clock after update) crosses a
+        multiple of `frequency` frames: how training_frequency and update_frequency, counted in
+        frames as in SLM-Lab, fire whatever num_envs is."""
+        frame = self.clock.frame + self.num_envs  # the frame count once this step is ticked
+        return frame // frequency > self.clock.frame // frequency
+
     def tensor(self, x: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(x, dtype=torch.float32, device=self.device)
 
@@ -123,17 +133,20 @@ class Algorithm:
         shrunk by its critic's gradient). By default, every optimizer's parameters as one group."""
         return [[p for opt in self.optimizers.values() for g in opt.param_groups for p in g['params']]]
 
-    def step_optimizers(self, loss: torch.Tensor) -> float:
-        """Backward, clip each clip group's gradients to net.clip_grad_val, step every optimizer;
-        returns the global gradient norm before clipping and counts one optimizer step on the clock."""
-        for opt in self.optimizers.values():
+    def step_optimizers(self, loss: torch.Tensor, names: tuple[str, ...] | None = None, tick: bool = True) -> float:
+        """One gradient step of the optimizers `names` (default: all) on `loss`: zero their
+        gradients, backward, clip each of their clip groups' gradients to net.clip_grad_val, step
+        them. An algorithm with several losses (actor, critic, temperature) calls this once per
+        loss with the optimizer that goes with it. Returns the gradient norm before clipping (of
+        all the groups stepped together) and, when `tick`, counts one optimizer step on the clock."""
+        names = tuple(self.optimizers) if names is None else names
+        optimizers = [self.optimizers[name] for name in names]
+        for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         loss.backward()
-        if self._optim_params is None:  # the optimizers' parameters never change after construction
-            self._optim_params = self.clip_groups()
         clip = self.net_spec.get('clip_grad_val') if self.net_spec else None
         norms = []
-        for params in self._optim_params:
+        for params in self._clip_groups_of(names):
             norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
             norms.append(norm)
             # clip_grad_norm_ scales by min(1, clip / (norm + 1e-6)): skip its multiply by exactly 1.0
@@ -141,10 +154,23 @@ class Algorithm:
             if clip is not None and not float(norm) < clip * (1.0 - 1e-5):
                 torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
         grad_norm = float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
-        for opt in self.optimizers.values():
+        for opt in optimizers:
             opt.step()
-        self.clock.tick_opt_step()
+        if tick:
+            self.clock.tick_opt_step()
         return grad_norm
+
+    def _clip_groups_of(self, names: tuple[str, ...]) -> list[list[torch.Tensor]]:
+        """The clip groups (see clip_groups) whose parameters the optimizers `names` train, each
+        cut to those parameters. Computed once per set of names: the optimizers' parameters never
+        change after construction."""
+        if names not in self._clip_group_cache:
+            if self._optim_params is None:
+                self._optim_params = self.clip_groups()
+            owned = {id(p) for name in names for g in self.optimizers[name].param_groups for p in g['params']}
+            groups = [[p for p in group if id(p) in owned] for group in self._optim_params]
+            self._clip_group_cache[names] = [group for group in groups if group]
+        return self._clip_group_cache[names]
 
     def step_lr_schedulers(self) -> None:
         """Set each optimizer's learning rate to its schedule's value at this step's frame. Call

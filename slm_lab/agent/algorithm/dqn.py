@@ -19,7 +19,7 @@ import torch
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
-from slm_lab.agent.net import MLPNet, net_util
+from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
 from slm_lab.lib.schema import Field, ignored_field
 
@@ -75,8 +75,7 @@ class VanillaDQN(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec, net_spec = self.algorithm_spec, self.net_spec
-        self.device = net_util.get_device(net_spec['gpu'], net_spec.get('cuda_id'))
-        self.net = MLPNet(net_spec, self.in_dim, self.act_dim).to(self.device)
+        self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
         self.head = policy_util.PolicyHead(self.pdtype, self.act_dim)  # boltzmann / default sampling
         self.target_net = copy.deepcopy(self.net) if self.uses_target_net else None
         if self.target_net is not None:
@@ -119,17 +118,11 @@ class VanillaDQN(Algorithm):
     def update(self, obs, action, reward, next_obs, terminated, truncated):
         self.memory.add(obs, action, reward, next_obs, terminated, truncated)
         metrics = None
-        if len(self.memory) >= self.training_start_step and self._crossed_next(self.training_frequency):
+        if len(self.memory) >= self.training_start_step and self.crossed_next(self.training_frequency):
             metrics = self.train()
-        if self.target_net is not None and self._crossed_next(self.update_frequency):
+        if self.target_net is not None and self.crossed_next(self.update_frequency):
             self.update_target()
         return metrics
-
-    def _crossed_next(self, frequency: int) -> bool:
-        """Whether this vector step (ticked on the clock after update) crosses a multiple of
-        `frequency` frames."""
-        frame = self.clock.frame + self.num_envs  # the frame count once this step is ticked
-        return frame // frequency > self.clock.frame // frequency
 
     @torch.no_grad()
     def q_targets(self, rewards, next_states, terminateds) -> torch.Tensor:

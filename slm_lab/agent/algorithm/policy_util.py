@@ -61,6 +61,12 @@ def action_dim(action_space: gym.Space) -> int:
     return int(np.prod(action_space.shape))
 
 
+def pd_out_dim(pdtype: str, act_dim: int) -> int:
+    """Width of the policy net's output for an action distribution over act_dim actions (or
+    action dimensions): logits or means, one per action."""
+    return act_dim
+
+
 class PolicyHead(nn.Module):
     """Turns a net's raw output into a torch distribution. For Normal it owns a
     state-independent log standard deviation (one per action dimension)."""

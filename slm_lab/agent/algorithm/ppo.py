@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn as nn
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
-from slm_lab.agent.net import MLPNet, net_util
+from slm_lab.agent.memory.onpolicy import RolloutBatch
+from slm_lab.agent.net import net_util
+from slm_lab.agent.net.actor_critic import ActorCriticNet
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import OMIT, Field, ignored_field
@@ -77,44 +78,6 @@ def symlog(x: torch.Tensor) -> torch.Tensor:
     return torch.sign(x) * torch.log1p(x.abs())
 
 
-class ActorCriticNet(nn.Module):
-    """Policy and value function: one MLP with two heads (net.shared) or two MLPs.
-    Input (B, obs_dim); `pd_out` gives (B, act_dim) logits or means, `value` gives (B,)."""
-
-    def __init__(self, net_spec: dict, in_dim: int, act_dim: int, pdtype: str):
-        super().__init__()
-        self.shared = net_spec['shared']
-        if self.shared:
-            self.body = MLPNet(net_spec, in_dim, [act_dim, 1], out_gains=[0.01, 1.0])
-        else:
-            self.actor = MLPNet(net_spec, in_dim, act_dim, out_gains=[0.01])
-            self.critic = MLPNet(net_spec, in_dim, 1, out_gains=[1.0])
-        actor_std, critic_std = net_spec.get('actor_init_std'), net_spec.get('critic_init_std')
-        if actor_std is not None:
-            (self.body if self.shared else self.actor).init_head(0, actor_std)
-        if critic_std is not None:
-            if self.shared:
-                self.body.init_head(1, critic_std)
-            else:
-                self.critic.init_head(0, critic_std)
-        self.head = policy_util.PolicyHead(pdtype, act_dim, net_spec.get('log_std_init') or 0.0)
-
-    def pd_out(self, x: torch.Tensor) -> torch.Tensor:
-        return self.body(x)[0] if self.shared else self.actor(x)
-
-    def value(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.body(x)[1] if self.shared else self.critic(x)).squeeze(-1)
-
-    def pd_out_and_value(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.shared:
-            out, v = self.body(x)
-            return out, v.squeeze(-1)
-        return self.actor(x), self.critic(x).squeeze(-1)
-
-    def actor_parameters(self):
-        return list(self.actor.parameters()) + list(self.head.parameters())
-
-
 class PPO(Algorithm):
     """Proximal Policy Optimization with clipping, on OnPolicyBatchReplay."""
 
@@ -156,15 +119,16 @@ class PPO(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec, net_spec = self.algorithm_spec, self.net_spec
-        self.device = net_util.get_device(net_spec['gpu'], net_spec.get('cuda_id'))
-        self.model = ActorCriticNet(net_spec, self.in_dim, self.act_dim, self.pdtype).to(self.device)
+        head = policy_util.PolicyHead(self.pdtype, self.act_dim, net_spec.get('log_std_init') or 0.0)
+        self.model = ActorCriticNet(net_spec, self.in_dim, policy_util.pd_out_dim(self.pdtype, self.act_dim),
+                                    head).to(self.device)
         actor_spec = net_spec['actor_optim_spec']
         if actor_spec and not self.model.shared:
             critic_spec = actor_spec if net_spec['use_same_optim'] else (net_spec['critic_optim_spec'] or actor_spec)
             self.optimizers = {
                 'actor': net_util.make_optimizer(self.model.actor_parameters(), actor_spec,
                                                  'agent.net.actor_optim_spec'),
-                'critic': net_util.make_optimizer(self.model.critic.parameters(), critic_spec,
+                'critic': net_util.make_optimizer(self.model.critic_parameters(), critic_spec,
                                                   'agent.net.critic_optim_spec'),
             }
         elif actor_spec:  # a shared net is the actor's net: SLM-Lab gives it actor_optim_spec (critic_ is unused)
@@ -199,7 +163,7 @@ class PPO(Algorithm):
         in separate train steps), whether they share an optimizer or not."""
         if self.model.shared:
             return super().clip_groups()
-        return [self.model.actor_parameters(), list(self.model.critic.parameters())]
+        return [self.model.actor_parameters(), self.model.critic_parameters()]
 
     def nets(self):
         return {'model': self.model}
@@ -226,23 +190,22 @@ class PPO(Algorithm):
         return self.train(self.memory.sample())
 
     @torch.no_grad()
-    def advantages(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def advantages(self, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE over a (T, N) batch: (advantages (T*N,), returns (T*N,), old values (T*N,))."""
-        T, N = batch['rewards'].shape
-        states = self.tensor(batch['states']).reshape(T * N, -1)
-        next_states = self.tensor(batch['next_states']).reshape(T * N, -1)
+        T, N = batch.rewards.shape
+        states, next_states = self.tensor(batch.flat('states')), self.tensor(batch.flat('next_states'))
         values = self.model.value(states).reshape(T, N)
         next_values = self.model.value(next_states).reshape(T, N)
-        terminateds = self.tensor(batch['terminateds'])
-        dones = torch.maximum(terminateds, self.tensor(batch['truncateds']))
-        advs = gae(self.tensor(batch['rewards']), values, next_values, terminateds, dones, self.gamma, self.lam)
+        terminateds = self.tensor(batch.terminateds)
+        dones = torch.maximum(terminateds, self.tensor(batch.truncateds))
+        advs = gae(self.tensor(batch.rewards), values, next_values, terminateds, dones, self.gamma, self.lam)
         return advs.reshape(-1), (advs + values).reshape(-1), values.reshape(-1)
 
-    def train(self, batch: dict) -> dict:
+    def train(self, batch: RolloutBatch) -> dict:
         advs, returns, old_values = self.advantages(batch)
-        T, N = batch['rewards'].shape
-        states = self.tensor(batch['states']).reshape(T * N, -1)
-        actions = torch.as_tensor(batch['actions'], device=self.device).reshape((T * N,) + batch['actions'].shape[2:])
+        T, N = batch.rewards.shape
+        states = self.tensor(batch.flat('states'))
+        actions = torch.as_tensor(batch.flat('actions'), device=self.device)
         if self.pdtype != 'Normal':
             actions = actions.long()
         with torch.no_grad():

@@ -12,7 +12,7 @@ import torch
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.memory import OnPolicyBatchReplay
-from slm_lab.agent.net import MLPNet, net_util
+from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
 from slm_lab.lib.schema import Field
 
@@ -68,8 +68,8 @@ class Reinforce(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec = self.algorithm_spec
-        self.device = net_util.get_device(self.net_spec['gpu'], self.net_spec.get('cuda_id'))
-        self.net = MLPNet(self.net_spec, self.in_dim, self.act_dim, out_gains=[0.01]).to(self.device)
+        self.net = build_net(self.net_spec, self.in_dim, policy_util.pd_out_dim(self.pdtype, self.act_dim),
+                             out_gains=[0.01]).to(self.device)
         self.head = policy_util.PolicyHead(self.pdtype, self.act_dim,
                                            self.net_spec.get('log_std_init') or 0.0).to(self.device)
         self.optimizers = {'net': net_util.make_optimizer(
@@ -101,16 +101,15 @@ class Reinforce(Algorithm):
             if not self.memory.size >= self.training_frequency:
                 return None
             batch = self.memory.sample()
-            dones = np.maximum(batch['terminateds'], batch['truncateds'])
-            returns = discounted_returns(batch['rewards'], dones, self.gamma).reshape(-1)
-            states = batch['states'].reshape((-1,) + batch['states'].shape[2:])
-            actions = batch['actions'].reshape((-1,) + batch['actions'].shape[2:])
+            dones = np.maximum(batch.terminateds, batch.truncateds)
+            returns = discounted_returns(batch.rewards, dones, self.gamma).reshape(-1)
+            states, actions = batch.flat('states'), batch.flat('actions')
         else:
             if self.memory.num_finished < self.training_frequency:
                 return None
             batch = self.memory.sample()
-            returns = discounted_returns(batch['rewards'], batch['dones'], self.gamma)
-            states, actions = batch['states'], batch['actions']
+            returns = discounted_returns(batch.rewards, batch.dones, self.gamma)
+            states, actions = batch.states, batch.actions
         return self.train(states, actions, returns)
 
     def train(self, states: np.ndarray, actions: np.ndarray, returns: np.ndarray) -> dict:

@@ -1,25 +1,57 @@
 """On-policy memories: whole episodes (OnPolicyReplay) or fixed-length batches (OnPolicyBatchReplay)."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from slm_lab.agent.memory.base import Memory
 
+EPISODE_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds', 'truncateds')
+
+
+class EpisodeBatch(NamedTuple):
+    """Finished episodes, concatenated in finishing order (T steps in all): states and next_states
+    (T, *obs_shape) (next_states holds the true next observation, the final one at an episode's
+    end), actions (T, *act_shape), rewards (T,), terminateds and truncateds (T,) float (1.0 at the
+    step where the episode terminated / was truncated), dones (T,) float: 1.0 at each episode's
+    last step (terminated or truncated)."""
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_states: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+    dones: np.ndarray
+
+
+class RolloutBatch(NamedTuple):
+    """T vector steps of N sub-envs: states and next_states (T, N, *obs_shape) (next_states is the
+    true next observation, the final one where an episode ended), actions (T, N, *act_shape),
+    rewards, terminateds, truncateds (T, N) float."""
+    states: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    next_states: np.ndarray
+    terminateds: np.ndarray
+    truncateds: np.ndarray
+
+    def flat(self, key: str) -> np.ndarray:
+        """One field with time and env axes merged: (T*N, ...), row t*N + n."""
+        value = getattr(self, key)
+        return value.reshape((-1,) + value.shape[2:])
+
 
 class OnPolicyReplay(Memory):
-    """Collects whole episodes, per sub-env; `sample` returns the finished episodes and forgets them.
-
-    sample() -> dict of arrays concatenated over finished episodes in finishing order:
-    states (T, *obs_shape), actions (T, *act_shape), rewards (T,), dones (T,) with 1.0 at each
-    episode's last step.
-    """
+    """Collects whole episodes, per sub-env; `sample` returns the finished ones (an EpisodeBatch)
+    and forgets them. `num_finished` counts the episodes ready."""
 
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)
         self.reset()
 
     def reset(self) -> None:
-        self.running = [{'states': [], 'actions': [], 'rewards': []} for _ in range(self.num_envs)]
+        self.running = [{k: [] for k in EPISODE_KEYS} for _ in range(self.num_envs)]
         self.finished: list[dict] = []
 
     @property
@@ -29,20 +61,20 @@ class OnPolicyReplay(Memory):
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         done = np.logical_or(terminated, truncated)
         for i, episode in enumerate(self.running):
-            episode['states'].append(obs[i])
-            episode['actions'].append(action[i])
-            episode['rewards'].append(reward[i])
+            for key, value in zip(EPISODE_KEYS, (obs, action, reward, next_obs, terminated, truncated)):
+                episode[key].append(value[i])
             if done[i]:
                 self.finished.append({k: np.asarray(v) for k, v in episode.items()})
-                self.running[i] = {'states': [], 'actions': [], 'rewards': []}
+                self.running[i] = {k: [] for k in EPISODE_KEYS}
 
-    def sample(self) -> dict:
+    def sample(self) -> EpisodeBatch:
         episodes, self.finished = self.finished, []
-        batch = {k: np.concatenate([e[k] for e in episodes]) for k in ('states', 'actions', 'rewards')}
+        batch = {k: np.concatenate([e[k] for e in episodes]) for k in EPISODE_KEYS}
+        for key in ('rewards', 'terminateds', 'truncateds'):
+            batch[key] = batch[key].astype(np.float32)
         dones = np.zeros(len(batch['rewards']), dtype=np.float32)
         np.put(dones, np.cumsum([len(e['rewards']) for e in episodes]) - 1, 1.0)
-        batch['dones'] = dones
-        return batch
+        return EpisodeBatch(**batch, dones=dones)
 
     def state_dict(self) -> dict:
         return {
@@ -52,17 +84,18 @@ class OnPolicyReplay(Memory):
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.running = [{k: list(v) for k, v in e.items()} for e in state['running']]
+        if any(k not in e for e in state['finished'] + state['running'] for k in EPISODE_KEYS):
+            from slm_lab.lib.errors import ResumeError
+            raise ResumeError('snapshot: its OnPolicyReplay memory was saved by an older lab, without next states; '
+                              'resume it with the lab version that wrote it, or start the run again')
+        self.running = [{k: list(e[k]) for k in EPISODE_KEYS} for e in state['running']]
         self.finished = [dict(e) for e in state['finished']]
         self.rng.bit_generator.state = state['rng']
 
 
 class OnPolicyBatchReplay(Memory):
     """A fixed batch of `batch_steps` vector steps (time_horizon), filled in place; full when
-    `is_full`. sample() returns arrays shaped (T, N, ...) and empties the batch.
-
-    Keys: states, actions, rewards, next_states, terminateds, truncateds.
-    """
+    `is_full`. sample() returns a RolloutBatch (T, N, ...) and empties the batch."""
 
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0, batch_steps: int = 1):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)
@@ -92,8 +125,8 @@ class OnPolicyBatchReplay(Memory):
         b['truncateds'][t] = truncated
         self.size += 1
 
-    def sample(self) -> dict:
-        batch = {k: v[:self.size].copy() for k, v in self.buffers.items()}
+    def sample(self) -> RolloutBatch:
+        batch = RolloutBatch(**{k: v[:self.size].copy() for k, v in self.buffers.items()})
         self.size = 0
         return batch
 

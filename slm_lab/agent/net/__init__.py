@@ -1,4 +1,15 @@
-"""Networks, registered by the name a spec gives in agent.net.type."""
+"""Networks, registered by the name a spec gives in agent.net.type, and built by `build_net`.
+
+An algorithm asks for a net with `build_net(net_spec, in_dim, out_dims)`; it never imports a net
+class. Every net class takes `(net_spec, in_dim, out_dims, out_gains=None)`, flattens its input
+(B, *obs_shape) with prod(obs_shape) = in_dim, and returns a tensor (B, out_dim) for one output
+head or a list of them for several; it has a `spec_schema` for validation. `out_gains` are the
+gains of the output layers' orthogonal init under `init_fn` (e.g. 0.01 for a policy head).
+"""
+from __future__ import annotations
+
+import torch.nn as nn
+
 from slm_lab.agent.net.mlp import MLPNet
 
 NETS = {'MLPNet': MLPNet}
@@ -16,3 +27,9 @@ PLANNED_KEYS = {
     'arc': "architectures described in the spec (SLM-Lab v5's TorchArcNet)",
     'arc_file': "architectures described in the spec (SLM-Lab v5's TorchArcNet)",
 }
+
+
+def build_net(net_spec: dict, in_dim: int, out_dims: int | list[int], out_gains: list[float] | None = None) -> nn.Module:
+    """The net that net_spec['type'] names (a validated net spec), with one output head per
+    entry of out_dims."""
+    return NETS[net_spec['type']](net_spec, in_dim, out_dims, out_gains=out_gains)

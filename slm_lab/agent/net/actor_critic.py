@@ -1,0 +1,54 @@
+"""ActorCriticNet: a policy and a value function, as one net with two output heads or two nets."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class ActorCriticNet(nn.Module):
+    """Policy and state value from the net spec: one net of net.type with a policy head and a
+    value head (net.shared), or an actor net and a critic net of that type.
+
+    Input (B, *obs_shape). `pd_out` gives the policy's raw output (B, pd_dim) (logits, means,
+    ...), `value` gives V(s) (B,). `head` turns pd_out into a distribution (a PolicyHead, whose
+    parameters, such as a state-independent log std, train with the actor).
+    """
+
+    def __init__(self, net_spec: dict, in_dim: int, pd_dim: int, head: nn.Module):
+        from slm_lab.agent.net import build_net
+        super().__init__()
+        self.shared = net_spec['shared']
+        if self.shared:
+            self.body = build_net(net_spec, in_dim, [pd_dim, 1], out_gains=[0.01, 1.0])
+        else:
+            self.actor = build_net(net_spec, in_dim, pd_dim, out_gains=[0.01])
+            self.critic = build_net(net_spec, in_dim, 1, out_gains=[1.0])
+        actor_std, critic_std = net_spec.get('actor_init_std'), net_spec.get('critic_init_std')
+        if actor_std is not None:
+            (self.body if self.shared else self.actor).init_head(0, actor_std)
+        if critic_std is not None:
+            if self.shared:
+                self.body.init_head(1, critic_std)
+            else:
+                self.critic.init_head(0, critic_std)
+        self.head = head
+
+    def pd_out(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)[0] if self.shared else self.actor(x)
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.body(x)[1] if self.shared else self.critic(x)).squeeze(-1)
+
+    def pd_out_and_value(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.shared:
+            out, v = self.body(x)
+            return out, v.squeeze(-1)
+        return self.actor(x), self.critic(x).squeeze(-1)
+
+    def actor_parameters(self) -> list[torch.Tensor]:
+        """The actor net's and the policy head's parameters (separate nets only)."""
+        return list(self.actor.parameters()) + list(self.head.parameters())
+
+    def critic_parameters(self) -> list[torch.Tensor]:
+        """The critic net's parameters (separate nets only)."""
+        return list(self.critic.parameters())

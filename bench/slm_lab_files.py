@@ -2,6 +2,7 @@
 
     python bench/slm_lab_files.py DIR [DIR ...]            # check every spec of every file
     python bench/slm_lab_files.py DIR --train              # and train each one that checks out
+    python bench/slm_lab_files.py DIR --later              # and count what the later ones wait for
 
 DIR is a copy of SLM-Lab's spec directory at some version (e.g. `git archive v4.2.4 slm_lab/spec`
 of https://github.com/kengz/SLM-Lab, unpacked; this repository ships none of SLM-Lab's files).
@@ -40,6 +41,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('dirs', nargs='+', help="directories holding SLM-Lab's spec files")
     parser.add_argument('--train', action='store_true', help='train each spec that validates')
+    parser.add_argument('--later', action='store_true',
+                        help="also count the 'not available yet' lines by the component they name")
     parser.add_argument('--frames', type=int, default=300, help='frames to train with --train (300)')
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # renamed-env warnings and the like: the outcome is what counts
@@ -48,7 +51,7 @@ def main() -> None:
 
     files = sorted(p for d in args.dirs for p in Path(d).rglob('*')
                    if p.suffix in ('.json', '.yaml', '.yml') and not p.name.startswith('_'))
-    counts, notes = collections.Counter(), []
+    counts, notes, later = collections.Counter(), [], collections.Counter()
     with tempfile.TemporaryDirectory() as work:
         for path in files:
             try:
@@ -68,6 +71,8 @@ def main() -> None:
                     counts[kind] += 1
                     if kind == 'refused':
                         notes.append(f'refused   {path} {name}: {e}')
+                    else:
+                        later[str(e).split(' is not available yet')[0]] += 1
                     continue
                 except Exception as e:  # a bug in the lab
                     counts['traceback'] += 1
@@ -87,6 +92,9 @@ def main() -> None:
                 counts['ok'] += 1
     for note in notes:
         print(note)
+    if args.later:
+        for what, n in later.most_common():
+            print(f'later {n:4d}  {what}')
     total = sum(counts.values())
     print(f'{total} specs in {len(files)} files: ' + ', '.join(f'{k} {v}' for k, v in counts.most_common()))
 

@@ -73,6 +73,8 @@ def assert_same_run(a: Path, b: Path, name: str) -> None:
     for mode in ('train', 'eval'):
         df_a, df_b = train_csv(a, name, mode), train_csv(b, name, mode)
         pd.testing.assert_frame_equal(df_a[COMPARE], df_b[COMPARE])
+        timing = ['wall_t', 'fps']  # every other cell must match
+        pd.testing.assert_frame_equal(df_a.drop(columns=timing), df_b.drop(columns=timing))
     wa, wb = final_weights(a, name), final_weights(b, name)
     assert wa.keys() == wb.keys()
     for net in wa:
@@ -93,21 +95,10 @@ def cli(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
                           timeout=300, **kwargs)
 
 
-PENDULUM = {  # continuous actions, observation and reward normalisation, rigorous eval
-    'agent': {'name': 'PPO',
-              'algorithm': {'name': 'PPO', 'time_horizon': 64, 'minibatch_size': 64, 'training_epoch': 2},
-              'memory': {'name': 'OnPolicyBatchReplay'},
-              'net': {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
-                      'optim_spec': {'name': 'Adam', 'lr': 3e-4}}},
-    'env': {'name': 'Pendulum-v1', 'num_envs': 2, 'max_frame': 2048, 'normalize_obs': True,
-            'normalize_reward': True},
-    'meta': {'log_frequency': 512, 'eval_frequency': 1024, 'rigorous_eval': 1, 'random_seed': 3},
-}
-
-
-@pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN), ('pendulum_exact', PENDULUM)])
-def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
-    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F."""
+def check_resume_after_max_frame(tmp_path: Path, name: str, spec: dict) -> None:
+    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F: the same CSV
+    cells (COMPARE, train and eval) and the same final weights. Call it from any algorithm's
+    tests with a small spec of that algorithm."""
     spec_file = write_spec(tmp_path, name, spec)
     data_a, data_b = str(tmp_path / 'a'), str(tmp_path / 'b')
     lab.run(spec_file, name, 'train', data_dir=data_a)
@@ -119,8 +110,7 @@ def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
     assert_same_run(run_a, run_b, name)
 
 
-@pytest.mark.parametrize('name,spec', [('ppo_term', PPO), ('dqn_term', DQN)])
-def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
+def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> None:
     """SIGTERM mid-run: exits within 5 s with a snapshot at the current frame; train@latest
     continues to the same numbers and weights as an uninterrupted run."""
     spec = json.loads(json.dumps(spec))
@@ -157,6 +147,31 @@ def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
     done = cli([spec_file, name, 'train', '-s', f'env.max_frame={end}'], cwd=ref)
     assert done.returncode == 0, done.stderr
     assert_same_run(run, run_dirs(ref / 'data', name)[0], name)
+
+
+PENDULUM = {  # continuous actions, observation and reward normalisation, rigorous eval
+    'agent': {'name': 'PPO',
+              'algorithm': {'name': 'PPO', 'time_horizon': 64, 'minibatch_size': 64, 'training_epoch': 2},
+              'memory': {'name': 'OnPolicyBatchReplay'},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
+                      'optim_spec': {'name': 'Adam', 'lr': 3e-4}}},
+    'env': {'name': 'Pendulum-v1', 'num_envs': 2, 'max_frame': 2048, 'normalize_obs': True,
+            'normalize_reward': True},
+    'meta': {'log_frequency': 512, 'eval_frequency': 1024, 'rigorous_eval': 1, 'random_seed': 3},
+}
+
+
+@pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN), ('pendulum_exact', PENDULUM)])
+def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
+    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F."""
+    check_resume_after_max_frame(tmp_path, name, spec)
+
+
+@pytest.mark.parametrize('name,spec', [('ppo_term', PPO), ('dqn_term', DQN)])
+def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
+    """SIGTERM mid-run: exits within 5 s with a snapshot at the current frame; train@latest
+    continues to the same numbers and weights as an uninterrupted run."""
+    check_resume_after_sigterm(tmp_path, name, spec)
 
 
 def test_extend_finished_run_then_finished_again(tmp_path, capsys):

@@ -3,11 +3,18 @@
     python bench/benchmark.py                       # every shipped CartPole spec, 1 seed
     python bench/benchmark.py --seeds 3             # seeds 0, 1, 2
     python bench/benchmark.py spec/benchmark/ppo/ppo_cartpole_zoo.json:ppo_cartpole_zoo
+    python bench/benchmark.py --targets --seeds 3                  # every row of SLM_LAB_TARGETS
+    python bench/benchmark.py --targets Acrobot-v1 PPO --seeds 3   # the rows whose env or algorithm match
 
 Each run is an ordinary `slm_lab.lab.run(spec_file, spec_name, 'train', ['meta.random_seed=S', ...])`
 in this process, one session at a time (meta.max_session is set to 1), so frames/s is the speed of
 one session on one core (meta.torch_num_threads of the spec, 1 by default). Runs go to a temporary
 directory that is deleted at the end, unless --data-dir names one to keep.
+
+--targets trains the specs of spec/benchmark/*/*_slm_lab_v5.json, which carry the hyperparameters of
+the SLM-Lab v5 benchmark specs behind SLM-Lab's published moving averages (SLM_LAB_TARGETS below), and
+prints per row the median final_ma over the seeds next to SLM-Lab's figure (the final moving
+average of 4 sessions in SLM-Lab's benchmark table): met when the median is at or above it.
 
 Per run the table gives, from the session's train CSV (info/*_session_df_train.csv):
   final_ma      total_reward_ma of the last row: mean return of the last 100 training episodes
@@ -48,6 +55,56 @@ class RunResult:
     frames: int
     fps: float
     wall_s: float
+
+
+# (env, algorithm, spec file, spec name, SLM-Lab v5's published final moving average)
+_V5 = 'spec/benchmark/{0}/{0}_slm_lab_v5.json'
+SLM_LAB_TARGETS = [
+    ('CartPole-v1', 'SARSA', _V5.format('sarsa'), 'sarsa_boltzmann_cartpole', 430.95),
+    ('CartPole-v1', 'A2C', _V5.format('a2c'), 'a2c_gae_cartpole', 496.68),
+    ('CartPole-v1', 'SAC', _V5.format('sac'), 'sac_cartpole', 406.09),
+    ('CartPole-v1', 'CrossQ', _V5.format('crossq'), 'crossq_cartpole', 334.59),
+    ('CartPole-v1', 'DDQN+PER', _V5.format('dqn'), 'ddqn_per_boltzmann_cartpole', 451.51),
+    ('Acrobot-v1', 'DQN', _V5.format('dqn'), 'dqn_boltzmann_acrobot', -94.17),
+    ('Acrobot-v1', 'DDQN+PER', _V5.format('dqn'), 'ddqn_per_acrobot', -83.92),
+    ('Acrobot-v1', 'A2C', _V5.format('a2c'), 'a2c_gae_acrobot', -83.99),
+    ('Acrobot-v1', 'PPO', _V5.format('ppo'), 'ppo_acrobot', -81.28),
+    ('Acrobot-v1', 'SAC', _V5.format('sac'), 'sac_acrobot', -92.60),
+    ('Pendulum-v1', 'A2C', _V5.format('a2c'), 'a2c_gae_pendulum', -820.74),
+    ('Pendulum-v1', 'PPO', _V5.format('ppo'), 'ppo_pendulum', -174.87),
+    ('Pendulum-v1', 'SAC', _V5.format('sac'), 'sac_pendulum', -150.97),
+    ('Pendulum-v1', 'CrossQ', _V5.format('crossq'), 'crossq_pendulum', -145.66),
+    ('LunarLander-v3', 'DQN', _V5.format('dqn'), 'dqn_concat_lunar', 195.21),
+    ('LunarLander-v3', 'DDQN+PER', _V5.format('dqn'), 'ddqn_per_concat_lunar', 265.90),
+    ('LunarLander-v3', 'A2C', _V5.format('a2c'), 'a2c_gae_lunar', 27.38),
+    ('LunarLander-v3', 'PPO', _V5.format('ppo'), 'ppo_lunar', 183.30),
+    ('LunarLander-v3', 'SAC', _V5.format('sac'), 'sac_lunar', 106.17),
+    ('LunarLander-v3', 'CrossQ', _V5.format('crossq'), 'crossq_lunar', 139.21),
+    ('LunarLanderContinuous-v3', 'A2C', _V5.format('a2c'), 'a2c_gae_lunar_continuous', -76.81),
+    ('LunarLanderContinuous-v3', 'PPO', _V5.format('ppo'), 'ppo_lunar_continuous', 132.58),
+    ('LunarLanderContinuous-v3', 'SAC', _V5.format('sac'), 'sac_lunar_continuous', 125.00),
+    ('LunarLanderContinuous-v3', 'CrossQ', _V5.format('crossq'), 'crossq_lunar_continuous', 268.91),
+]
+
+
+def target_rows(filters: list[str]) -> list[tuple]:
+    """The SLM_LAB_TARGETS rows whose env, algorithm or spec name is one of `filters` (all when empty)."""
+    return [row for row in SLM_LAB_TARGETS if not filters or row[0] in filters or row[1] in filters or row[3] in filters]
+
+
+def format_targets(rows: list[tuple], results: list[RunResult]) -> str:
+    """One line per target row that ran: final_ma per seed, their median, SLM-Lab's figure, met."""
+    lines = ['| env | algorithm | spec | frames | final_ma per seed | median | SLM-Lab v5 | met |',
+             '|---|---|---|---:|---|---:|---:|---|']
+    for env, algo, spec_file, spec_name, slm in rows:
+        rs = [r for r in results if r.spec_name == spec_name]
+        if not rs:
+            continue
+        median = statistics.median(r.final_ma for r in rs)
+        lines.append(f'| {env} | {algo} | `{spec_name}` | {rs[0].frames:,} | '
+                     f'{", ".join(_fmt(r.final_ma, 2) for r in rs)} | {median:.2f} | {slm:.2f} | '
+                     f'{"yes" if median >= slm else "no"} ({len(rs)} seed{"s" if len(rs) > 1 else ""}) |')
+    return '\n'.join(lines)
 
 
 def shipped_specs(env_name: str = CARTPOLE) -> list[tuple[str, str]]:
@@ -154,8 +211,12 @@ def format_table(results: list[RunResult], threshold: float) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog='bench/benchmark.py', description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('specs', nargs='*', type=parse_spec_arg, metavar='SPEC_FILE:SPEC_NAME',
-                        help=f'specs to train (default: every spec under spec/benchmark/ on {CARTPOLE})')
+    parser.add_argument('specs', nargs='*', metavar='SPEC_FILE:SPEC_NAME',
+                        help=f'specs to train (default: every spec under spec/benchmark/ on {CARTPOLE}); '
+                             'with --targets: env ids or algorithm labels of the rows to train')
+    parser.add_argument('--targets', action='store_true',
+                        help="train the rows of SLM_LAB_TARGETS (filtered by the env ids or algorithm labels given "
+                             "as positional arguments) and compare with SLM-Lab's published figures")
     parser.add_argument('--seeds', type=int, default=1, metavar='N',
                         help='seeds per spec: --seed-start .. --seed-start+N-1 (default 1)')
     parser.add_argument('--seed-start', type=int, default=0, metavar='S', help='first seed (default 0)')
@@ -170,6 +231,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('-q', '--quiet', action='store_true',
                         help="send the lab's progress lines to DIR/.../console.log instead of stderr")
     args = parser.parse_args(argv)
+    if not args.targets:
+        try:
+            args.specs = [parse_spec_arg(text) for text in args.specs]
+        except argparse.ArgumentTypeError as e:
+            parser.error(str(e))
     if args.seeds < 1:
         parser.error('--seeds must be >= 1')
     return args
@@ -177,7 +243,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    specs = args.specs or shipped_specs()
+    rows = target_rows(args.specs) if args.targets else []
+    if args.targets and not rows:
+        print(f'error: no row of SLM_LAB_TARGETS matches {" ".join(args.specs)}; envs: '
+              f'{", ".join(sorted({r[0] for r in SLM_LAB_TARGETS}))}; algorithms: '
+              f'{", ".join(sorted({r[1] for r in SLM_LAB_TARGETS}))}', file=sys.stderr)
+        return 2
+    specs = [(str(REPO_ROOT / r[2]), r[3]) for r in rows] if args.targets else (args.specs or shipped_specs())
     if not args.png:
         from slm_lab.experiment import viz
         viz.png_available = lambda: False
@@ -203,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         if results:
             print()
             print(format_table(results, args.threshold), flush=True)
+            if rows:
+                print()
+                print(format_targets(rows, results), flush=True)
         if not args.data_dir:
             shutil.rmtree(data_dir, ignore_errors=True)
     return 0

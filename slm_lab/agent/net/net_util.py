@@ -6,8 +6,9 @@ import math
 import torch
 import torch.nn as nn
 
+from slm_lab.agent.net import optimizers
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, check_torch_kwargs, not_available, suggest
+from slm_lab.lib.schema import Field, check_torch_kwargs, suggest
 
 ACTIVATIONS = {
     'relu': nn.ReLU, 'tanh': nn.Tanh, 'sigmoid': nn.Sigmoid, 'selu': nn.SELU, 'elu': nn.ELU,
@@ -29,22 +30,48 @@ def _torch_class(module, name: str, path: str, kind: str, base: type):
     return cls
 
 
-# SLM-Lab's own optimizers, not available here yet
-PLANNED_OPTIMIZERS = {
-    'GlobalAdam': "SLM-Lab's GlobalAdam (Adam with its state shared between the processes of meta.distributed)",
-    'GlobalRMSprop': "SLM-Lab's GlobalRMSprop (RMSprop with its state shared between the processes of "
-                     'meta.distributed)',
-    'Lookahead': "SLM-Lab's Lookahead optimizer (wrapping the optimizer its key 'optimizer' names)",
-}
+# SLM-Lab optimizers not available here yet (none now: optimizers.py has GlobalAdam, GlobalRMSprop,
+# Lookahead); the spec reference lists what this holds
+PLANNED_OPTIMIZERS: dict[str, str] = {}
 
 
 def _check_optim_spec(spec: dict, path: str) -> None:
     if 'name' not in spec:
         raise SpecError(f'{path}.name: required key is missing, e.g. "Adam"')
-    if isinstance(spec['name'], str) and spec['name'] in PLANNED_OPTIMIZERS:
-        raise not_available(f'{path}.name', PLANNED_OPTIMIZERS[spec['name']], '; use a torch.optim class, e.g. Adam')
-    cls = _torch_class(torch.optim, spec['name'], path, 'torch.optim optimizer', torch.optim.Optimizer)
-    check_torch_kwargs(cls, {k: v for k, v in spec.items() if k != 'name'}, path, skip=('params',))
+    name = spec['name']
+    kwargs = {k: v for k, v in spec.items() if k != 'name'}
+    if name == 'Lookahead':  # its own keys, then the inner optimizer's
+        inner = kwargs.pop('optimizer', 'RAdam')
+        valid = sorted(n for n in _optimizer_names() if n != 'Lookahead')
+        if inner not in valid:
+            raise SpecError(f"{path}.optimizer: {inner!r} is not an optimizer Lookahead can wrap"
+                            f"{suggest(inner, valid)}; valid: {', '.join(valid)}")
+        for key, check in (('alpha', lambda v: 0 <= v <= 1), ('k', lambda v: isinstance(v, int) and v >= 1)):
+            value = kwargs.pop(key, None)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not check(value)):
+                want = 'a number in [0, 1]' if key == 'alpha' else 'an integer >= 1'
+                raise SpecError(f'{path}.{key}: expected {want}, got {value!r}')
+        _check_optim_spec({'name': inner, **kwargs}, path)
+        return
+    if name in optimizers.OPTIMIZERS:
+        cls = optimizers.OPTIMIZERS[name]
+    else:
+        try:
+            cls = _torch_class(torch.optim, name, path, 'torch.optim optimizer', torch.optim.Optimizer)
+        except SpecError:
+            valid = sorted(set(_optimizer_names()))
+            raise SpecError(f"{path}.name: '{name}' is not an optimizer{suggest(name, valid)}; "
+                            f'valid: {", ".join(valid)}') from None
+    check_torch_kwargs(cls, kwargs, path, skip=('params',))
+
+
+def _optimizer_names() -> list[str]:
+    """Every optimizer a spec can name: torch.optim's classes and SLM-Lab's own."""
+    torch_names = [n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+                   and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and not n.startswith('_')
+                   and n != 'Optimizer']
+    return torch_names + list(optimizers.OPTIMIZERS)
 
 
 def _check_loss_spec(spec: dict, path: str) -> None:
@@ -121,9 +148,10 @@ def _construct(cls, path: str, *args, **kwargs):
 
 
 def make_optimizer(params, optim_spec: dict, path: str = 'agent.net.optim_spec') -> torch.optim.Optimizer:
-    """torch.optim.<name>(params, **kwargs) from an optim_spec."""
+    """The optimizer optim_spec names (a torch.optim class, or SLM-Lab's GlobalAdam, GlobalRMSprop,
+    Lookahead: see optimizers.py) over params, with the spec's other keys as its arguments."""
     kwargs = {k: v for k, v in optim_spec.items() if k != 'name'}
-    return _construct(getattr(torch.optim, optim_spec['name']), path, params, **kwargs)
+    return _construct(optimizers.optimizer_class(optim_spec['name']), path, params, **kwargs)
 
 
 def make_loss(loss_spec: dict) -> nn.Module:

@@ -1,0 +1,154 @@
+"""SLM-Lab's optimizers that torch lacks (GlobalAdam, GlobalRMSprop, Lookahead): what they compute,
+that a saved and reloaded one continues exactly, and how a spec names them."""
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+
+from slm_lab.agent.net import net_util
+from slm_lab.agent.net.optimizers import GlobalAdam, GlobalRMSprop, Lookahead
+from slm_lab.lib.errors import SpecError
+
+
+def _model(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 2))
+
+
+def _train(model, opt, steps: int, start: int = 0) -> None:
+    """`steps` steps on fixed batches (batch i is the same whichever run takes it)."""
+    for i in range(start, start + steps):
+        g = torch.Generator().manual_seed(100 + i)
+        x, y = torch.randn(5, 3, generator=g), torch.randn(5, 2, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def _weights(model) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize('global_cls, torch_cls, kwargs', [
+    (GlobalAdam, torch.optim.Adam, {'lr': 0.01, 'betas': (0.8, 0.99), 'weight_decay': 0.01}),
+    (GlobalRMSprop, torch.optim.RMSprop, {'lr': 0.01, 'alpha': 0.9, 'eps': 1e-6}),
+])
+def test_global_optimizers_train_exactly_as_their_torch_class(global_cls, torch_cls, kwargs):
+    a, b = _model(), _model()
+    _train(a, global_cls(a.parameters(), **kwargs), 7)
+    _train(b, torch_cls(b.parameters(), **kwargs), 7)
+    for wa, wb in zip(_weights(a), _weights(b)):
+        assert torch.equal(wa, wb)
+
+
+@pytest.mark.parametrize('cls', [GlobalAdam, GlobalRMSprop])
+def test_global_optimizers_have_their_state_before_the_first_step_and_share_it(cls):
+    model = _model()
+    opt = cls(model.parameters())
+    for p in model.parameters():
+        assert opt.state[p]['step'] == 0  # there to share before any worker steps
+    opt.share_memory()
+    assert all(t.is_shared() for s in opt.state.values() for t in s.values())
+
+
+def test_lookahead_moves_slow_weights_every_k_steps_hand_computed():
+    """SGD lr 0.1 on loss = x (gradient 1), k 2, alpha 0.5, x0 = 1:
+    fast 0.9, 0.8 -> slow 1 + 0.5 (0.8 - 1) = 0.9, x = 0.9; fast 0.8, 0.7 -> slow 0.8, x = 0.8."""
+    x = torch.nn.Parameter(torch.tensor([1.0]))
+    frozen = torch.nn.Parameter(torch.tensor([5.0]))  # never gets a gradient: Lookahead leaves it alone
+    opt = Lookahead([x, frozen], optimizer='SGD', lr=0.1, k=2, alpha=0.5)
+    seen = []
+    for _ in range(4):
+        opt.zero_grad()
+        x.sum().backward()
+        opt.step()
+        seen.append(round(float(x.detach()), 6))
+    assert seen == [0.9, 0.9, 0.8, 0.8]
+    assert float(frozen.detach()) == 5.0
+
+
+def test_lookahead_groups_are_its_inner_optimizers_so_lr_schedules_reach_the_inner_steps():
+    model = _model()
+    opt = Lookahead(model.parameters(), optimizer='Adam', lr=0.01)
+    assert opt.param_groups is opt.optimizer.param_groups
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    _train(model, opt, 1)
+    sched.step()
+    assert opt.optimizer.param_groups[0]['lr'] == 0.005
+
+
+@pytest.mark.parametrize('name, kwargs', [
+    ('GlobalAdam', {'lr': 0.01}),
+    ('GlobalRMSprop', {'lr': 0.01}),
+    ('Lookahead', {'optimizer': 'RAdam', 'lr': 0.01, 'k': 3}),  # a slow update before and after the save
+    ('Lookahead', {'optimizer': 'GlobalAdam', 'lr': 0.01, 'k': 2, 'alpha': 0.3}),
+])
+def test_saved_and_loaded_optimizer_continues_exactly(name, kwargs):
+    """N steps, save (through torch.save as a snapshot does), load into a fresh model and
+    optimizer, M steps == N + M steps without the save."""
+    spec = {'name': name, **kwargs}
+    straight = _model()
+    _train(straight, net_util.make_optimizer(straight.parameters(), spec), 8)
+
+    first = _model()
+    opt = net_util.make_optimizer(first.parameters(), spec)
+    _train(first, opt, 4)
+    buf = io.BytesIO()
+    torch.save({'model': first.state_dict(), 'optim': opt.state_dict()}, buf)
+    buf.seek(0)
+    saved = torch.load(buf, weights_only=True)
+    resumed = _model(seed=1)  # other initial weights: everything must come from the save
+    resumed.load_state_dict(saved['model'])
+    opt2 = net_util.make_optimizer(resumed.parameters(), spec)
+    opt2.load_state_dict(saved['optim'])
+    _train(resumed, opt2, 4, start=4)
+    for wa, wb in zip(_weights(straight), _weights(resumed)):
+        assert torch.equal(wa, wb)
+
+
+def test_lookahead_resume_needs_its_slow_weights():
+    """The slow weights are state: a load that dropped them would continue differently."""
+    spec = {'name': 'Lookahead', 'optimizer': 'SGD', 'lr': 0.1, 'k': 3}
+    straight = _model()
+    _train(straight, net_util.make_optimizer(straight.parameters(), spec), 5)
+    first = _model()
+    opt = net_util.make_optimizer(first.parameters(), spec)
+    _train(first, opt, 2)
+    state = copy.deepcopy(opt.state_dict())
+    resumed = copy.deepcopy(first)
+    opt2 = net_util.make_optimizer(resumed.parameters(), spec)  # slow weights = the weights at step 2
+    state['slow_weights'] = [[p.detach().clone() for p in resumed.parameters()]]
+    opt2.load_state_dict(state)
+    _train(resumed, opt2, 3, start=2)
+    assert not all(torch.equal(a, b) for a, b in zip(_weights(straight), _weights(resumed)))
+
+
+@pytest.mark.parametrize('optim_spec, message', [
+    ({'name': 'GlobalAdam', 'momentum': 0.9}, 'agent.net.optim_spec.momentum: not an argument of'),
+    ({'name': 'Lookahead', 'optimizer': 'RAdamm'}, "agent.net.optim_spec.optimizer: 'RAdamm' is not an optimizer "
+                                                   "Lookahead can wrap (did you mean 'RAdam'?)"),
+    ({'name': 'Lookahead', 'optimizer': 'Lookahead'}, 'agent.net.optim_spec.optimizer:'),
+    ({'name': 'Lookahead', 'k': 0}, 'agent.net.optim_spec.k: expected an integer >= 1'),
+    ({'name': 'Lookahead', 'alpha': 2}, 'agent.net.optim_spec.alpha: expected a number in [0, 1]'),
+    ({'name': 'Lookahead', 'optimizer': 'SGD', 'betas': [0.9, 0.9]}, 'agent.net.optim_spec.betas: not an argument'),
+])
+def test_bad_optimizer_keys_are_named(optim_spec, message):
+    with pytest.raises(SpecError) as e:
+        net_util._check_optim_spec(optim_spec, 'agent.net.optim_spec')
+    assert message in str(e.value)
+
+
+def test_slm_lab_optimizers_validate_and_train_through_the_lab(tmp_path):
+    """A PPO spec as SLM-Lab v4 writes them (Lookahead over RAdam, GlobalAdam) resumes exactly."""
+    from test_resume import check_resume_after_max_frame
+
+    from conftest import build_spec
+    spec = build_spec('PPO', max_frame=256)
+    spec['agent']['net'].update({
+        'actor_optim_spec': {'name': 'Lookahead', 'optimizer': 'RAdam', 'lr': 3e-4, 'k': 3},
+        'critic_optim_spec': {'name': 'GlobalAdam', 'lr': 1e-3},
+    })
+    check_resume_after_max_frame(tmp_path, 'ppo_slm_optims', spec)

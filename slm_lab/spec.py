@@ -619,11 +619,12 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         'algorithm': Field((dict,), doc='the algorithm'),
         'memory': Field((dict,), None, nullable=True, doc='the memory'),
         'net': Field((dict,), None, nullable=True, doc='the network'),
+        'critic_net': Field((dict,), OMIT, nullable=True,
+                            doc="(SLM-Lab v5) CrossQ: the critics' net (any net type), else agent.net's"),
     }
     if isinstance(agent, dict) and isinstance(agent.get('algorithm'), dict):  # a later algorithm's keys wait for it
         _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
-    agent = check_object(agent, agent_schema, 'agent',
-                         planned_keys={'critic_net': "CrossQ's separate critic net (agent.critic_net)"})
+    agent = check_object(agent, agent_schema, 'agent')
     algo_cls = _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
     agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm',
                                       planned_keys=PLANNED_ALGORITHM_KEYS)
@@ -641,6 +642,13 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
             continue
         cls = _component_schema(section, registry, planned, agent[section], f'agent.{section}')
         agent[section] = check_object(agent[section], cls.spec_schema, f'agent.{section}', planned_keys=planned_keys)
+    if agent.get('critic_net') is not None:
+        if not getattr(algo_cls, 'uses_critic_net', False):
+            raise SpecError(f'agent.critic_net: {algo_cls.__name__} has no separate critic net (CrossQ reads it); '
+                            'remove agent.critic_net, or describe the critic in agent.net')
+        cls = _component_schema('net', NETS, PLANNED_NETS, agent['critic_net'], 'agent.critic_net')
+        agent['critic_net'] = check_object(agent['critic_net'], cls.spec_schema, 'agent.critic_net',
+                                           planned_keys=PLANNED_NET_KEYS)
     planned_memory = getattr(algo_cls, 'planned_memory_names', {}).get((agent['memory'] or {}).get('name'))
     if planned_memory:
         raise not_available('agent.memory.name', planned_memory, f'; use one of: {", ".join(algo_cls.memory_names)}')

@@ -38,9 +38,6 @@ def test_an_empty_net_is_no_net_for_an_agent_that_needs_none():
 
 
 @pytest.mark.parametrize('change,needle', [
-    (lambda s: s['agent'].update({'algorithm': {'name': 'CrossQ'}, 'critic_net': {'type': 'MLPNet'}}),
-     "algorithm 'CrossQ'"),
-    (lambda s: s['agent'].update({'critic_net': {'type': 'MLPNet'}}), 'agent.critic_net'),
     (lambda s: s['agent']['algorithm'].update({'action_pdtype': 'NormalTanh'}), 'NormalTanh'),
     (lambda s: s['agent'].update({'memory': {'name': 'OnPolicyReplay'}}), 'PPO on whole episodes'),
 ])

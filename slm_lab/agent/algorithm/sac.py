@@ -1,0 +1,485 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018) for continuous actions and, with the exact expectation
+over actions (Christodoulou 2019), for discrete ones; SLM-Lab v5's keys, defaults and variants.
+
+Nets: a policy pi, twin critics Q1, Q2 and their polyak targets Q1', Q2', and the temperature
+alpha = exp(log_alpha), learned so that the policy's entropy tracks target_entropy.
+For a sampled batch (B transitions, terminated = 1 where the episode truly ended):
+
+  continuous (tanh-squashed Gaussian, a = tanh(u), u ~ N(mu(s), sigma(s))):
+    y       = r + gamma * (1 - terminated) * (min(Q1', Q2')(s', a') - alpha * log pi(a'|s')),  a' ~ pi(s')
+    J_pi    = mean(alpha * log pi(a~|s) - min(Q1, Q2)(s, a~)),   a~ ~ pi(s) reparameterised
+  discrete (Categorical):
+    y       = r + gamma * (1 - terminated) * sum_a pi(a|s') (Qbar'(s', a) - alpha * log pi(a|s'))
+    J_pi    = mean(sum_a pi(a|s) (alpha * log pi(a|s) - Qbar(s, a)))
+    with Qbar = (Q1 + Q2) / 2, SLM-Lab v5's choice for discrete actions (the mean counters the
+    underestimation of the minimum there; SD-SAC)
+  J_Q       = loss_fn(Q1(s, a), y) + loss_fn(Q2(s, a), y)    (importance-weighted under PrioritizedReplay)
+  J_alpha   = -alpha * (target_entropy - H),  H = -mean log pi(a~|s) (continuous) or the exact mean
+              entropy (discrete), held fixed; log_alpha is then clamped to [log_alpha_min, log_alpha_max]
+
+Every training_frequency frames once training_start_step transitions are stored, training_iter
+batches: each steps the critics; every policy_delay-th also steps the policy and the
+temperature, then moves the targets (polyak: target <- polyak_coef * online + (1 - polyak_coef) *
+target; replace: a copy every update_frequency frames). Before training_start_step frames the
+agent acts uniformly at random, as SLM-Lab does. Continuous actions are tanh(u) in [-1, 1],
+stored so in memory and scaled to the env's bounds when executed.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import distributions as D
+
+from slm_lab.agent.algorithm import policy_util
+from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.agent.algorithm.ppo import symlog
+from slm_lab.agent.net import build_net, net_util
+from slm_lab.lib.errors import SpecError
+from slm_lab.lib.schema import Field, not_available
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SLM-Lab's clamp of a Gaussian policy's log standard deviation
+
+
+# --- maths --------------------------------------------------------------------------------------
+def soft_q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_values: torch.Tensor,
+                   gamma: float) -> torch.Tensor:
+    """y = r + gamma * (1 - terminated) * V(s'), all (B,). Only a termination drops the bootstrap:
+    a truncated transition's s' (its final observation) still has a soft value."""
+    return rewards + gamma * (1.0 - terminateds) * next_values
+
+
+def continuous_soft_value(next_q1: torch.Tensor, next_q2: torch.Tensor, next_log_probs: torch.Tensor,
+                          alpha: float | torch.Tensor) -> torch.Tensor:
+    """V(s') = min(Q1'(s', a'), Q2'(s', a')) - alpha * log pi(a'|s') for one sampled a' ~ pi(s'); all (B,)."""
+    return torch.min(next_q1, next_q2) - alpha * next_log_probs
+
+
+def discrete_soft_value(next_logits: torch.Tensor, next_q: torch.Tensor, alpha: float | torch.Tensor) -> torch.Tensor:
+    """V(s') = sum_a pi(a|s') * (Q(s', a) - alpha * log pi(a|s')), the exact expectation over the
+    actions; next_logits and next_q (B, n_actions), pi = softmax(next_logits). Returns (B,)."""
+    log_pi = F.log_softmax(next_logits, dim=-1)
+    return (log_pi.exp() * (next_q - alpha * log_pi)).sum(dim=-1)
+
+
+def squashed_log_prob(normal_log_prob: torch.Tensor, raw_actions: torch.Tensor) -> torch.Tensor:
+    """log pi(tanh(u)|s) for a = tanh(u): the Gaussian's log density of u, summed over the action
+    dimensions (B,), less the log |det da/du| = sum_i log(1 - tanh(u_i)^2), computed stably as
+    2 * (log 2 - u - softplus(-2u)). raw_actions u (B, act_dim)."""
+    correction = 2.0 * (math.log(2.0) - raw_actions - F.softplus(-2.0 * raw_actions))
+    return normal_log_prob - correction.sum(dim=-1)
+
+
+def continuous_policy_loss(log_probs: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor,
+                           alpha: float | torch.Tensor) -> torch.Tensor:
+    """J_pi = mean(alpha * log pi(a~|s) - min(Q1, Q2)(s, a~)) for reparameterised a~; inputs (B,)."""
+    return (alpha * log_probs - torch.min(q1, q2)).mean()
+
+
+def discrete_policy_loss(logits: torch.Tensor, q: torch.Tensor, alpha: float | torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """J_pi = mean_s sum_a pi(a|s) * (alpha * log pi(a|s) - Q(s, a)), with Q (B, n_actions) held
+    fixed and pi = softmax(logits (B, n_actions)). Returns (J_pi, the mean entropy of pi, detached)."""
+    log_pi = F.log_softmax(logits, dim=-1)
+    pi = log_pi.exp()
+    loss = (pi * (alpha * log_pi - q.detach())).sum(dim=-1).mean()
+    return loss, -(pi * log_pi).sum(dim=-1).mean().detach()
+
+
+def temperature_loss(log_alpha: torch.Tensor, entropy: torch.Tensor, target_entropy: float) -> torch.Tensor:
+    """J_alpha = -exp(log_alpha) * (target_entropy - H), H held fixed: descending it raises alpha
+    while the policy's entropy H is below target and lowers it above. For continuous actions H is
+    -mean log pi(a~|s) over the batch, so this equals SAC's -mean(alpha * (log pi + target_entropy))."""
+    return -(log_alpha.exp() * (target_entropy - entropy.detach())).sum()
+
+
+def discrete_target_entropy(n_actions: int, start_ratio: float, end_ratio: float, anneal_frames: int,
+                            frame: int) -> float:
+    """SLM-Lab v5's target entropy for n discrete actions: ratio * log(n), the ratio moving
+    linearly from start_ratio to end_ratio over anneal_frames frames (constant when 0)."""
+    t = min(frame / anneal_frames, 1.0) if anneal_frames > 0 else 0.0
+    return (start_ratio + t * (end_ratio - start_ratio)) * math.log(n_actions)
+
+
+# --- nets ---------------------------------------------------------------------------------------
+class GaussianPolicy(nn.Module):
+    """The continuous policy: a net of net.type giving the mean (B, act_dim) and, in a second
+    head, the log standard deviation (B, act_dim); with net.log_std_init the log standard
+    deviation is one state-independent parameter per action dimension instead (SLM-Lab's
+    CleanRL-style option). The log standard deviation is clamped to [-5, 2]."""
+
+    def __init__(self, net_spec: dict, in_dim: int, act_dim: int):
+        super().__init__()
+        log_std_init = net_spec.get('log_std_init')
+        self.body = build_net(net_spec, in_dim, act_dim if log_std_init is not None else [act_dim, act_dim])
+        self.log_std = (nn.Parameter(torch.full((act_dim,), float(log_std_init))) if log_std_init is not None
+                        else None)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.log_std is None:
+            loc, log_std = self.body(x)
+        else:
+            loc = self.body(x)
+            log_std = self.log_std.expand_as(loc)
+        return loc, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def sample(self, x: torch.Tensor, reparam: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """a = tanh(u), u ~ N(loc, std): returns (a (B, act_dim), log pi(a|s) (B,))."""
+        loc, log_std = self(x)
+        normal = D.Normal(loc, log_std.exp())
+        raw = normal.rsample() if reparam else normal.sample()
+        return torch.tanh(raw), squashed_log_prob(normal.log_prob(raw).sum(dim=-1), raw)
+
+
+def env_action_bounds(env_spec: dict, action_space) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) of the env's Box actions, float64 (act_dim,). The lab's envs execute actions
+    through ClipAction, whose space reads (-inf, inf); the bounds are then those of the env
+    under it."""
+    if np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all():
+        return action_space.low.astype(np.float64), action_space.high.astype(np.float64)
+    from slm_lab.env import make_single_env
+    env = make_single_env(env_spec)
+    try:
+        space = env.unwrapped.action_space
+        return space.low.astype(np.float64).reshape(-1), space.high.astype(np.float64).reshape(-1)
+    finally:
+        env.close()
+
+
+class Temperature(nn.Module):
+    """log_alpha, the entropy temperature's logarithm, as a parameter (so it rides the nets'
+    state_dict and has an optimizer of its own). Starts at 0 (alpha = 1), as in SLM-Lab."""
+
+    def __init__(self):
+        super().__init__()
+        self.log_alpha = nn.Parameter(torch.zeros(1))
+
+
+def _check_target_entropy(value, path):
+    if isinstance(value, str) and value != 'auto':
+        raise SpecError(f"{path}: {value!r} is not valid; use \"auto\" (SLM-Lab's default) or a number")
+
+
+SAC_SCHEMA = {
+    **BASE_SCHEMA,
+    'training_iter': Field((int,), None, nullable=True, min=1,
+                           doc='batches (gradient steps) per training (null: env.num_envs, as in SLM-Lab v5)'),
+    'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
+    'training_start_step': Field((int,), None, nullable=True, min=1,
+                                 doc='frames of uniformly random actions, and transitions in memory, before training '
+                                     "starts (null: max(1000, memory.batch_size), SLM-Lab v5's default)"),
+    'policy_delay': Field((int,), 1, min=1, doc='critic steps per policy and temperature step (2: TD3-style)'),
+    'entropy_penalty_coef': Field((float,), 0.0, min=0,
+                                  doc='discrete actions: weight of the penalty 0.5 * (H_ema - H)^2 on entropy changes '
+                                      '(SD-SAC; 0: off)'),
+    'symlog': Field((bool,), False, doc='(SLM-Lab v5) critic loss between symlog(Q) and symlog(y) (DreamerV3)'),
+    'log_alpha_min': Field((float,), -5.0, doc='lower clamp of log_alpha after each temperature step'),
+    'log_alpha_max': Field((float,), 2.0, doc='upper clamp of log_alpha after each temperature step'),
+    'alpha_lr': Field((float,), None, nullable=True, min=0, min_exclusive=True,
+                      doc="learning rate of the temperature's optimizer (null: net.optim_spec's lr)"),
+    'fixed_alpha': Field((float,), None, nullable=True, min=0,
+                         doc='a constant temperature instead of the learned one (null: learned)'),
+    'alpha_anneal_frames': Field((int,), 0, min=0,
+                                 doc='with fixed_alpha: frames over which alpha falls linearly to 0 (0: constant)'),
+    'target_entropy': Field((float, str), 'auto', check=_check_target_entropy,
+                            doc='entropy the temperature steers to; "auto": -act_dim (continuous), '
+                                'entropy_anneal.start_ratio * ln(n_actions) (discrete)'),
+    'entropy_anneal': Field((dict,), None, nullable=True, schema={
+        'start_ratio': Field((float,), 0.6, min=0, doc='target entropy / ln(n_actions) at frame 0'),
+        'end_ratio': Field((float,), None, nullable=True, min=0, doc='the ratio after `frames` (null: start_ratio)'),
+        'frames': Field((int,), 0, min=0, doc='frames of the linear change (0: none)'),
+    }, doc='discrete actions with target_entropy "auto": the ratio of ln(n_actions) the target entropy is'),
+    'spectral_norm': Field((bool,), False, planned={
+        True: "SLM-Lab v5's spectral normalisation of the critics' penultimate layer"},
+        doc='(SLM-Lab v5) only false in this version'),
+}
+
+
+class SoftActorCritic(Algorithm):
+    """SAC with twin critics, polyak targets and a learned temperature, on Replay or PrioritizedReplay."""
+
+    spec_schema = SAC_SCHEMA
+    memory_names = ('Replay', 'PrioritizedReplay')
+    continuous_ok = True
+    uses_target_nets = True
+
+    @classmethod
+    def check_spec(cls, spec: dict) -> None:
+        algo = spec['agent']['algorithm']
+        if algo.get('action_pdtype') == 'GumbelSoftmax':  # before the base's generic "not available" line
+            raise not_available('agent.algorithm.action_pdtype',
+                                "SLM-Lab v4's discrete SAC on GumbelSoftmax relaxed actions",
+                                '; use "Categorical": the exact expectation over the actions (SLM-Lab v5)')
+        super().check_spec(spec)
+        if algo['action_pdtype'] not in ('default', 'Categorical', 'Normal'):
+            raise SpecError(f"agent.algorithm.action_pdtype: '{algo['action_pdtype']}' does not fit {cls.__name__}; "
+                            'use "Categorical" for discrete actions or "Normal" (tanh-squashed) for continuous ones')
+        if algo['log_alpha_min'] > algo['log_alpha_max']:
+            raise SpecError(f"agent.algorithm.log_alpha_min: {algo['log_alpha_min']} is above log_alpha_max "
+                            f"{algo['log_alpha_max']}; make log_alpha_min <= log_alpha_max")
+        if algo['training_iter'] is None:  # SLM-Lab v5: one gradient step per frame of a vector step
+            algo['training_iter'] = spec['env']['num_envs']
+        if algo['training_start_step'] is None:
+            algo['training_start_step'] = max(1000, spec['agent']['memory']['batch_size'])
+
+    def __init__(self, agent_spec, env_spec, obs_space, action_space, num_envs, clock, memory, seed):
+        super().__init__(agent_spec, env_spec, obs_space, action_space, num_envs, clock, memory, seed)
+        spec, net_spec = self.algorithm_spec, self.net_spec
+        self.discrete = self.pdtype == 'Categorical'
+        self.critic_spec = self.critic_net_spec(agent_spec)
+        if self.discrete:
+            self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
+            self.head = policy_util.PolicyHead('Categorical', self.act_dim)  # epsilon_greedy / boltzmann acting
+            q_in, q_out = self.in_dim, self.act_dim
+        else:
+            self.net = GaussianPolicy(net_spec, self.in_dim, self.act_dim).to(self.device)
+            low, high = env_action_bounds(env_spec, action_space)
+            if not (np.isfinite(low).all() and np.isfinite(high).all()):
+                raise SpecError(f"env.name: {type(self).__name__} squashes its actions into the bounds of the env's "
+                                f'action space, and {env_spec["name"]} has infinite bounds ({low}, {high}); use an env '
+                                'with finite action bounds')
+            self.action_center, self.action_half = (high + low) / 2, (high - low) / 2
+            q_in, q_out = self.in_dim + self.act_dim, 1
+        self.q1_net = build_net(self.critic_spec, q_in, q_out).to(self.device)
+        self.q2_net = build_net(self.critic_spec, q_in, q_out).to(self.device)
+        self.target_q1_net = self.target_q2_net = None
+        if self.uses_target_nets:
+            self.target_q1_net = copy.deepcopy(self.q1_net).requires_grad_(False)
+            self.target_q2_net = copy.deepcopy(self.q2_net).requires_grad_(False)
+
+        self.fixed_alpha = spec['fixed_alpha']
+        self.temperature = None if self.fixed_alpha is not None else Temperature().to(self.device)
+        ea = spec['entropy_anneal'] or {}
+        self.entropy_anneal = (ea.get('start_ratio', 0.6), ea.get('end_ratio'), ea.get('frames', 0))
+        self.optimizers = {
+            'actor': net_util.make_optimizer(self.net.parameters(), net_spec['optim_spec']),
+            'critic': net_util.make_optimizer(list(self.q1_net.parameters()) + list(self.q2_net.parameters()),
+                                              self.critic_spec['optim_spec'], self.critic_path + '.optim_spec'),
+        }
+        if self.temperature is not None:
+            alpha_spec = dict(net_spec['optim_spec'])
+            if spec['alpha_lr'] is not None:
+                alpha_spec['lr'] = spec['alpha_lr']
+            self.optimizers['alpha'] = net_util.make_optimizer(self.temperature.parameters(), alpha_spec)
+        for name, opt in self.optimizers.items():
+            sched_spec = (self.critic_spec if name == 'critic' else net_spec).get('lr_scheduler_spec')
+            sched = net_util.make_lr_scheduler(opt, sched_spec, self.clock)
+            if sched is not None:
+                self.lr_schedulers[name] = sched
+        # the critics' loss is agent.net's loss_spec, as in SLM-Lab (also with a separate critic_net)
+        self.loss_fn = net_util.make_loss(net_spec['loss_spec'])
+        # per-sample losses, for PrioritizedReplay's importance weights
+        self.sample_loss_fn = net_util.make_loss({**net_spec['loss_spec'], 'reduction': 'none'})
+        self.training_iter, self.training_frequency = spec['training_iter'], spec['training_frequency']
+        self.training_start_step, self.policy_delay = spec['training_start_step'], spec['policy_delay']
+        self.log_alpha_min, self.log_alpha_max = spec['log_alpha_min'], spec['log_alpha_max']
+        self.train_step = 0  # critic steps so far: the policy steps on every policy_delay-th
+        self.entropy_ema: float | None = None  # running entropy for entropy_penalty_coef
+
+    # --- the pieces CrossQ changes ------------------------------------------------------------
+    critic_path = 'agent.net'
+
+    def critic_net_spec(self, agent_spec: dict) -> dict:
+        """The net spec the critics are built from: agent.net (SAC)."""
+        return self.net_spec
+
+    def nets(self):
+        nets = {'net': self.net, 'q1_net': self.q1_net, 'q2_net': self.q2_net}
+        if self.uses_target_nets:
+            nets.update(target_q1_net=self.target_q1_net, target_q2_net=self.target_q2_net)
+        if self.temperature is not None:
+            nets['temperature'] = self.temperature
+        return nets
+
+    def clip_groups(self):
+        """Each net clipped on its own, as SLM-Lab clips each in its own train step."""
+        return [list(self.net.parameters()), list(self.q1_net.parameters()), list(self.q2_net.parameters())]
+
+    # --- acting -------------------------------------------------------------------------------
+    def alpha(self) -> float | torch.Tensor:
+        """The temperature now: exp(log_alpha), or fixed_alpha (falling linearly to 0 over
+        alpha_anneal_frames when set)."""
+        if self.temperature is not None:
+            return self.temperature.log_alpha.detach().exp()
+        frames = self.algorithm_spec['alpha_anneal_frames']
+        t = min(self.clock.frame / frames, 1.0) if frames > 0 else 0.0
+        return self.fixed_alpha * (1.0 - t)
+
+    def target_entropy(self) -> float:
+        value = self.algorithm_spec['target_entropy']
+        if value != 'auto':
+            return float(value)
+        if not self.discrete:
+            return -float(self.act_dim)
+        start, end, frames = self.entropy_anneal
+        return discrete_target_entropy(self.act_dim, start, start if end is None else end, frames, self.clock.frame)
+
+    def to_env(self, unit_actions: np.ndarray) -> np.ndarray:
+        """Squashed actions in [-1, 1] (N, act_dim) to the env's bounds."""
+        return (unit_actions * self.action_half + self.action_center).astype(self.action_space.dtype)
+
+    def to_unit(self, env_actions: np.ndarray) -> np.ndarray:
+        """The env's actions back to [-1, 1], as the critics take them."""
+        return ((np.asarray(env_actions, dtype=np.float64) - self.action_center) / self.action_half).astype(np.float32)
+
+    @torch.no_grad()
+    def act(self, obs):
+        n = len(obs)
+        if self.clock.frame < self.training_start_step:  # uniform random actions fill the memory first
+            if self.discrete:
+                return self.rng.integers(0, self.act_dim, size=n)
+            return self.to_env(self.rng.uniform(-1.0, 1.0, size=(n, self.act_dim)))
+        x = self.tensor(obs)
+        if self.discrete:
+            actions = policy_util.sample_actions(self.net(x), self.head, self.action_policy,
+                                                 self.explore_var.value(self.clock.frame), self.rng, self.act_dim)
+            return actions.cpu().numpy()
+        actions, _ = self.net.sample(x, reparam=False)
+        return self.to_env(actions.cpu().numpy())
+
+    @torch.no_grad()
+    def act_greedy(self, obs):
+        x = self.tensor(obs)
+        if self.discrete:
+            return self.net(x).argmax(dim=-1).cpu().numpy()
+        loc, _ = self.net(x)
+        return self.to_env(torch.tanh(loc).cpu().numpy())
+
+    # --- training -----------------------------------------------------------------------------
+    def update(self, obs, action, reward, next_obs, terminated, truncated):
+        self.memory.add(obs, action if self.discrete else self.to_unit(action), reward, next_obs, terminated,
+                        truncated)
+        if len(self.memory) >= self.training_start_step and self.crossed_next(self.training_frequency):
+            return self.train()
+        return None
+
+    def q(self, q_net: nn.Module, states: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
+        """Q(s, .) (B, n_actions) for discrete actions (actions None), Q(s, a) (B,) for continuous."""
+        if self.discrete:
+            return q_net(states)
+        return q_net(torch.cat([states.flatten(start_dim=1), actions], dim=-1)).squeeze(-1)
+
+    def critic_values(self, states, actions, next_states, rewards, terminateds, alpha):
+        """(Q1(s, a) (B,), Q2(s, a) (B,), targets y (B,), Q1(s, .), Q2(s, .) (B, n) or None):
+        the online critics on the batch and the soft targets from the target critics."""
+        q1_all = q2_all = None
+        with torch.no_grad():
+            if self.discrete:
+                next_q = (self.target_q1_net(next_states) + self.target_q2_net(next_states)) / 2
+                next_values = discrete_soft_value(self.net(next_states), next_q, alpha)
+            else:
+                next_actions, next_log_probs = self.net.sample(next_states, reparam=False)
+                next_values = continuous_soft_value(self.q(self.target_q1_net, next_states, next_actions),
+                                                    self.q(self.target_q2_net, next_states, next_actions),
+                                                    next_log_probs, alpha)
+            targets = soft_q_targets(rewards, terminateds, next_values, self.gamma)
+        if self.discrete:
+            q1_all, q2_all = self.q1_net(states), self.q2_net(states)
+            index = actions.long().unsqueeze(-1)
+            return q1_all.gather(-1, index).squeeze(-1), q2_all.gather(-1, index).squeeze(-1), targets, q1_all, q2_all
+        return self.q(self.q1_net, states, actions), self.q(self.q2_net, states, actions), targets, None, None
+
+    def critic_loss(self, q: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+        """loss_fn(Q, y); with importance weights w (B,), mean(w * per-sample loss)."""
+        if self.algorithm_spec['symlog']:
+            q, targets = symlog(q), symlog(targets)
+        if weights is None:
+            return self.loss_fn(q, targets)
+        return (weights * self.sample_loss_fn(q, targets)).mean()
+
+    def policy_loss(self, states, q1_all, q2_all, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+        """(J_pi, the policy's entropy estimate H (detached))."""
+        if self.discrete:
+            loss, entropy = discrete_policy_loss(self.net(states), (q1_all + q2_all) / 2, alpha)
+            coef = self.algorithm_spec['entropy_penalty_coef']
+            if coef > 0:  # SD-SAC: hold the entropy near its running mean
+                if self.entropy_ema is None:
+                    self.entropy_ema = float(entropy)
+                logits = self.net(states)
+                live_entropy = -(F.softmax(logits, -1) * F.log_softmax(logits, -1)).sum(-1).mean()
+                loss = loss + coef * 0.5 * (self.entropy_ema - live_entropy) ** 2
+                self.entropy_ema = 0.99 * self.entropy_ema + 0.01 * float(entropy)
+            return loss, entropy
+        actions, log_probs = self.net.sample(states, reparam=True)
+        q1, q2 = self.policy_q(states, actions)
+        return continuous_policy_loss(log_probs, q1, q2, alpha), -log_probs.mean().detach()
+
+    def policy_q(self, states, actions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q1(s, a~), Q2(s, a~) for the policy loss."""
+        return self.q(self.q1_net, states, actions), self.q(self.q2_net, states, actions)
+
+    def step_temperature(self, entropy: torch.Tensor) -> torch.Tensor:
+        """One step of log_alpha on J_alpha, then the clamp. Not clipped by net.clip_grad_val:
+        SLM-Lab steps the temperature without clipping."""
+        opt = self.optimizers['alpha']
+        loss = temperature_loss(self.temperature.log_alpha, entropy, self.target_entropy())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            self.temperature.log_alpha.clamp_(self.log_alpha_min, self.log_alpha_max)
+        return loss.detach()
+
+    def train(self) -> dict:
+        losses, entropies, norms = [], [], []
+        for _ in range(self.training_iter):
+            batch = self.memory.sample()
+            states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
+            actions = torch.as_tensor(batch.actions, device=self.device)
+            actions = actions.long() if self.discrete else actions.float()
+            weights = getattr(batch, 'weights', None)
+            weights = None if weights is None else self.tensor(weights)
+            alpha = self.alpha()
+            q1, q2, targets, q1_all, q2_all = self.critic_values(
+                states, actions, next_states, self.tensor(batch.rewards), self.tensor(batch.terminateds), alpha)
+            loss = self.critic_loss(q1, targets, weights) + self.critic_loss(q2, targets, weights)
+            norms.append(self.step_optimizers(loss, names=('critic',)))
+            loss = loss.detach()
+            self.train_step += 1
+            if self.train_step % self.policy_delay == 0:
+                policy_loss, entropy = self.policy_loss(states, q1_all, q2_all, alpha)
+                self.step_optimizers(policy_loss, names=('actor',), tick=False)
+                loss = loss + policy_loss.detach()
+                if self.temperature is not None:
+                    loss = loss + self.step_temperature(entropy)
+                entropies.append(float(entropy))
+                self.update_targets()
+            losses.append(loss)
+            if hasattr(self.memory, 'update_priorities'):
+                with torch.no_grad():
+                    self.memory.update_priorities((torch.min(q1, q2) - targets).abs().cpu().numpy())
+        self.step_lr_schedulers()
+        metrics = {'loss': float(torch.stack(losses).mean()), 'grad_norm': sum(norms) / len(norms)}
+        if entropies:
+            metrics['entropy'] = sum(entropies) / len(entropies)
+        return metrics
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        """Move the target critics towards the online ones (see the module docstring)."""
+        if not self.uses_target_nets:
+            return
+        pairs = ((self.target_q1_net, self.q1_net), (self.target_q2_net, self.q2_net))
+        if self.net_spec['update_type'] == 'polyak':
+            coef = self.net_spec['polyak_coef']
+            for target, online in pairs:
+                for tp, p in zip(target.parameters(), online.parameters()):
+                    tp.lerp_(p, coef)
+        elif self.crossed_next(self.net_spec['update_frequency']):
+            for target, online in pairs:
+                for tp, p in zip(target.parameters(), online.parameters()):
+                    tp.copy_(p)
+                for tb, b in zip(target.buffers(), online.buffers()):
+                    tb.copy_(b)
+
+    # --- state ----------------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        return {'train_step': self.train_step, 'entropy_ema': self.entropy_ema}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.train_step = int(state['train_step'])
+        self.entropy_ema = state['entropy_ema']

@@ -38,6 +38,10 @@ ALGORITHMS = {
                       'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
         'memory': {'name': 'OnPolicyBatchReplay'}, 'net': NET},
 }
+ALGORITHMS['ActorCritic'] = {
+    'algorithm': {'name': 'ActorCritic', 'lam': 0.95, 'training_frequency': 32,
+                  'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
+    'memory': {'name': 'OnPolicyBatchReplay'}, 'net': NET}
 ALGORITHMS['DQN'] = copy.deepcopy(ALGORITHMS['VanillaDQN'])
 ALGORITHMS['DQN']['algorithm']['name'] = 'DQN'
 ALGORITHMS['DoubleDQN'] = copy.deepcopy(ALGORITHMS['DQN'])

@@ -42,8 +42,8 @@ VALUES = {
     'agent.algorithm.name': ('PPO', 'PPO'),
     'agent.algorithm.normalize_state': ('DQN', True),
     'agent.algorithm.normalize_v_targets': ('PPO', False),
-    'agent.algorithm.num_step_returns': ('PPO', 5),
-    'agent.algorithm.policy_loss_coef': ('PPO', 1.0),
+    'agent.algorithm.num_step_returns': ('ActorCritic', 5),
+    'agent.algorithm.policy_loss_coef': ('ActorCritic', 1.0),
     'agent.algorithm.sil_policy_loss_coef': ('PPO', 1.0),
     'agent.algorithm.sil_val_loss_coef': ('PPO', 0.01),
     'agent.algorithm.time_horizon': ('PPO', 128),
@@ -124,8 +124,6 @@ VALUES = {
 }
 # key paths a later component reads -> a name the refusal must contain
 WAITS_FOR = {
-    'agent.algorithm.num_step_returns': 'ActorCritic',
-    'agent.algorithm.policy_loss_coef': 'ActorCritic',
     'agent.algorithm.sil_policy_loss_coef': 'SIL',
     'agent.algorithm.sil_val_loss_coef': 'SIL',
     'agent.memory.alpha': 'PrioritizedReplay',
@@ -164,7 +162,7 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
     'agent.algorithm.action_pdtype': {'GumbelSoftmax'},
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
-    'agent.algorithm.name': {'ActorCritic', 'HydraDQN', 'PPOSIL', 'SARSA', 'SIL', 'SoftActorCritic'},
+    'agent.algorithm.name': {'HydraDQN', 'PPOSIL', 'SARSA', 'SIL', 'SoftActorCritic'},
     'agent.memory.name': {'OnPolicyCrossEntropy', 'PrioritizedReplay'},
     'agent.net.type': {'ConvNet', 'DuelingConvNet', 'DuelingMLPNet', 'HydraMLPNet', 'RecurrentNet'},
     'agent.net.cell_type': {'GRU'},
@@ -284,7 +282,7 @@ def test_every_named_value_is_accepted_or_waits_for_its_component(path, value):
     if path == 'agent.memory.name' and value.startswith('OnPolicy'):
         base = 'Reinforce'
     if path == 'agent.algorithm.name':
-        base = {'Random': 'Random', 'Reinforce': 'Reinforce', 'PPO': 'PPO'}.get(value, 'DQN')
+        base = {'Random': 'Random', 'Reinforce': 'Reinforce', 'PPO': 'PPO', 'ActorCritic': 'ActorCritic'}.get(value, 'DQN')
     if path == 'agent.algorithm.action_pdtype' and value in ('Categorical', 'Normal'):
         base = 'Reinforce'
     if path == 'agent.algorithm.action_policy' and value == 'default':

@@ -2,6 +2,7 @@
 
 Adding an algorithm = one module with an Algorithm subclass, listed here.
 """
+from slm_lab.agent.algorithm.actor_critic import ActorCritic
 from slm_lab.agent.algorithm.crossq import CrossQ
 from slm_lab.agent.algorithm.dqn import DQN, DoubleDQN, VanillaDQN
 from slm_lab.agent.algorithm.ppo import PPO
@@ -9,14 +10,12 @@ from slm_lab.agent.algorithm.random import Random
 from slm_lab.agent.algorithm.reinforce import Reinforce
 from slm_lab.agent.algorithm.sac import SoftActorCritic
 
-ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, VanillaDQN, DQN, DoubleDQN, PPO, SoftActorCritic, CrossQ)}
+ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, VanillaDQN, DQN, DoubleDQN, ActorCritic, PPO, SoftActorCritic, CrossQ)}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_ALGORITHMS = ('SARSA', 'ActorCritic', 'A2C', 'DDQN', 'HydraDQN', 'SIL', 'PPOSIL')
+PLANNED_ALGORITHMS = ('SARSA', 'DDQN', 'HydraDQN', 'SIL', 'PPOSIL')
 # keys SLM-Lab reads only in algorithms of a later version, and what they are: an algorithm here
 # that meets one refuses it with the "not available yet" line, not as an unknown key
 PLANNED_KEYS = {
-    'num_step_returns': "n-step returns (SLM-Lab's ActorCritic and SIL)",
-    'policy_loss_coef': "the policy loss weight of SLM-Lab's ActorCritic and SIL",
     'sil_policy_loss_coef': "self-imitation learning (SLM-Lab's SIL and PPOSIL)",
     'sil_val_loss_coef': "self-imitation learning (SLM-Lab's SIL and PPOSIL)",
 }

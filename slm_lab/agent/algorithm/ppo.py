@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
+from slm_lab.agent.algorithm.actor_critic import gae
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.memory.onpolicy import RolloutBatch
 from slm_lab.agent.net import net_util
@@ -26,26 +27,6 @@ from slm_lab.agent.net.actor_critic import ActorCriticNet
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import OMIT, Field, ignored_field
-
-
-def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, terminateds: torch.Tensor,
-        dones: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
-    """Generalised advantage estimates over a (T, N) rollout; all inputs (T, N), floats.
-
-    delta_t = r_t + gamma * (1 - terminated_t) * V(s'_t) - V(s_t)
-    A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1},   A_T = 0
-    s'_t is the true next state (the final observation when the episode ended at t). Only a
-    termination drops the bootstrap V(s'_t): a truncated episode's last state still has a
-    future. Both end the recursion, since A_{t+1} belongs to the next episode (done_t =
-    terminated_t or truncated_t).
-    """
-    deltas = rewards + gamma * (1.0 - terminateds) * next_values - values
-    advantages = torch.zeros_like(deltas)
-    running = torch.zeros_like(deltas[0])
-    for t in range(len(deltas) - 1, -1, -1):
-        running = deltas[t] + gamma * lam * (1.0 - dones[t]) * running
-        advantages[t] = running
-    return advantages
 
 
 def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,

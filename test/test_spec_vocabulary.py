@@ -160,7 +160,6 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
     'agent.algorithm.explore_var_spec.name': 'agent.algorithm.explore_var_spec',
 }
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
-    'agent.algorithm.action_pdtype': {'GumbelSoftmax'},
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
     'agent.algorithm.name': {'HydraDQN', 'PPOSIL', 'SARSA', 'SIL', 'SoftActorCritic'},
     'agent.memory.name': {'OnPolicyCrossEntropy', 'PrioritizedReplay'},

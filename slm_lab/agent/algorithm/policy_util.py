@@ -1,31 +1,53 @@
 """Action distributions and action policies: from a net's output to actions.
 
 action_pdtype names the distribution over actions (`default`: Categorical for Discrete, Normal
-for Box); action_policy names how an action is drawn from it (`default`: sample;
-`epsilon_greedy`: uniform random with probability explore_var, else greedy; `boltzmann`:
-sample from softmax(output / explore_var)).
+for Box), with SLM-Lab's meanings:
+- Discrete: `Categorical` (logits), `Argmax` (always the largest logit; SLM-Lab's "distribution"
+  with probability 1 on the argmax), `GumbelSoftmax` (SLM-Lab's relaxed one-hot Categorical at
+  temperature 1: `sample` gives a hard action index, `rsample` a straight-through one-hot, and
+  log_prob / entropy are the Categorical's).
+- 1-D Box: `Normal`, `Gumbel`, `LogNormal` (loc and scale per action dimension) and
+  `MultivariateNormal` (one joint distribution with a diagonal covariance). The net gives the
+  loc (B, act_dim); the scale is either a learned state-independent log std (one parameter per
+  dimension, initialised to net.log_std_init; what the lab's PPO / Reinforce / ActorCritic
+  build) or, when PolicyHead gets log_std_init=None, a second output of the net, as SLM-Lab's
+  nets without log_std_init give it: pd_out_dim is then 2 * act_dim, [loc..., log_scale...].
+  Either way std = exp(clamp(log_scale, -5, 2)) (SLM-Lab v5's bounds), except that
+  MultivariateNormal reads exp(clamped output) as the variance, as SLM-Lab builds its covariance.
+
+action_policy names how an action is drawn (`default`: sample the distribution; `random`:
+uniform over the Discrete actions; `epsilon_greedy`: uniform random with probability explore_var,
+else the largest output (SLM-Lab v5; v4 sampled the distribution there, which is the same for
+the Argmax pdtype its epsilon-greedy specs use); `boltzmann`: sample the distribution of
+output / explore_var).
 """
 from __future__ import annotations
+
+import math
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import distributions as D
 
 from slm_lab.lib.errors import SpecError
 
-DISCRETE_PDTYPES = ('Categorical', 'Argmax')
-CONTINUOUS_PDTYPES = ('Normal',)
+DISCRETE_PDTYPES = ('Categorical', 'Argmax', 'GumbelSoftmax')
+CONTINUOUS_PDTYPES = ('Normal', 'Gumbel', 'LogNormal', 'MultivariateNormal')
 PDTYPES = ('default',) + DISCRETE_PDTYPES + CONTINUOUS_PDTYPES
-PLANNED_PDTYPES = ('GumbelSoftmax', 'Beta', 'Gumbel', 'LogNormal', 'MultivariateNormal', 'MultiCategorical',
-                   'NormalTanh')
-ACTION_POLICIES = ('default', 'epsilon_greedy', 'boltzmann')
+# SLM-Lab names refused with the "not available yet" line: Beta (SLM-Lab builds every continuous
+# distribution from loc and scale, which Beta does not take, so no SLM-Lab run has used it),
+# MultiCategorical (MultiDiscrete action spaces) and NormalTanh (only its MuJoCo Playground spec)
+PLANNED_PDTYPES = ('Beta', 'MultiCategorical', 'NormalTanh')
+ACTION_POLICIES = ('default', 'random', 'epsilon_greedy', 'boltzmann')
 # SLM-Lab v4's action policies for several action heads (its HydraDQN), not available here yet
 PLANNED_ACTION_POLICIES = {
     'multi_epsilon_greedy': "an action policy for several action heads (SLM-Lab v4's HydraDQN)",
     'multi_boltzmann': "an action policy for several action heads (SLM-Lab v4's HydraDQN)",
 }
+LOG_SCALE_MIN, LOG_SCALE_MAX = -5.0, 2.0  # SLM-Lab v5's clamp of a log scale output
 
 
 def check_action_space(action_space: gym.Space, algo_spec: dict, algo_name: str, continuous_ok: bool) -> str:
@@ -61,41 +83,126 @@ def action_dim(action_space: gym.Space) -> int:
     return int(np.prod(action_space.shape))
 
 
-def pd_out_dim(pdtype: str, act_dim: int) -> int:
-    """Width of the policy net's output for an action distribution over act_dim actions (or
-    action dimensions): logits or means, one per action."""
+def is_discrete(pdtype: str) -> bool:
+    """Whether pdtype is a distribution over action indices (its actions are long integers)."""
+    return pdtype in DISCRETE_PDTYPES
+
+
+def pd_actions(actions: torch.Tensor, pdtype: str) -> torch.Tensor:
+    """Stored actions as the distribution's log_prob takes them: long indices (B,) for a discrete
+    pdtype, float (B, act_dim) for a continuous one."""
+    return actions.long() if is_discrete(pdtype) else actions.float()
+
+
+def pd_out_dim(pdtype: str, act_dim: int, log_std_init: float | None = 0.0) -> int:
+    """Width of the policy net's output for a distribution over act_dim actions (or action
+    dimensions): logits or locs, one per action; twice that for a continuous pdtype whose scale
+    the net outputs too (log_std_init None, SLM-Lab's layout [loc..., log_scale...])."""
+    if not is_discrete(pdtype) and log_std_init is None:
+        return 2 * act_dim
     return act_dim
 
 
-class PolicyHead(nn.Module):
-    """Turns a net's raw output into a torch distribution. For Normal it owns a
-    state-independent log standard deviation (one per action dimension)."""
+class GumbelSoftmax(D.RelaxedOneHotCategorical):
+    """SLM-Lab's GumbelSoftmax: a relaxed one-hot Categorical (Jang et al. 2017; Maddison et al.
+    2017) whose `sample()` is the hard action index argmax(logits + g) / T, g ~ Gumbel(0, 1)
+    (B,), whose `rsample()` is the straight-through one-hot y_hard - y_soft.detach() + y_soft
+    (B, n), and whose log_prob and entropy are those of Categorical(logits): the relaxed density
+    is not what a policy gradient over discrete actions needs."""
 
-    def __init__(self, pdtype: str, act_dim: int, log_std_init: float = 0.0):
+    def sample(self, sample_shape=torch.Size()) -> torch.Tensor:
+        with torch.no_grad():
+            logits = self.logits.expand(torch.Size(sample_shape) + self.logits.shape)
+            gumbel = -torch.empty_like(logits).exponential_().log()
+            return ((logits + gumbel) / self.temperature).argmax(dim=-1)
+
+    def rsample(self, sample_shape=torch.Size()) -> torch.Tensor:
+        y_soft = super().rsample(sample_shape)
+        y_hard = F.one_hot(y_soft.argmax(dim=-1), y_soft.shape[-1]).to(y_soft.dtype)
+        return y_hard - y_soft.detach() + y_soft
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        """value: action indices (B,) or one-hot / relaxed vectors (B, n)."""
+        log_p = F.log_softmax(self.logits, dim=-1)
+        if value.shape != self.logits.shape:
+            return log_p.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+        return (value * log_p).sum(dim=-1)
+
+    def entropy(self) -> torch.Tensor:
+        return D.Categorical(logits=self.logits).entropy()
+
+
+def argmax_logits(out: torch.Tensor) -> torch.Tensor:
+    """SLM-Lab's Argmax distribution as logits: 1 where out is largest in its row, -1e8
+    elsewhere (ties share the probability), so Categorical(logits) puts probability 1 there."""
+    is_max = out == out.max(dim=-1, keepdim=True).values
+    return torch.where(is_max, torch.ones_like(out), torch.full_like(out, -1e8))
+
+
+def loc_scale_distribution(pdtype: str, loc: torch.Tensor, log_scale: torch.Tensor) -> D.Distribution:
+    """The continuous distribution of (B, act_dim) locs and raw log scales, over (B, act_dim)
+    actions with log_prob / entropy (B,): independent Normal / Gumbel / LogNormal with
+    scale = exp(clamp(log_scale, -5, 2)), or MultivariateNormal with covariance
+    diag(exp(clamp(log_scale, -5, 2))) (SLM-Lab passes that exp as the covariance)."""
+    scale = log_scale.clamp(LOG_SCALE_MIN, LOG_SCALE_MAX).exp()
+    if pdtype == 'MultivariateNormal':
+        return D.MultivariateNormal(loc, scale_tril=torch.diag_embed(scale.sqrt()))
+    cls = {'Normal': D.Normal, 'Gumbel': D.Gumbel, 'LogNormal': D.LogNormal}[pdtype]
+    return D.Independent(cls(loc, scale.expand_as(loc)), 1)
+
+
+class PolicyHead(nn.Module):
+    """Turns a policy net's raw output into a torch distribution (see the module docstring).
+
+    Continuous pdtypes with a float log_std_init own a learned, state-independent log std (one
+    per action dimension, initialised to it); with log_std_init None the net outputs the log
+    scale (pd_out_dim gives the width to build the net with)."""
+
+    def __init__(self, pdtype: str, act_dim: int, log_std_init: float | None = 0.0):
         super().__init__()
         self.pdtype = pdtype
-        if pdtype == 'Normal':
+        self.act_dim = act_dim
+        if not is_discrete(pdtype) and log_std_init is not None:
             self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        else:
+            self.log_std = None
+
+    def loc_and_log_scale(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A continuous pdtype's loc (B, act_dim) and raw log scale (B, act_dim) from the net's output."""
+        if self.log_std is not None:
+            return out, self.log_std.expand_as(out)
+        return out[..., :self.act_dim], out[..., self.act_dim:]
 
     def distribution(self, out: torch.Tensor) -> D.Distribution:
-        """out: (B, act_dim) logits or means."""
-        if self.pdtype == 'Normal':
-            return D.Independent(D.Normal(out, self.log_std.exp().expand_as(out)), 1)
-        return D.Categorical(logits=out)
+        """out: (B, pd_out_dim) logits, locs, or [locs, log scales]."""
+        if self.pdtype == 'Argmax':
+            return D.Categorical(logits=argmax_logits(out))
+        if self.pdtype == 'GumbelSoftmax':
+            return GumbelSoftmax(torch.tensor(1.0, device=out.device), logits=out)
+        if is_discrete(self.pdtype):
+            return D.Categorical(logits=out)
+        return loc_scale_distribution(self.pdtype, *self.loc_and_log_scale(out))
 
     @staticmethod
-    def greedy(out: torch.Tensor, pdtype: str) -> torch.Tensor:
-        """The mode: argmax for discrete, the mean for Normal."""
-        return out if pdtype == 'Normal' else out.argmax(dim=-1)
+    def greedy(out: torch.Tensor, pdtype: str, act_dim: int | None = None) -> torch.Tensor:
+        """The action an evaluation takes: the largest logit for a discrete pdtype; for a
+        continuous one the loc (the first act_dim outputs, when the net gives the log scale
+        too), the mode of Normal, Gumbel and MultivariateNormal, or exp(loc), LogNormal's median."""
+        if is_discrete(pdtype):
+            return out.argmax(dim=-1)
+        loc = out[..., :act_dim] if act_dim is not None else out
+        return loc.exp() if pdtype == 'LogNormal' else loc
 
 
 def sample_actions(out: torch.Tensor, head: PolicyHead, action_policy: str, explore_var: float,
                    rng: np.random.Generator, n_actions: int | None) -> torch.Tensor:
-    """Draw actions (B,) or (B, act_dim) from a net output per the action policy."""
-    if head.pdtype == 'Argmax' and action_policy == 'default':
-        return out.argmax(dim=-1)
+    """Draw actions (B,) or (B, act_dim) from a net output per the action policy. The policies
+    other than `default` apply to Discrete actions (n_actions of them); their random draws come
+    from `rng`, whose state the algorithm saves, so a resumed run draws the same actions."""
+    if action_policy == 'random':
+        return torch.as_tensor(rng.integers(0, n_actions, size=out.shape[0]), device=out.device)
     if action_policy == 'epsilon_greedy':
-        greedy = PolicyHead.greedy(out, head.pdtype) if head.pdtype != 'Categorical' else out.argmax(-1)
+        greedy = out.argmax(dim=-1)
         explore = rng.random(out.shape[0]) < explore_var
         if explore.any():
             # on the net's device: torch.where refuses operands on different devices
@@ -104,7 +211,11 @@ def sample_actions(out: torch.Tensor, head: PolicyHead, action_policy: str, expl
         return greedy
     if action_policy == 'boltzmann':
         tau = max(explore_var, 1e-8)
-        return D.Categorical(logits=out / tau).sample()
+        # SLM-Lab divides the output by the temperature and samples the pdtype's distribution
+        # (for Argmax that is still the largest output)
+        return head.distribution(out / tau).sample()
+    if head.pdtype == 'Argmax':
+        return out.argmax(dim=-1)
     return head.distribution(out).sample()
 
 
@@ -115,4 +226,3 @@ def to_env_actions(actions: torch.Tensor, action_space: gym.Space) -> np.ndarray
     if isinstance(action_space, gym.spaces.Box):
         return a.astype(action_space.dtype)
     return a
-

@@ -186,9 +186,7 @@ class PPO(Algorithm):
         advs, returns, old_values = self.advantages(batch)
         T, N = batch.rewards.shape
         states = self.tensor(batch.flat('states'))
-        actions = torch.as_tensor(batch.flat('actions'), device=self.device)
-        if self.pdtype != 'Normal':
-            actions = actions.long()
+        actions = policy_util.pd_actions(torch.as_tensor(batch.flat('actions'), device=self.device), self.pdtype)
         with torch.no_grad():
             old_log_probs = self.model.head.distribution(self.model.pd_out(states)).log_prob(actions)
         frame = self.clock.frame

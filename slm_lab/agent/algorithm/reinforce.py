@@ -116,8 +116,7 @@ class Reinforce(Algorithm):
         """One gradient step on a batch: states (B, obs), actions (B,) or (B, act_dim), returns (B,)."""
         returns = scale_returns(self.tensor(returns), self.center_return, self.normalize_return)
         pd = self.head.distribution(self.net(self.tensor(states)))
-        actions_t = torch.as_tensor(actions, device=self.device)
-        log_probs = pd.log_prob(actions_t if self.pdtype == 'Normal' else actions_t.long())
+        log_probs = pd.log_prob(policy_util.pd_actions(torch.as_tensor(actions, device=self.device), self.pdtype))
         entropy = pd.entropy().mean()
         entropy_coef = self.entropy_coef.value(self.clock.frame)
         entropy_coef = 0.0 if np.isnan(entropy_coef) else entropy_coef

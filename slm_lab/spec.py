@@ -641,7 +641,10 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
                                 f'valid: {", ".join(registry)}')
             continue
         cls = _component_schema(section, registry, planned, agent[section], f'agent.{section}')
-        agent[section] = check_object(agent[section], cls.spec_schema, f'agent.{section}', planned_keys=planned_keys)
+        schema = cls.spec_schema
+        if section == 'memory':  # keys an algorithm reads in its memory's section (SIL's replay)
+            schema = {**schema, **getattr(algo_cls, 'memory_schema', {})}
+        agent[section] = check_object(agent[section], schema, f'agent.{section}', planned_keys=planned_keys)
     if agent.get('critic_net') is not None:
         if not getattr(algo_cls, 'uses_critic_net', False):
             raise SpecError(f'agent.critic_net: {algo_cls.__name__} has no separate critic net (CrossQ reads it); '

@@ -42,6 +42,13 @@ ALGORITHMS['ActorCritic'] = {
     'algorithm': {'name': 'ActorCritic', 'lam': 0.95, 'training_frequency': 32,
                   'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
     'memory': {'name': 'OnPolicyBatchReplay'}, 'net': NET}
+ALGORITHMS['SIL'] = {
+    'algorithm': {'name': 'SIL', 'lam': 0.95, 'training_frequency': 1, 'training_iter': 2, 'training_batch_iter': 1,
+                  'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
+    'memory': {'name': 'OnPolicyReplay', 'sil_replay_name': 'Replay', 'batch_size': 32, 'max_size': 1000}, 'net': NET}
+ALGORITHMS['PPOSIL'] = copy.deepcopy(ALGORITHMS['PPO'])
+ALGORITHMS['PPOSIL']['algorithm'].update(name='PPOSIL', training_iter=2, training_batch_iter=1)
+ALGORITHMS['PPOSIL']['memory'].update(sil_replay_name='Replay', batch_size=32, max_size=1000)
 ALGORITHMS['DQN'] = copy.deepcopy(ALGORITHMS['VanillaDQN'])
 ALGORITHMS['DQN']['algorithm']['name'] = 'DQN'
 ALGORITHMS['DoubleDQN'] = copy.deepcopy(ALGORITHMS['DQN'])

@@ -44,8 +44,8 @@ VALUES = {
     'agent.algorithm.normalize_v_targets': ('PPO', False),
     'agent.algorithm.num_step_returns': ('ActorCritic', 5),
     'agent.algorithm.policy_loss_coef': ('ActorCritic', 1.0),
-    'agent.algorithm.sil_policy_loss_coef': ('PPO', 1.0),
-    'agent.algorithm.sil_val_loss_coef': ('PPO', 0.01),
+    'agent.algorithm.sil_policy_loss_coef': ('PPOSIL', 1.0),
+    'agent.algorithm.sil_val_loss_coef': ('PPOSIL', 0.01),
     'agent.algorithm.time_horizon': ('PPO', 128),
     'agent.algorithm.training_batch_iter': ('DQN', 4),
     'agent.algorithm.training_epoch': ('PPO', 4),
@@ -59,7 +59,7 @@ VALUES = {
     'agent.memory.epsilon': ('DQN', 0.0001),
     'agent.memory.max_size': ('DQN', 10000),
     'agent.memory.name': ('DQN', 'Replay'),
-    'agent.memory.sil_replay_name': ('Reinforce', 'Replay'),
+    'agent.memory.sil_replay_name': ('SIL', 'Replay'),
     'agent.memory.use_cer': ('DQN', True),
     'agent.name': ('PPO', 'A2C'),
     'agent.net.actor_optim_spec': ('PPO', OPTIM),
@@ -124,12 +124,9 @@ VALUES = {
 }
 # key paths a later component reads -> a name the refusal must contain
 WAITS_FOR = {
-    'agent.algorithm.sil_policy_loss_coef': 'SIL',
-    'agent.algorithm.sil_val_loss_coef': 'SIL',
     'agent.memory.alpha': 'PrioritizedReplay',
     'agent.memory.epsilon': 'PrioritizedReplay',
     'agent.memory.cross_entropy': 'OnPolicyCrossEntropy',
-    'agent.memory.sil_replay_name': 'SIL',
     'agent.net.cell_type': 'RecurrentNet',
     'agent.net.conv_hid_layers': 'ConvNet',
     'agent.net.fc_hid_layers': 'ConvNet',
@@ -161,7 +158,7 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
 }
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
-    'agent.algorithm.name': {'HydraDQN', 'PPOSIL', 'SARSA', 'SIL', 'SoftActorCritic'},
+    'agent.algorithm.name': {'HydraDQN', 'SARSA', 'SoftActorCritic'},
     'agent.memory.name': {'OnPolicyCrossEntropy', 'PrioritizedReplay'},
     'agent.net.type': {'ConvNet', 'DuelingConvNet', 'DuelingMLPNet', 'HydraMLPNet', 'RecurrentNet'},
     'agent.net.cell_type': {'GRU'},
@@ -282,6 +279,8 @@ def test_every_named_value_is_accepted_or_waits_for_its_component(path, value):
         base = 'Reinforce'
     if path == 'agent.algorithm.name':
         base = {'Random': 'Random', 'Reinforce': 'Reinforce', 'PPO': 'PPO', 'ActorCritic': 'ActorCritic'}.get(value, 'DQN')
+    if path == 'agent.algorithm.name' and value in ('SIL', 'PPOSIL'):
+        base = value
     if path == 'agent.algorithm.action_pdtype' and value in ('Categorical', 'Normal'):
         base = 'Reinforce'
     if path == 'agent.algorithm.action_policy' and value == 'default':

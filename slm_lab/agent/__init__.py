@@ -32,8 +32,11 @@ class Agent:
                 kwargs['persist'] = spec['meta'].get('snapshot_replay', False)
             self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1], **kwargs)
         algo_cls = ALGORITHMS[algo_spec['name']]
+        # an algorithm with a replay of its own (SIL's) snapshots it as meta.snapshot_replay says
+        kwargs = {'persist_replay': spec['meta'].get('snapshot_replay', False)} \
+            if getattr(algo_cls, 'owns_replay', False) else {}
         self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
-                                  self.memory, seed=[seed, 2])
+                                  self.memory, seed=[seed, 2], **kwargs)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Training actions for a batch of observations."""

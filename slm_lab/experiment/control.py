@@ -179,8 +179,9 @@ class Session:
             approximate.append(f'{self.spec["env"]["name"]} cannot be snapshotted mid-episode: fresh episodes start '
                                'now')
             self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
-        memory_state = state['agent'].get('memory')
-        if isinstance(memory_state, dict) and memory_state.get('persisted') is False:
+        # the agent's replay memory, or a replay an algorithm keeps in its own state (SIL's)
+        replay_states = [state['agent'].get('memory'), *state['agent']['algorithm'].get('extra', {}).values()]
+        if any(isinstance(s, dict) and s.get('persisted') is False for s in replay_states):
             start = self.spec['agent']['algorithm'].get('training_start_step')
             approximate.append('the replay memory was not in the snapshot (meta.snapshot_replay is false): it '
                                f'refills from empty, and training waits for {start} transitions again'

@@ -10,5 +10,4 @@ PLANNED_KEYS = {
     'alpha': "prioritized replay (SLM-Lab's PrioritizedReplay)",
     'epsilon': "prioritized replay (SLM-Lab's PrioritizedReplay)",
     'cross_entropy': "SLM-Lab's OnPolicyCrossEntropy memory",
-    'sil_replay_name': "self-imitation learning (SLM-Lab's SIL and PPOSIL)",
 }

@@ -1,0 +1,289 @@
+"""Self-imitation learning (Oh et al. 2018, arXiv:1806.05635): SIL (ActorCritic + SIL) and
+PPOSIL (PPO + SIL).
+
+The on-policy algorithm trains as usual. Every finished episode also goes into a replay of
+past episodes, each transition with its discounted return; after each on-policy update, when
+that replay holds at least batch_size transitions, training_iter batches of batch_size are
+drawn from it and each is trained on training_batch_iter times with
+
+  A+_i  = max(R_i - V(s_i), 0)
+  L_pi  = -mean_i log pi(a_i|s_i) * A+_i        (A+ a constant weight: no gradient through it)
+  L_V   = mean_i 0.5 * (A+_i)^2
+  loss  = sil_policy_loss_coef * L_pi + sil_val_loss_coef * L_V
+
+so the agent imitates only its own past actions whose outcome beat its current estimate of the
+state's value. R_i is the return from s_i to the end of its episode, computed when the episode
+ends (s_T the final observation, T the episode's length):
+
+  R_t = sum_{k=t}^{T-1} gamma^(k-t) r_k  +  gamma^(T-t) * (1 - terminated) * V(s_T)
+
+A terminated episode's return is the Monte-Carlo sum. A truncated one (time limit) did not end
+in the MDP, so its return bootstraps from the critic's value of its final observation, taken
+at the time of each SIL update (the replay keeps the discounted reward sum, the bootstrap
+discount gamma^(T-t) and s_T); without that, time-limited episodes would look worse than they
+are and be imitated less.
+
+Where this differs from SLM-Lab's SIL (v4.2.4 and v5), and why:
+- SLM-Lab adds every on-policy transition to the replay and computes returns over each randomly
+  sampled minibatch as though its rows were one trajectory (v4 cut at `dones`, v5 at
+  `terminateds`), mixing rewards of unrelated transitions. Here each episode's returns are
+  computed when it ends, as in the paper; unfinished episodes wait in the replay until they end.
+- With separate actor and critic nets SLM-Lab steps only the actor's optimizer with the SIL loss
+  (the value term's critic gradients are dropped); here the SIL loss steps every optimizer, so
+  the critic learns from sil_val_loss_coef too.
+- SLM-Lab v4 let the policy term's gradient reach the critic through A+; here A+ is a constant
+  in the policy term, as in SLM-Lab v5 and the paper.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from slm_lab.agent.algorithm.actor_critic import ActorCritic
+from slm_lab.agent.algorithm.ppo import PPO
+from slm_lab.agent.memory.base import space_shape_dtype
+from slm_lab.lib.schema import Field
+
+SIL_SCHEMA = {
+    'sil_policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the self-imitation policy loss'),
+    'sil_val_loss_coef': Field((float,), 0.01, min=0,
+                               doc="weight of the self-imitation value loss (the paper's beta^sil, 0.01)"),
+    'training_iter': Field((int,), 1, min=1, doc='SIL batches drawn from the SIL replay after each on-policy update '
+                                                 '(SLM-Lab has no default; its specs all give it)'),
+    'training_batch_iter': Field((int,), 1, min=1, doc='SIL gradient steps on each of those batches '
+                                                       '(SLM-Lab has no default; its specs all give it)'),
+}
+# keys SIL and PPOSIL read in agent.memory, beside the on-policy memory's own
+SIL_MEMORY_SCHEMA = {
+    'sil_replay_name': Field((str,), 'Replay', choices=('Replay',), planned={
+        'PrioritizedReplay': 'a prioritized SIL replay'},
+        doc='(SIL, PPOSIL) the replay of past episodes SIL trains from: Replay (uniform sampling)'),
+    'batch_size': Field((int,), 32, min=1, doc='(SIL, PPOSIL) transitions per SIL batch'),
+    'max_size': Field((int,), 10000, min=1, doc='(SIL, PPOSIL) capacity of the SIL replay in transitions'),
+    'use_cer': Field((bool,), False, doc='(SIL, PPOSIL) combined experience replay: each SIL batch includes the '
+                                          'newest transition in the SIL replay'),
+}
+
+
+# --- maths ------------------------------------------------------------------------------------
+
+def episode_return_parts(rewards: np.ndarray, gamma: float, truncated: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The parts of one finished episode's returns that are known when it ends; rewards (T,).
+
+    reward_sums_t   = sum_{k=t}^{T-1} gamma^(k-t) r_k
+    boot_discount_t = gamma^(T-t) if the episode was truncated, else 0 (terminated: no future)
+    so that R_t = reward_sums_t + boot_discount_t * V(s_T) (see sil_returns). An episode both
+    terminated and truncated at its last step terminated: pass truncated=False.
+    Returns (reward_sums (T,), boot_discounts (T,)), float32.
+    """
+    T = len(rewards)
+    reward_sums = np.zeros(T, dtype=np.float32)
+    running = 0.0
+    for t in range(T - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        reward_sums[t] = running
+    boot_discounts = gamma ** np.arange(T, 0, -1, dtype=np.float64) if truncated else np.zeros(T)
+    return reward_sums, boot_discounts.astype(np.float32)
+
+
+def sil_returns(reward_sums: torch.Tensor, boot_discounts: torch.Tensor, final_values: torch.Tensor) -> torch.Tensor:
+    """Returns of replayed transitions; inputs (B,):  R_i = reward_sums_i + boot_discounts_i * V(s_T,i)."""
+    return reward_sums + boot_discounts * final_values
+
+
+def sil_losses(log_probs: torch.Tensor, values: torch.Tensor, returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-imitation losses (unweighted) of a batch; inputs (B,).
+
+    A+_i = max(R_i - V(s_i), 0)
+    L_pi = -mean_i log pi(a_i|s_i) * A+_i     (A+ detached: it weighs the log-probability only)
+    L_V  = mean_i 0.5 * (A+_i)^2              (gradient -(R_i - V(s_i)) where R_i > V(s_i), else 0)
+    Returns (L_pi, L_V).
+    """
+    clipped_advs = (returns - values).clamp(min=0.0)
+    policy_loss = -(log_probs * clipped_advs.detach()).mean()
+    value_loss = 0.5 * clipped_advs.pow(2).mean()
+    return policy_loss, value_loss
+
+
+# --- the SIL replay ---------------------------------------------------------------------------
+
+class SILBatch(NamedTuple):
+    """A sampled batch of the SIL replay: states (B, *obs_shape), actions (B, *act_shape),
+    reward_sums and boot_discounts (B,) float (see episode_return_parts), final_states
+    (B, *obs_shape): the final observation of each transition's episode (bootstrapped from where
+    its boot_discount is not 0)."""
+    states: np.ndarray
+    actions: np.ndarray
+    reward_sums: np.ndarray
+    boot_discounts: np.ndarray
+    final_states: np.ndarray
+
+
+class SILReplay:
+    """The replay of finished episodes SIL learns from: a circular buffer of max_size transitions
+    (state, action, the known parts of its return, its episode's final observation), sampled
+    uniformly (with replacement) with the generator it is given.
+
+    `add` takes one vector step, like a Memory: each sub-env's episode is held until it ends, then
+    its transitions enter the buffer with their returns.
+    State: the buffer and the running episodes when `persist` (meta.snapshot_replay), else
+    nothing: a resume without them starts empty (so SIL updates pause until batch_size
+    transitions of finished episodes are back) and the episodes running at the snapshot enter
+    only from the resume on, with the returns of their remaining steps (which are exact: a
+    return depends on later rewards only).
+    """
+
+    ARRAY_KEYS = ('states', 'actions', 'reward_sums', 'boot_discounts', 'final_states')
+    EPISODE_KEYS = ('states', 'actions', 'rewards')
+
+    def __init__(self, memory_spec: dict, obs_space, action_space, num_envs: int, gamma: float,
+                 rng: np.random.Generator, persist: bool = False):
+        self.batch_size, self.max_size = memory_spec['batch_size'], memory_spec['max_size']
+        self.use_cer = memory_spec['use_cer']
+        self.gamma, self.rng, self.persist = gamma, rng, persist
+        self.num_envs = num_envs
+        obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        act_shape, act_dtype = space_shape_dtype(action_space)
+        n = self.max_size
+        self.states = np.zeros((n,) + obs_shape, dtype=obs_dtype)
+        self.actions = np.zeros((n,) + act_shape, dtype=act_dtype)
+        self.reward_sums = np.zeros(n, dtype=np.float32)
+        self.boot_discounts = np.zeros(n, dtype=np.float32)
+        self.final_states = np.zeros((n,) + obs_shape, dtype=obs_dtype)
+        self.head, self.size = 0, 0  # next write position, transitions stored
+        self.running = [{k: [] for k in self.EPISODE_KEYS} for _ in range(num_envs)]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
+        """One vector step: obs (N, *obs_shape), action (N, ...), reward, terminated, truncated (N,);
+        next_obs (N, *obs_shape) the true next observation (the final one where an episode ended)."""
+        for i, episode in enumerate(self.running):
+            # copies: the caller may reuse its arrays for the next step
+            episode['states'].append(np.array(obs[i]))
+            episode['actions'].append(np.array(action[i]))
+            episode['rewards'].append(float(reward[i]))
+            if terminated[i] or truncated[i]:
+                self._store_episode(episode, next_obs[i], bool(truncated[i]) and not bool(terminated[i]))
+                self.running[i] = {k: [] for k in self.EPISODE_KEYS}
+
+    def _store_episode(self, episode: dict, final_obs: np.ndarray, truncated: bool) -> None:
+        reward_sums, boot_discounts = episode_return_parts(np.asarray(episode['rewards']), self.gamma, truncated)
+        T = len(reward_sums)
+        keep = slice(max(0, T - self.max_size), T)  # an episode longer than the buffer keeps its end
+        idx = (self.head + np.arange(keep.stop - keep.start)) % self.max_size
+        self.states[idx] = np.asarray(episode['states'])[keep]
+        self.actions[idx] = np.asarray(episode['actions'])[keep]
+        self.reward_sums[idx] = reward_sums[keep]
+        self.boot_discounts[idx] = boot_discounts[keep]
+        self.final_states[idx] = final_obs
+        self.head = int((self.head + len(idx)) % self.max_size)
+        self.size = min(self.size + len(idx), self.max_size)
+
+    def sample(self) -> SILBatch:
+        """batch_size transitions drawn uniformly; with use_cer the last is the newest stored."""
+        idx = self.rng.integers(0, self.size, size=self.batch_size)
+        if self.use_cer:
+            idx[-1] = (self.head - 1) % self.max_size
+        return SILBatch(*(getattr(self, key)[idx] for key in self.ARRAY_KEYS))
+
+    def state_dict(self) -> dict:
+        """Everything when `persist` (the buffer's filled part as array views; the running
+        episodes), else only the mark that it was left out."""
+        state = {'persisted': self.persist}
+        if self.persist:
+            state.update(head=self.head, size=self.size,
+                         running=[{k: np.asarray(e[k]) for k in self.EPISODE_KEYS} for e in self.running],
+                         **{key: getattr(self, key)[:self.size] for key in self.ARRAY_KEYS})
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore; a state saved without its contents leaves the replay empty."""
+        if not state['persisted']:
+            self.head, self.size = 0, 0
+            self.running = [{k: [] for k in self.EPISODE_KEYS} for _ in range(self.num_envs)]
+            return
+        self.head, self.size = int(state['head']), int(state['size'])
+        for key in self.ARRAY_KEYS:
+            getattr(self, key)[:self.size] = state[key]
+        self.running = [{k: list(e[k]) for k in self.EPISODE_KEYS} for e in state['running']]
+
+
+# --- the algorithms ---------------------------------------------------------------------------
+
+class SelfImitation:
+    """Adds self-imitation learning to an on-policy actor-critic algorithm (put it first among
+    the bases: `class PPOSIL(SelfImitation, PPO)`). The base must provide `self.model`, an
+    ActorCriticNet (`pd_out_and_value`, `value`, `head.distribution`), and train in its
+    `update`, returning its metrics (or None when it did not train).
+    """
+
+    memory_schema = SIL_MEMORY_SCHEMA
+    # the Agent passes meta.snapshot_replay as persist_replay: the SIL replay is the algorithm's
+    owns_replay = True
+
+    def __init__(self, agent_spec: dict, *args, persist_replay: bool = False, **kwargs):
+        super().__init__(agent_spec, *args, **kwargs)
+        spec = self.algorithm_spec
+        self.sil_policy_loss_coef, self.sil_val_loss_coef = spec['sil_policy_loss_coef'], spec['sil_val_loss_coef']
+        self.training_iter, self.training_batch_iter = spec['training_iter'], spec['training_batch_iter']
+        # its batches are drawn with the algorithm's generator, which the algorithm's state holds
+        self.sil_replay = SILReplay(agent_spec['memory'], self.obs_space, self.action_space, self.num_envs,
+                                    self.gamma, self.rng, persist=persist_replay)
+
+    def update(self, obs, action, reward, next_obs, terminated, truncated):
+        """Store the step in the SIL replay too; after each on-policy update, the SIL updates."""
+        self.sil_replay.add(obs, action, reward, next_obs, terminated, truncated)
+        metrics = super().update(obs, action, reward, next_obs, terminated, truncated)
+        if metrics is None or len(self.sil_replay) < self.sil_replay.batch_size:
+            return metrics
+        return self.train_sil(metrics)
+
+    def train_sil(self, metrics: dict) -> dict:
+        """training_iter batches x training_batch_iter gradient steps of the SIL loss, each stepping
+        every optimizer. Returns the on-policy update's metrics with the mean SIL loss added to
+        its loss (SLM-Lab reports the two summed too)."""
+        losses = []
+        for _ in range(self.training_iter):
+            batch = self.sil_replay.sample()
+            states = self.tensor(batch.states)
+            actions = self._action_tensor(batch.actions)
+            with torch.no_grad():
+                returns = sil_returns(self.tensor(batch.reward_sums), self.tensor(batch.boot_discounts),
+                                      self.model.value(self.tensor(batch.final_states)))
+            for _ in range(self.training_batch_iter):
+                out, values = self.model.pd_out_and_value(states)
+                log_probs = self.model.head.distribution(out).log_prob(actions)
+                policy_loss, value_loss = sil_losses(log_probs, values, returns)
+                loss = self.sil_policy_loss_coef * policy_loss + self.sil_val_loss_coef * value_loss
+                self.step_optimizers(loss)
+                losses.append(loss.detach())
+        return {**metrics, 'loss': metrics['loss'] + float(torch.stack(losses).mean())}
+
+    def _action_tensor(self, actions: np.ndarray) -> torch.Tensor:
+        """Stored actions as the policy's distribution takes them: indices for Discrete actions."""
+        actions = torch.as_tensor(actions, device=self.device)
+        return actions.long() if isinstance(self.action_space, gym.spaces.Discrete) else actions.float()
+
+    def extra_state(self) -> dict:
+        return {**super().extra_state(), 'sil_replay': self.sil_replay.state_dict()}
+
+    def load_extra_state(self, state: dict) -> None:
+        super().load_extra_state(state)
+        self.sil_replay.load_state_dict(state['sil_replay'])
+
+
+class PPOSIL(SelfImitation, PPO):
+    """PPO with self-imitation learning: PPO's update, then the SIL updates (see the module)."""
+
+    spec_schema = {**PPO.spec_schema, **SIL_SCHEMA}
+
+
+class SIL(SelfImitation, ActorCritic):
+    """A2C with self-imitation learning: ActorCritic's update, then the SIL updates (see the module)."""
+
+    spec_schema = {**ActorCritic.spec_schema, **SIL_SCHEMA}

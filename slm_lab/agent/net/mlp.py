@@ -1,8 +1,6 @@
 """MLPNet: a multi-layer perceptron with one or more output heads."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 
@@ -16,10 +14,13 @@ NET_SCHEMA = {
                         doc='hidden layer widths (each >= 1)'),
     'hid_layers_activation': Field((str,), 'relu', choices=tuple(net_util.ACTIVATIONS),
                                    doc='activation after each hidden layer'),
-    'out_layer_activation': Field((str,), None, nullable=True, choices=tuple(net_util.ACTIVATIONS),
-                                  doc='activation on the output layer (null: none)'),
+    'out_layer_activation': Field((str, list), None, nullable=True, check=lambda v, p: _check_out_activation(v, p),
+                                  doc='activation on the output layer (null: none), or a list with one per '
+                                      'output head, as SLM-Lab allows'),
     'init_fn': Field((str,), None, nullable=True, choices=net_util.INIT_FNS,
-                     doc='torch.nn.init function for weights (null: torch default)'),
+                     doc="torch.nn.init function for the weights of every linear layer, biases 0 (null: torch's "
+                         "default); orthogonal_ and xavier_ take the gain torch recommends for "
+                         "hid_layers_activation, kaiming_ its nonlinearity, as in SLM-Lab"),
     'clip_grad_val': Field((float,), None, nullable=True, min=0, min_exclusive=True,
                            doc='max global gradient norm (null: no clipping)'),
     'loss_spec': net_util.loss_field({'name': 'MSELoss'}, 'value / Q loss: a torch.nn loss and its kwargs'),
@@ -35,11 +36,12 @@ NET_SCHEMA = {
                          doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef; '
                              "SLM-Lab's default 0 leaves the target as it is)"),
     'gpu': Field((bool, str), False, check=lambda v, p: _check_gpu(v, p), doc="use CUDA when available (true/'auto')"),
-    'batch_norm': Field((bool,), False, planned={
-        True: "SLM-Lab v5's BatchNorm1d after each hidden layer of MLPNet"},
-        doc='(SLM-Lab key) only false in this version'),
+    'batch_norm': Field((bool,), False, doc='(SLM-Lab v5) BatchNorm1d after each hidden linear layer, before its '
+                                            'activation (instead of layer_norm when both are set, as in SLM-Lab); '
+                                            'a batch of one (acting in one env) uses the running statistics'),
     'normalize': Field((bool,), False, doc="ignored, as in SLM-Lab's MLPNet (its ConvNet divides pixel inputs by 255)"),
-    'layer_norm': Field((bool,), False, doc='(SLM-Lab v5) LayerNorm after each hidden layer, before its activation'),
+    'layer_norm': Field((bool,), False, doc='(SLM-Lab v5) LayerNorm after each hidden layer, before its activation '
+                                            '(ignored when batch_norm is set, as in SLM-Lab)'),
     'actor_init_std': Field((float,), None, nullable=True, min=0,
                             doc='(SLM-Lab v5) PPO: orthogonal init of the policy output layer with this gain, '
                                 'bias 0 (null: gain 0.01 under init_fn); other algorithms ignore it, as in SLM-Lab'),
@@ -61,19 +63,45 @@ def _check_widths(value, path):
             raise SpecError(f'{path}[{i}]: {width} is out of range; a layer width must be >= 1')
 
 
+def _check_out_activation(value, path):
+    from slm_lab.lib.errors import SpecError
+    from slm_lab.lib.schema import suggest
+    for i, name in enumerate(value if isinstance(value, list) else [value]):
+        where = f'{path}[{i}]' if isinstance(value, list) else path
+        if name is not None and name not in net_util.ACTIVATIONS:
+            valid = list(net_util.ACTIVATIONS)
+            raise SpecError(f"{where}: '{name}' is not an activation{suggest(name, valid)}; valid: "
+                            f"{', '.join(valid)} or null")
+
+
 def _check_gpu(value, path):
     from slm_lab.lib.errors import SpecError
     if isinstance(value, str) and value != 'auto':
         raise SpecError(f"{path}: {value!r} is not valid; valid values: true, false, 'auto'")
 
 
+class BatchNorm1d(nn.BatchNorm1d):
+    """torch's BatchNorm1d, except that in training mode a batch of one sample is normalised
+    with the running statistics (as in eval mode) and leaves them unchanged: acting in a single
+    env passes one observation, whose own batch variance does not exist (torch raises there)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                            False, 0.0, self.eps)
+        return super().forward(x)
+
+
 class MLPNet(nn.Module):
-    """An MLP body (hid_layers, each followed by LayerNorm when layer_norm, then
-    hid_layers_activation) and one linear head per output.
+    """An MLP body (hid_layers, each linear layer followed by BatchNorm1d when batch_norm, else
+    LayerNorm when layer_norm, then hid_layers_activation) and one linear head per output, each
+    followed by its out_layer_activation.
 
     Input: (batch, *obs_shape) float tensor with prod(obs_shape) = in_dim, flattened to
     (batch, in_dim) (so a Box observation of any shape works). Output: a tensor (batch, out_dim)
     for one head, or a list of such tensors for several heads (e.g. [policy logits, value]).
+    Under init_fn every linear layer is initialised as SLM-Lab's init_layers does (gain of
+    hid_layers_activation, biases 0), except that the heads take `out_gains` when given.
     """
 
     spec_schema = NET_SCHEMA
@@ -84,23 +112,34 @@ class MLPNet(nn.Module):
         self.net_spec = net_spec
         self.in_dim = in_dim
         self.out_dims = [out_dims] if isinstance(out_dims, int) else list(out_dims)
+        activation = net_spec['hid_layers_activation']
+        hidden_gain = net_util.activation_gain(activation)
         layers, dim = [], in_dim
         for width in net_spec['hid_layers']:
             linear = nn.Linear(dim, width)
-            net_util.init_layer(linear, net_spec['init_fn'], math.sqrt(2))
+            net_util.init_layer(linear, net_spec['init_fn'], hidden_gain, activation)
             layers.append(linear)
-            if net_spec.get('layer_norm'):
+            if net_spec.get('batch_norm'):
+                layers.append(BatchNorm1d(width))
+            elif net_spec.get('layer_norm'):
                 layers.append(nn.LayerNorm(width))
-            layers.append(net_util.make_activation(net_spec['hid_layers_activation']))
+            layers.append(net_util.make_activation(activation))
             dim = width
         self.body = nn.Sequential(*layers)
-        gains = out_gains or [1.0] * len(self.out_dims)
+        gains = out_gains or [hidden_gain] * len(self.out_dims)
         self.heads = nn.ModuleList()
         for out_dim, gain in zip(self.out_dims, gains):
             head = nn.Linear(dim, out_dim)
-            net_util.init_layer(head, net_spec['init_fn'], gain)
+            net_util.init_layer(head, net_spec['init_fn'], gain, activation)
             self.heads.append(head)
-        self.out_activation = net_util.make_activation(net_spec['out_layer_activation'])
+        out_activations = net_spec['out_layer_activation']
+        if not isinstance(out_activations, list):
+            out_activations = [out_activations] * len(self.out_dims)
+        elif len(out_activations) != len(self.out_dims):
+            from slm_lab.lib.errors import SpecError
+            raise SpecError(f'agent.net.out_layer_activation: {len(out_activations)} activations for '
+                            f'{len(self.out_dims)} output heads; give one per head or a single name')
+        self.out_activations = nn.ModuleList(net_util.make_activation(a) for a in out_activations)
 
     def init_head(self, index: int, std: float) -> None:
         """Re-initialise output head `index`: orthogonal weights with gain `std`, bias 0 (SLM-Lab's
@@ -110,5 +149,5 @@ class MLPNet(nn.Module):
 
     def forward(self, x: torch.Tensor):
         h = self.body(x.flatten(start_dim=1))
-        outs = [self.out_activation(head(h)) for head in self.heads]
+        outs = [act(head(h)) for head, act in zip(self.heads, self.out_activations)]
         return outs[0] if len(outs) == 1 else outs

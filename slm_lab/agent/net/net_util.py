@@ -127,13 +127,31 @@ def make_activation(name: str | None) -> nn.Module:
     return ACTIVATIONS[name or 'identity']()
 
 
-def init_layer(layer: nn.Linear, init_fn: str | None, gain: float = math.sqrt(2)) -> None:
-    """Initialise a Linear layer's weight with torch.nn.init.<init_fn> and its bias with zeros."""
+# torch.nn.init.calculate_gain's name for each activation it has a recommended gain for
+_GAIN_NAMES = {'relu': 'relu', 'tanh': 'tanh', 'sigmoid': 'sigmoid', 'selu': 'selu', 'leakyrelu': 'leaky_relu',
+               'identity': 'linear', 'linear': 'linear'}
+
+
+def activation_gain(activation: str | None) -> float:
+    """The init gain SLM-Lab's init_layers uses for a net: torch.nn.init.calculate_gain of
+    hid_layers_activation (relu sqrt(2), tanh 5/3, selu 3/4, sigmoid / linear 1). Activations
+    torch has no gain for (elu, gelu, silu, softplus) take 1."""
+    name = _GAIN_NAMES.get(activation or 'identity')
+    return nn.init.calculate_gain(name) if name else 1.0
+
+
+def init_layer(layer: nn.Linear, init_fn: str | None, gain: float = math.sqrt(2),
+               activation: str | None = 'relu') -> None:
+    """Initialise a Linear layer's weight with torch.nn.init.<init_fn> and its bias with zeros,
+    as SLM-Lab's init_params: orthogonal_ / xavier_* with `gain`, kaiming_* with the
+    nonlinearity of `activation` (leaky_relu unless it is relu), others with their defaults."""
     if init_fn is None:
         return
     fn = getattr(nn.init, init_fn)
     if init_fn in ('orthogonal_', 'xavier_uniform_', 'xavier_normal_'):
         fn(layer.weight, gain=gain)
+    elif init_fn.startswith('kaiming'):
+        fn(layer.weight, nonlinearity='relu' if activation == 'relu' else 'leaky_relu')
     else:
         fn(layer.weight)
     nn.init.zeros_(layer.bias)

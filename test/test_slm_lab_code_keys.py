@@ -185,7 +185,7 @@ def test_ppo_with_symlog_fits_values_in_symlog_space(clip_vloss, monkeypatch):
     assert max(float(a.detach().abs().max()) for args in fitted for a in args) < np.log1p(200)
 
 
-def test_normalize_advantages_standardize_is_normalize_advantage_and_percentile_waits():
+def test_normalize_advantages_standardize_is_normalize_advantage_and_percentile_is_accepted():
     spec = build_spec('PPO')
     spec['agent']['algorithm']['normalize_advantages'] = 'standardize'
     algo = validate_spec(spec)['agent']['algorithm']
@@ -194,8 +194,7 @@ def test_normalize_advantages_standardize_is_normalize_advantage_and_percentile_
     with pytest.raises(SpecError, match='contradicts normalize_advantage'):
         validate_spec(spec)
     spec['agent']['algorithm'].update(normalize_advantage=True, normalize_advantages='percentile')
-    with pytest.raises(SpecError, match=r'^agent\.algorithm\.normalize_advantages: .*percentile.*not available yet'):
-        validate_spec(spec)
+    assert validate_spec(spec)['agent']['algorithm']['normalize_advantages'] == 'percentile'
     spec['agent']['algorithm']['normalize_advantages'] = 'standardise'
     with pytest.raises(SpecError, match="did you mean 'standardize'"):
         validate_spec(spec)

@@ -39,7 +39,6 @@ def test_an_empty_net_is_no_net_for_an_agent_that_needs_none():
 
 @pytest.mark.parametrize('change,needle', [
     (lambda s: s['agent']['algorithm'].update({'action_pdtype': 'NormalTanh'}), 'NormalTanh'),
-    (lambda s: s['agent'].update({'memory': {'name': 'OnPolicyReplay'}}), 'PPO on whole episodes'),
 ])
 def test_what_waits_for_a_later_version_is_one_not_available_line(change, needle):
     spec = copy.deepcopy(PPO_SHARED)

@@ -207,11 +207,13 @@ def test_policy_delay_steps_the_actor_and_moves_the_targets_every_nth_critic_ste
 
 
 class WeightedBatch(NamedTuple):
+    """PrioritizedReplay's batch: a ReplayBatch with the sampled indices and importance weights."""
     states: np.ndarray
     actions: np.ndarray
     rewards: np.ndarray
     next_states: np.ndarray
     terminateds: np.ndarray
+    indices: np.ndarray
     weights: np.ndarray
 
 
@@ -223,8 +225,8 @@ def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
     weights = np.zeros(32, np.float32)
     weights[0] = 32.0  # the loss is then the first transition's alone
     got = {}
-    alg.memory.sample = lambda: WeightedBatch(*batch, weights)
-    alg.memory.update_priorities = lambda errors: got.setdefault('errors', errors)
+    alg.memory.sample = lambda: WeightedBatch(*batch, np.arange(32) + 100, weights)
+    alg.memory.update_priorities = lambda indices, errors: got.update(indices=indices, errors=errors)
     s, ns = alg.tensor(batch.states), alg.tensor(batch.next_states)
     a = torch.as_tensor(batch.actions).long()
     q1, q2, y, _, _ = alg.critic_values(s, a, ns, alg.tensor(batch.rewards), alg.tensor(batch.terminateds), alg.alpha())
@@ -234,6 +236,7 @@ def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
     alg.critic_loss = lambda q, t, w: seen.append(w) or critic_loss(q, t, w)
     alg.train()
     assert seen and all(torch.equal(w, torch.as_tensor(weights)) for w in seen)
+    assert got['indices'].tolist() == list(range(100, 132))
     assert len(got['errors']) == 32 and np.all(got['errors'] >= 0)
     assert got['errors'][0] == pytest.approx(float((torch.min(q1, q2) - y).abs()[0].detach()), rel=1e-5)
     critic = critic_loss(q1, y, torch.as_tensor(weights)) + alg.critic_loss(q2, y, torch.as_tensor(weights))

@@ -441,7 +441,10 @@ class SoftActorCritic(Algorithm):
             loss = loss.detach()
             self.train_step += 1
             if self.train_step % self.policy_delay == 0:
+                # the critics are not trained on this loss: no gradients for them
+                self.q1_net.requires_grad_(False), self.q2_net.requires_grad_(False)
                 policy_loss, entropy = self.policy_loss(states, q1_all, q2_all, alpha)
+                self.q1_net.requires_grad_(True), self.q2_net.requires_grad_(True)
                 self.step_optimizers(policy_loss, names=('actor',), tick=False)
                 loss = loss + policy_loss.detach()
                 if self.temperature is not None:
@@ -449,9 +452,10 @@ class SoftActorCritic(Algorithm):
                 entropies.append(float(entropy))
                 self.update_targets()
             losses.append(loss)
-            if hasattr(self.memory, 'update_priorities'):
+            if hasattr(batch, 'indices'):  # PrioritizedReplay: the sampled transitions' new TD errors
                 with torch.no_grad():
-                    self.memory.update_priorities((torch.min(q1, q2) - targets).abs().cpu().numpy())
+                    errors = (torch.min(q1, q2) - targets).abs().cpu().numpy()
+                self.memory.update_priorities(batch.indices, errors)
         self.step_lr_schedulers()
         metrics = {'loss': float(torch.stack(losses).mean()), 'grad_norm': sum(norms) / len(norms)}
         if entropies:

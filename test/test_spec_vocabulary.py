@@ -55,7 +55,7 @@ VALUES = {
     'agent.algorithm.val_loss_coef': ('PPO', 0.5),
     'agent.memory.alpha': ('DQN', 0.6),
     'agent.memory.batch_size': ('DQN', 32),
-    'agent.memory.cross_entropy': ('Reinforce', 1.0),
+    'agent.memory.cross_entropy': ('SARSA', 1.0),
     'agent.memory.epsilon': ('DQN', 0.0001),
     'agent.memory.max_size': ('DQN', 10000),
     'agent.memory.name': ('DQN', 'Replay'),
@@ -124,9 +124,6 @@ VALUES = {
 }
 # key paths a later component reads -> a name the refusal must contain
 WAITS_FOR = {
-    'agent.memory.alpha': 'PrioritizedReplay',
-    'agent.memory.epsilon': 'PrioritizedReplay',
-    'agent.memory.cross_entropy': 'OnPolicyCrossEntropy',
     'agent.net.cell_type': 'RecurrentNet',
     'agent.net.conv_hid_layers': 'ConvNet',
     'agent.net.fc_hid_layers': 'ConvNet',
@@ -158,9 +155,8 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
 }
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
-    'agent.algorithm.name': {'HydraDQN', 'SARSA', 'SoftActorCritic'},
-    'agent.memory.name': {'OnPolicyCrossEntropy', 'PrioritizedReplay'},
-    'agent.net.type': {'ConvNet', 'DuelingConvNet', 'DuelingMLPNet', 'HydraMLPNet', 'RecurrentNet'},
+    'agent.algorithm.name': {'HydraDQN', 'SoftActorCritic'},
+    'agent.net.type': {'ConvNet', 'DuelingConvNet', 'HydraMLPNet', 'RecurrentNet'},
     'agent.net.cell_type': {'GRU'},
     'meta.distributed': {'synced', 'shared'},
 }
@@ -178,9 +174,28 @@ def vocabulary() -> tuple[list[str], dict[str, list[str]]]:
 PATHS, NAMED = vocabulary()
 
 
+# the memory a memory key belongs to (the base spec's memory is switched to it)
+MEMORY_OF = {'agent.memory.alpha': 'PrioritizedReplay', 'agent.memory.epsilon': 'PrioritizedReplay',
+             'agent.memory.cross_entropy': 'OnPolicyCrossEntropy'}
+SARSA = {'algorithm': {'name': 'SARSA', 'action_pdtype': 'Argmax', 'action_policy': 'epsilon_greedy',
+                       'explore_var_spec': SCHEDULE, 'training_frequency': 8},
+         'memory': {'name': 'OnPolicyReplay'}}
+
+
+def base_spec(base: str) -> dict:
+    """conftest's spec for `base`, or SARSA (with conftest's net) for 'SARSA'."""
+    if base != 'SARSA':
+        return build_spec(base)
+    spec = build_spec('Reinforce')
+    spec['agent'].update(copy.deepcopy(SARSA), name='SARSA')
+    return spec
+
+
 def spec_with(path: str, value, base: str) -> dict:
     """A runnable lab spec (conftest's, for `base`) with the key at `path` set to `value`."""
-    spec = build_spec(base)
+    spec = base_spec(base)
+    if path in MEMORY_OF:
+        spec['agent']['memory']['name'] = MEMORY_OF[path]
     if path.startswith('env.continuous'):
         spec['env']['name'] = 'LunarLander-v3'
     if path.startswith('env.repeat_action_probability'):
@@ -276,9 +291,10 @@ def test_every_named_value_is_accepted_or_waits_for_its_component(path, value):
     else:
         value_to_set = value
     if path == 'agent.memory.name' and value.startswith('OnPolicy'):
-        base = 'Reinforce'
+        base = 'SARSA' if value == 'OnPolicyCrossEntropy' else 'Reinforce'
     if path == 'agent.algorithm.name':
-        base = {'Random': 'Random', 'Reinforce': 'Reinforce', 'PPO': 'PPO', 'ActorCritic': 'ActorCritic'}.get(value, 'DQN')
+        base = {'Random': 'Random', 'Reinforce': 'Reinforce', 'PPO': 'PPO', 'ActorCritic': 'ActorCritic',
+                'SARSA': 'SARSA'}.get(value, 'DQN')
     if path == 'agent.algorithm.name' and value in ('SIL', 'PPOSIL'):
         base = value
     if path == 'agent.algorithm.action_pdtype' and value in ('Categorical', 'Normal'):

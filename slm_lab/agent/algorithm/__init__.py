@@ -8,12 +8,13 @@ from slm_lab.agent.algorithm.dqn import DQN, DoubleDQN, VanillaDQN
 from slm_lab.agent.algorithm.ppo import PPO
 from slm_lab.agent.algorithm.random import Random
 from slm_lab.agent.algorithm.reinforce import Reinforce
+from slm_lab.agent.algorithm.sarsa import SARSA
 from slm_lab.agent.algorithm.sac import SoftActorCritic
 from slm_lab.agent.algorithm.sil import PPOSIL, SIL
 
-ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, VanillaDQN, DQN, DoubleDQN, ActorCritic, PPO, SIL, PPOSIL, SoftActorCritic, CrossQ)}
+ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, SARSA, VanillaDQN, DQN, DoubleDQN, ActorCritic, PPO, SIL, PPOSIL, SoftActorCritic, CrossQ)}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_ALGORITHMS = ('SARSA', 'DDQN', 'HydraDQN')
+PLANNED_ALGORITHMS = ('DDQN', 'HydraDQN')
 # keys SLM-Lab reads only in algorithms of a later version, and what they are: an algorithm here
 # that meets one refuses it with the "not available yet" line, not as an unknown key
 PLANNED_KEYS = {

@@ -9,6 +9,11 @@ Every training_frequency frames (once training_start_step transitions are stored
 batches, each used for training_batch_iter gradient steps. The target net follows the online net
 every update_frequency frames: a copy (replace) or target <- polyak_coef*online + (1-polyak_coef)*target
 (SLM-Lab's convention: polyak_coef is the weight of the online net).
+
+On a PrioritizedReplay the loss is mean_i[w_i * loss_fn(Q(s_i, a_i), y_i)] with the batch's
+importance weights w_i (all 1 unless the memory's beta is set: SLM-Lab's unweighted loss), and
+before each gradient step the sampled transitions get the priorities of |y_i - Q(s_i, a_i)|, as
+in SLM-Lab.
 """
 from __future__ import annotations
 
@@ -61,7 +66,7 @@ class VanillaDQN(Algorithm):
         'normalize_state': ignored_field('(SLM-Lab v4) ignored: no SLM-Lab v4.2.4 algorithm reads it; '
                                          'env.normalize_obs normalises observations'),
     }
-    memory_names = ('Replay',)
+    memory_names = ('Replay', 'PrioritizedReplay')
     uses_target_net = False
     double = False
 
@@ -84,6 +89,8 @@ class VanillaDQN(Algorithm):
         sched = net_util.make_lr_scheduler(self.optimizers['net'], net_spec['lr_scheduler_spec'], self.clock)
         self.lr_schedulers = {'net': sched} if sched else {}
         self.loss_fn = net_util.make_loss(net_spec['loss_spec'])
+        # per-transition losses, for the importance weights of a prioritized batch
+        self.elementwise_loss_fn = net_util.make_loss({**net_spec['loss_spec'], 'reduction': 'none'})
         self.training_frequency = spec['training_frequency']
         self.training_start_step = spec['training_start_step']
         self.training_iter, self.training_batch_iter = spec['training_iter'], spec['training_batch_iter']
@@ -140,9 +147,14 @@ class VanillaDQN(Algorithm):
             states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
             actions = torch.as_tensor(batch.actions, device=self.device).long().unsqueeze(-1)
             targets = self.q_targets(self.tensor(batch.rewards), next_states, self.tensor(batch.terminateds))
+            weights = self.tensor(batch.weights) if hasattr(batch, 'weights') else None
             for _ in range(self.training_batch_iter):
                 q = self.net(states).gather(-1, actions).squeeze(-1)
-                loss = self.loss_fn(q, targets)
+                if weights is None:
+                    loss = self.loss_fn(q, targets)
+                else:
+                    loss = (weights * self.elementwise_loss_fn(q, targets)).mean()
+                    self.memory.update_priorities(batch.indices, (targets - q.detach()).abs().cpu().numpy())
                 norms.append(self.step_optimizers(loss))
                 losses.append(loss.detach())
         self.step_lr_schedulers()

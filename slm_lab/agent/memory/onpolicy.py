@@ -1,4 +1,5 @@
-"""On-policy memories: whole episodes (OnPolicyReplay) or fixed-length batches (OnPolicyBatchReplay)."""
+"""On-policy memories: whole episodes (OnPolicyReplay; OnPolicyCrossEntropy keeps the best of them)
+or fixed-length batches (OnPolicyBatchReplay)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -6,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from slm_lab.agent.memory.base import Memory
+from slm_lab.lib.schema import Field
 
 EPISODE_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds', 'truncateds')
 
@@ -139,3 +141,30 @@ class OnPolicyBatchReplay(Memory):
         for k, v in state['buffers'].items():
             self.buffers[k][:self.size] = v
         self.rng.bit_generator.state = state['rng']
+
+
+def elite_episodes(episode_returns: np.ndarray, cross_entropy: float) -> np.ndarray:
+    """Indices of the episodes SLM-Lab's cross-entropy filter keeps: those whose return is at least
+    the (100 * cross_entropy)-th percentile of the batch's returns (numpy's linear interpolation).
+    So cross_entropy 0.3 keeps about the best 70%; 1.0 keeps them all (SLM-Lab skips the filter)."""
+    if cross_entropy >= 1.0:
+        return np.arange(len(episode_returns))
+    bound = np.percentile(episode_returns, 100.0 * cross_entropy)
+    return np.flatnonzero(episode_returns >= bound)
+
+
+class OnPolicyCrossEntropy(OnPolicyReplay):
+    """OnPolicyReplay whose sample() keeps only the episodes that elite_episodes selects from
+    those finished (SLM-Lab's cross-entropy method, Kroese et al. 2013); the others are dropped."""
+
+    spec_schema = {
+        'name': Field((str,), doc='memory class'),
+        'cross_entropy': Field((float,), 1.0, min=0, max=1,
+                               doc='percentile / 100 of the episode returns an episode needs to be trained on '
+                                   '(1.0: all episodes)'),
+    }
+
+    def sample(self) -> EpisodeBatch:
+        returns = np.array([np.sum(e['rewards']) for e in self.finished])
+        self.finished = [self.finished[i] for i in elite_episodes(returns, self.memory_spec['cross_entropy'])]
+        return super().sample()

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import torch.nn as nn
 
+from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
 
-NETS = {'MLPNet': MLPNet}
+NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_NETS = ('ConvNet', 'RecurrentNet', 'DuelingMLPNet', 'DuelingConvNet', 'HydraMLPNet', 'TorchArcNet')
+PLANNED_NETS = ('ConvNet', 'RecurrentNet', 'DuelingConvNet', 'HydraMLPNet', 'TorchArcNet')
 # keys SLM-Lab reads only in nets of a later version, and what they are
 PLANNED_KEYS = {
     'conv_hid_layers': "convolutional layers (SLM-Lab's ConvNet)",

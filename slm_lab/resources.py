@@ -110,9 +110,10 @@ def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tup
     net_spec = spec['agent']['net']
     if net_spec is None:
         return [], 0
-    widths = list(net_spec['hid_layers'])
+    widths = list(net_spec.get('hid_layers', []))  # a TorchArcNet has none: its arc is built, and counted, as is
     tiny = copy.deepcopy(spec)
-    tiny['agent']['net']['hid_layers'] = [1] * len(widths)
+    if 'hid_layers' in net_spec:
+        tiny['agent']['net']['hid_layers'] = [1] * len(widths)
     tiny['agent']['net']['gpu'] = False
     algo_cls = ALGORITHMS[spec['agent']['algorithm']['name']]
     algorithm = algo_cls(tiny['agent'], tiny['env'], obs_space, action_space, 1, Clock(1, 1), None, seed=0)

@@ -397,8 +397,7 @@ CODE_READ = {
     'agent.net.critic_init_std': ('PPO', 1.0, 'slm_lab/agent/net/mlp.py (HEAD, MLPNet)', None),
     'agent.net.cuda_id': ('DQN', 0, 'slm_lab/agent/net/base.py (v4.2.4 and HEAD, Net)', None),
     'agent.net.bidirectional': ('PPO', True, 'slm_lab/agent/net/recurrent.py (v4.2.4 and HEAD)', 'RecurrentNet'),
-    'agent.net.arc': ('PPO', {'modules': {}}, 'slm_lab/agent/net/torcharc_net.py (HEAD)', 'TorchArcNet'),
-    'agent.net.arc_file': ('PPO', 'arc.yaml', 'slm_lab/agent/net/torcharc_net.py (HEAD)', 'TorchArcNet'),
+    # agent.net.arc and arc_file: TorchArcNet's own keys (test/agent/test_torcharc_net.py)
     'agent.algorithm.symlog': ('PPO', True, 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
     'agent.algorithm.normalize_advantages': ('PPO', 'standardize', 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
     'agent.algorithm.policy_delay': ('PPO', 2, _SAC, 'SoftActorCritic'),

@@ -12,10 +12,11 @@ import torch.nn as nn
 
 from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
+from slm_lab.agent.net.torcharc_net import TorchArcNet
 
-NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet}
+NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet, 'TorchArcNet': TorchArcNet}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_NETS = ('ConvNet', 'RecurrentNet', 'DuelingConvNet', 'HydraMLPNet', 'TorchArcNet')
+PLANNED_NETS = ('ConvNet', 'RecurrentNet', 'DuelingConvNet', 'HydraMLPNet')
 # keys SLM-Lab reads only in nets of a later version, and what they are
 PLANNED_KEYS = {
     'conv_hid_layers': "convolutional layers (SLM-Lab's ConvNet)",
@@ -25,8 +26,8 @@ PLANNED_KEYS = {
     'rnn_num_layers': "recurrent nets (SLM-Lab's RecurrentNet)",
     'seq_len': "recurrent nets (SLM-Lab's RecurrentNet)",
     'bidirectional': "recurrent nets (SLM-Lab's RecurrentNet)",
-    'arc': "architectures described in the spec (SLM-Lab v5's TorchArcNet)",
-    'arc_file': "architectures described in the spec (SLM-Lab v5's TorchArcNet)",
+    'actor_arc': "separate actor and critic arcs of a TorchArcNet (SLM-Lab's MuJoCo Playground specs)",
+    'critic_arc': "separate actor and critic arcs of a TorchArcNet (SLM-Lab's MuJoCo Playground specs)",
 }
 
 

@@ -54,7 +54,7 @@ def _check_optim_spec(spec: dict, path: str) -> None:
                 raise SpecError(f'{path}.{key}: expected {want}, got {value!r}')
         _check_optim_spec({'name': inner, **kwargs}, path)
         return
-    if name in optimizers.OPTIMIZERS:
+    if isinstance(name, str) and name in optimizers.OPTIMIZERS:
         cls = optimizers.OPTIMIZERS[name]
     else:
         try:

@@ -23,7 +23,6 @@ output / explore_var).
 """
 from __future__ import annotations
 
-import math
 
 import gymnasium as gym
 import numpy as np

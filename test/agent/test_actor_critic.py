@@ -158,6 +158,16 @@ def test_standardize_uses_the_sample_std_and_keeps_a_single_value():
     torch.testing.assert_close(standardize(t([5])), t([5]))
 
 
+def test_a2c_policy_loss_standardizes_the_advantages_first():
+    # uniform policy over 2 actions: log pi = -ln 2, H = ln 2. Advantages 1, 3 standardise to
+    # -1/sqrt(2), 1/sqrt(2), whose mean weight is 0: loss = -0.01 * ln 2 (raw ones would add 2 ln 2)
+    algo = make_algorithm(a2c_spec())
+    pd = torch.distributions.Categorical(logits=torch.zeros(2, 2))
+    loss, entropy = algo.policy_loss(pd, torch.tensor([0, 1]), t([1, 3]))
+    torch.testing.assert_close(loss, torch.tensor(-0.01 * math.log(2)))
+    torch.testing.assert_close(entropy, torch.tensor(math.log(2)))
+
+
 def test_return_normalizer_merges_batches_and_scales_by_the_running_std():
     norm = ReturnNormalizer()
     torch.testing.assert_close(norm.scale(t([3.0])), t([3.0]))  # var 1 before any target: unchanged

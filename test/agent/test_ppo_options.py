@@ -135,3 +135,12 @@ def test_ppo_on_episodes_resumes_exactly(tmp_path):
     spec = ppo_spec('OnPolicyReplay', num_envs=2, max_frame=1024, training_frequency=2, normalize_v_targets=True)
     spec['meta']['log_frequency'] = 256
     check_resume_after_max_frame(tmp_path, 'ppo_episodes', spec)
+
+
+def test_ppo_with_self_imitation_keys_points_to_pposil():
+    # SLM-Lab's lunar_pg.json names PPO with SIL's keys (its ppo_sil_* specs): PPOSIL was meant
+    spec = ppo_spec(sil_policy_loss_coef=1.0)
+    with pytest.raises(SpecError, match=r'^agent\.algorithm\.sil_policy_loss_coef: .*"PPOSIL"'):
+        validate_spec(spec)
+    spec['agent']['algorithm']['name'] = 'PPOSIL'
+    assert validate_spec(spec)['agent']['algorithm']['sil_policy_loss_coef'] == 1.0

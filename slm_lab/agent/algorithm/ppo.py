@@ -31,7 +31,7 @@ from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, Rol
 from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import OMIT, Field, ignored_field
+from slm_lab.lib.schema import ANY_JSON, OMIT, Field, ignored_field
 
 
 def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -56,6 +56,16 @@ def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torc
     """
     clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
     return torch.max(sample_loss(values, returns), sample_loss(clipped, returns)).mean()
+
+
+def _refuse_sil_key(value, path: str) -> None:
+    """SLM-Lab's lunar_pg.json names PPO with self-imitation keys (its ppo_sil_* specs): PPO would
+    train without them, silently; the user meant PPOSIL."""
+    raise SpecError(f'{path}: a self-imitation key, which PPO does not read; set agent.algorithm.name to "PPOSIL" '
+                    'for PPO with self-imitation learning, or remove the key')
+
+
+SIL_KEYS = ('sil_policy_loss_coef', 'sil_val_loss_coef', 'training_batch_iter')
 
 
 class PercentileNormalizer:
@@ -128,6 +138,8 @@ class PPO(ActorCritic):
         'training_frequency': ignored_field('OnPolicyReplay: episodes per update (default 1); ignored with '
                                             'OnPolicyBatchReplay, as in SLM-Lab: PPO trains every time_horizon '
                                             'vector steps'),
+        **{key: Field(ANY_JSON, OMIT, nullable=True, check=_refuse_sil_key,
+                      doc='(SLM-Lab key of SIL/PPOSIL) refused with a pointer to PPOSIL') for key in SIL_KEYS},
     }
     memory_names = ('OnPolicyBatchReplay', 'OnPolicyReplay')
     continuous_ok = True

@@ -94,7 +94,8 @@ def sil_returns(reward_sums: torch.Tensor, boot_discounts: torch.Tensor, final_v
     return reward_sums + boot_discounts * final_values
 
 
-def sil_losses(log_probs: torch.Tensor, values: torch.Tensor, returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sil_losses(log_probs: torch.Tensor, values: torch.Tensor,
+               returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Self-imitation losses (unweighted) of a batch; inputs (B,).
 
     A+_i = max(R_i - V(s_i), 0)
@@ -246,7 +247,8 @@ class SelfImitation:
     def train_sil(self, metrics: dict) -> dict:
         """training_iter batches x training_batch_iter gradient steps of the SIL loss, each stepping
         every optimizer. Returns the on-policy update's metrics with the mean SIL loss added to
-        its loss (SLM-Lab reports the two summed too)."""
+        its loss (SLM-Lab reports the two summed too); entropy and grad_norm stay the on-policy
+        update's. The returns' bootstrap values V(s_T) are taken once per batch, before its steps."""
         losses = []
         for _ in range(self.training_iter):
             batch = self.sil_replay.sample()

@@ -135,6 +135,11 @@ def test_critic_net_is_validated_with_its_net_schema():
     assert 'critic_net' not in validate_spec(crossq_spec())['agent']  # not written into specs that omit it
 
 
+def test_crossq_takes_no_gumbel_softmax():
+    with pytest.raises(SpecError, match="agent.algorithm.action_pdtype: 'GumbelSoftmax' does not fit CrossQ"):
+        validate_spec(crossq_spec('CartPole-v1', action_pdtype='GumbelSoftmax'))
+
+
 def test_critic_batch_renorm_needs_linear_layers_to_normalise():
     agent_spec = crossq_spec(critic_net={'type': 'MLPNet', 'hid_layers': []})
     with pytest.raises(SpecError, match='critic_batch_renorm'):

@@ -125,7 +125,6 @@ def test_defaults_follow_slm_lab_v5():
 
 
 @pytest.mark.parametrize('change,needle', [
-    (lambda a: a.update(action_pdtype='GumbelSoftmax'), 'not available yet'),
     (lambda a: a.update(action_pdtype='Argmax'), 'action_pdtype'),
     (lambda a: a.update(log_alpha_min=3.0), 'log_alpha_min'),
     (lambda a: a.update(target_entropy='high'), 'target_entropy'),
@@ -136,6 +135,23 @@ def test_bad_keys_are_refused_in_one_line(change, needle):
     change(spec['agent']['algorithm'])
     with pytest.raises(SpecError, match=needle):
         validate_spec(spec)
+
+
+def test_gumbel_softmax_is_slm_lab_v4s_discrete_sac_with_critics_of_one_hot_actions():
+    agent, clock = make_agent(sac_spec('CartPole-v1', action_pdtype='GumbelSoftmax'))
+    alg = agent.algorithm
+    assert alg.q1_net(torch.zeros(5, 4 + 2)).shape == (5, 1)  # (s, one_hot(a)) -> Q
+    assert alg.target_entropy() == -2.0
+    fill(agent, clock, 40)
+    actions = alg.act(np.zeros((2, 4), np.float32))
+    assert actions.shape == (2,) and set(actions.tolist()) <= {0, 1}
+    actor = copy.deepcopy(alg.net.state_dict())
+    batch = alg.memory.sample()
+    s, ns = alg.tensor(batch.states), alg.tensor(batch.next_states)
+    terminal = alg.critic_values(s, torch.as_tensor(batch.actions), ns, torch.ones(32), torch.ones(32), 0.5)[2]
+    assert torch.equal(terminal, torch.ones(32))  # terminated: the reward alone
+    alg.train()  # the policy's gradient reaches its logits through the straight-through one-hot actions
+    assert not all(torch.equal(actor[k], v) for k, v in alg.net.state_dict().items())
 
 
 def test_a_critic_net_is_refused_for_sac():
@@ -273,8 +289,10 @@ def test_continuous_sac_resumes_exactly_after_max_frame(tmp_path):
     check_resume_after_max_frame(tmp_path, 'sac_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
 
 
-def test_discrete_sac_resumes_exactly_after_max_frame(tmp_path):
-    check_resume_after_max_frame(tmp_path, 'sac_cartpole', resume_spec('CartPole-v1', training_iter=2))
+@pytest.mark.parametrize('pdtype', ['Categorical', 'GumbelSoftmax'])
+def test_discrete_sac_resumes_exactly_after_max_frame(tmp_path, pdtype):
+    check_resume_after_max_frame(tmp_path, 'sac_cartpole', resume_spec('CartPole-v1', training_iter=2,
+                                                                       action_pdtype=pdtype))
 
 
 def test_continuous_sac_resumes_exactly_after_sigterm(tmp_path):

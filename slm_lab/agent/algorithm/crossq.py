@@ -64,6 +64,7 @@ class CrossQ(SoftActorCritic):
                "builds it; a TorchArcNet critic names its own LazyBatchRenorm1d layers)"),
     }
     uses_target_nets = False
+    pdtypes = ('default', 'Categorical', 'Normal')  # SLM-Lab v5's CrossQ: no v4 GumbelSoftmax variant
     uses_critic_net = True  # agent.critic_net: validated by spec.py with the schema of its net type
 
     def __init__(self, agent_spec, *args, **kwargs):

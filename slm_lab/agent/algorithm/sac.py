@@ -13,6 +13,9 @@ For a sampled batch (B transitions, terminated = 1 where the episode truly ended
     J_pi    = mean(sum_a pi(a|s) (alpha * log pi(a|s) - Qbar(s, a)))
     with Qbar = (Q1 + Q2) / 2, SLM-Lab v5's choice for discrete actions (the mean counters the
     underestimation of the minimum there; SD-SAC)
+  discrete on GumbelSoftmax (SLM-Lab v4's discrete SAC): the critics take (s, one_hot(a)) and the
+    continuous forms above apply with a' the policy's sampled action and a~ its straight-through
+    one-hot sample (rsample), log pi Categorical's; "auto" target entropy -n_actions, as in v4
   J_Q       = loss_fn(Q1(s, a), y) + loss_fn(Q2(s, a), y)    (importance-weighted under PrioritizedReplay)
   J_alpha   = -alpha * (target_entropy - H),  H = -mean log pi(a~|s) (continuous) or the exact mean
               entropy (discrete), held fixed; log_alpha is then clamped to [log_alpha_min, log_alpha_max]
@@ -40,7 +43,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.algorithm.ppo import symlog
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, not_available
+from slm_lab.lib.schema import Field
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SLM-Lab's clamp of a Gaussian policy's log standard deviation
 
@@ -206,18 +209,15 @@ class SoftActorCritic(Algorithm):
     memory_names = ('Replay', 'PrioritizedReplay')
     continuous_ok = True
     uses_target_nets = True
+    pdtypes = ('default', 'Categorical', 'GumbelSoftmax', 'Normal')
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:
         algo = spec['agent']['algorithm']
-        if algo.get('action_pdtype') == 'GumbelSoftmax':  # before the base's generic "not available" line
-            raise not_available('agent.algorithm.action_pdtype',
-                                "SLM-Lab v4's discrete SAC on GumbelSoftmax relaxed actions",
-                                '; use "Categorical": the exact expectation over the actions (SLM-Lab v5)')
         super().check_spec(spec)
-        if algo['action_pdtype'] not in ('default', 'Categorical', 'Normal'):
+        if algo['action_pdtype'] not in cls.pdtypes:
             raise SpecError(f"agent.algorithm.action_pdtype: '{algo['action_pdtype']}' does not fit {cls.__name__}; "
-                            'use "Categorical" for discrete actions or "Normal" (tanh-squashed) for continuous ones')
+                            f'use one of: {", ".join(cls.pdtypes)} ("Normal" is tanh-squashed)')
         if algo['log_alpha_min'] > algo['log_alpha_max']:
             raise SpecError(f"agent.algorithm.log_alpha_min: {algo['log_alpha_min']} is above log_alpha_max "
                             f"{algo['log_alpha_max']}; make log_alpha_min <= log_alpha_max")
@@ -229,9 +229,14 @@ class SoftActorCritic(Algorithm):
     def __init__(self, agent_spec, env_spec, obs_space, action_space, num_envs, clock, memory, seed):
         super().__init__(agent_spec, env_spec, obs_space, action_space, num_envs, clock, memory, seed)
         spec, net_spec = self.algorithm_spec, self.net_spec
-        self.discrete = self.pdtype == 'Categorical'
+        self.discrete = self.pdtype in ('Categorical', 'GumbelSoftmax')
+        self.relaxed = self.pdtype == 'GumbelSoftmax'  # SLM-Lab v4's discrete SAC: critics of (s, one_hot(a))
         self.critic_spec = self.critic_net_spec(agent_spec)
-        if self.discrete:
+        if self.relaxed:
+            self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
+            self.head = policy_util.PolicyHead('GumbelSoftmax', self.act_dim)
+            q_in, q_out = self.in_dim + self.act_dim, 1
+        elif self.discrete:
             self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
             self.head = policy_util.PolicyHead('Categorical', self.act_dim)  # epsilon_greedy / boltzmann acting
             q_in, q_out = self.in_dim, self.act_dim
@@ -313,7 +318,7 @@ class SoftActorCritic(Algorithm):
         value = self.algorithm_spec['target_entropy']
         if value != 'auto':
             return float(value)
-        if not self.discrete:
+        if not self.discrete or self.relaxed:  # -act_dim; v4's -n_actions on GumbelSoftmax
             return -float(self.act_dim)
         start, end, frames = self.entropy_anneal
         return discrete_target_entropy(self.act_dim, start, start if end is None else end, frames, self.clock.frame)
@@ -358,14 +363,17 @@ class SoftActorCritic(Algorithm):
         return None
 
     def q(self, q_net: nn.Module, states: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
-        """Q(s, .) (B, n_actions) for discrete actions (actions None), Q(s, a) (B,) for continuous."""
-        if self.discrete:
+        """Q(s, .) (B, n_actions) for discrete actions (actions None), Q(s, a) (B,) for continuous
+        ones and for GumbelSoftmax's one-hot actions (B, n_actions)."""
+        if self.discrete and not self.relaxed:
             return q_net(states)
         return q_net(torch.cat([states.flatten(start_dim=1), actions], dim=-1)).squeeze(-1)
 
     def critic_values(self, states, actions, next_states, rewards, terminateds, alpha):
         """(Q1(s, a) (B,), Q2(s, a) (B,), targets y (B,), Q1(s, .), Q2(s, .) (B, n) or None):
         the online critics on the batch and the soft targets from the target critics."""
+        if self.relaxed:
+            return self.relaxed_critic_values(states, actions, next_states, rewards, terminateds, alpha)
         q1_all = q2_all = None
         with torch.no_grad():
             if self.discrete:
@@ -383,6 +391,19 @@ class SoftActorCritic(Algorithm):
             return q1_all.gather(-1, index).squeeze(-1), q2_all.gather(-1, index).squeeze(-1), targets, q1_all, q2_all
         return self.q(self.q1_net, states, actions), self.q(self.q2_net, states, actions), targets, None, None
 
+    def relaxed_critic_values(self, states, actions, next_states, rewards, terminateds, alpha):
+        """critic_values for GumbelSoftmax: the continuous soft value at a sampled next action."""
+        with torch.no_grad():
+            dist = self.head.distribution(self.net(next_states))
+            next_actions = dist.sample()
+            next_one_hot = F.one_hot(next_actions, self.act_dim).float()
+            next_values = continuous_soft_value(self.q(self.target_q1_net, next_states, next_one_hot),
+                                                self.q(self.target_q2_net, next_states, next_one_hot),
+                                                dist.log_prob(next_actions), alpha)
+            targets = soft_q_targets(rewards, terminateds, next_values, self.gamma)
+        one_hot = F.one_hot(actions.long(), self.act_dim).float()
+        return self.q(self.q1_net, states, one_hot), self.q(self.q2_net, states, one_hot), targets, None, None
+
     def critic_loss(self, q: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
         """loss_fn(Q, y); with importance weights w (B,), mean(w * per-sample loss)."""
         if self.algorithm_spec['symlog']:
@@ -393,6 +414,12 @@ class SoftActorCritic(Algorithm):
 
     def policy_loss(self, states, q1_all, q2_all, alpha) -> tuple[torch.Tensor, torch.Tensor]:
         """(J_pi, the policy's entropy estimate H (detached))."""
+        if self.relaxed:  # straight-through one-hot actions carry the critics' gradient to the logits
+            dist = self.head.distribution(self.net(states))
+            actions = dist.rsample()
+            log_probs = dist.log_prob(actions)
+            q1, q2 = self.policy_q(states, actions)
+            return continuous_policy_loss(log_probs, q1, q2, alpha), -log_probs.mean().detach()
         if self.discrete:
             loss, entropy = discrete_policy_loss(self.net(states), (q1_all + q2_all) / 2, alpha)
             coef = self.algorithm_spec['entropy_penalty_coef']

@@ -297,8 +297,8 @@ def test_bad_sil_keys_are_refused_by_their_path(where, value, message):
 
 
 def test_sil_keys_are_unknown_to_an_algorithm_without_self_imitation():
-    spec = copy.deepcopy(PPOSIL)
-    spec['agent']['algorithm']['name'] = 'PPO'
+    spec = copy.deepcopy(SIL)
+    spec['agent']['algorithm']['name'] = 'ActorCritic'
     with pytest.raises(SpecError, match="agent.algorithm.sil_policy_loss_coef: unknown key"):
         validate_spec(spec)
     for key in ('sil_policy_loss_coef', 'sil_val_loss_coef', 'training_iter', 'training_batch_iter'):

@@ -155,7 +155,7 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
 }
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
-    'agent.algorithm.name': {'HydraDQN', 'SoftActorCritic'},
+    'agent.algorithm.name': {'HydraDQN'},
     'agent.net.type': {'ConvNet', 'DuelingConvNet', 'HydraMLPNet', 'RecurrentNet'},
     'agent.net.cell_type': {'GRU'},
     'meta.distributed': {'synced', 'shared'},
@@ -184,6 +184,10 @@ SARSA = {'algorithm': {'name': 'SARSA', 'action_pdtype': 'Argmax', 'action_polic
 
 def base_spec(base: str) -> dict:
     """conftest's spec for `base`, or SARSA (with conftest's net) for 'SARSA'."""
+    if base == 'SoftActorCritic':  # conftest's DQN spec (a Replay memory) run by SAC
+        spec = build_spec('DQN')
+        spec['agent']['name'] = spec['agent']['algorithm']['name'] = base
+        return spec
     if base != 'SARSA':
         return build_spec(base)
     spec = build_spec('Reinforce')
@@ -400,16 +404,17 @@ CODE_READ = {
     # agent.net.arc and arc_file: TorchArcNet's own keys (test/agent/test_torcharc_net.py)
     'agent.algorithm.symlog': ('PPO', True, 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
     'agent.algorithm.normalize_advantages': ('PPO', 'standardize', 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
-    'agent.algorithm.policy_delay': ('PPO', 2, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.entropy_penalty_coef': ('PPO', 0.1, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.log_alpha_min': ('PPO', -5.0, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.log_alpha_max': ('PPO', 2.0, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.alpha_lr': ('DQN', 3e-4, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.fixed_alpha': ('DQN', 0.2, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.alpha_anneal_frames': ('Reinforce', 1000, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.target_entropy': ('PPO', 'auto', _SAC, 'SoftActorCritic'),
-    'agent.algorithm.entropy_anneal': ('PPO', {'start': 1.0}, _SAC, 'SoftActorCritic'),
-    'agent.algorithm.spectral_norm': ('PPO', True, _SAC, 'SoftActorCritic'),
+    'agent.algorithm.policy_delay': ('SoftActorCritic', 2, _SAC, None),
+    'agent.algorithm.entropy_penalty_coef': ('SoftActorCritic', 0.1, _SAC, None),
+    'agent.algorithm.log_alpha_min': ('SoftActorCritic', -5.0, _SAC, None),
+    'agent.algorithm.log_alpha_max': ('SoftActorCritic', 2.0, _SAC, None),
+    'agent.algorithm.alpha_lr': ('SoftActorCritic', 3e-4, _SAC, None),
+    'agent.algorithm.fixed_alpha': ('SoftActorCritic', 0.2, _SAC, None),
+    'agent.algorithm.alpha_anneal_frames': ('SoftActorCritic', 1000, _SAC, None),
+    'agent.algorithm.target_entropy': ('SoftActorCritic', 'auto', _SAC, None),
+    'agent.algorithm.entropy_anneal': ('SoftActorCritic', {'start_ratio': 0.8, 'end_ratio': 0.3, 'frames': 1000},
+                                       _SAC, None),
+    'agent.algorithm.spectral_norm': ('SoftActorCritic', True, _SAC, 'spectral normalisation'),
     **{f'meta.{key}': ('PPO', value, 'slm_lab/spec/spec_util.py (v4.2.4 and HEAD, extend_meta_spec and tick)', None)
        for key, value in (('experiment', 0), ('resume', False), ('cuda_offset', 0),
                           ('prepath', 'data/ppo_cartpole_2020_01_01_000000/ppo_cartpole_t0_s0'),

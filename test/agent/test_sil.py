@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from conftest import make_agent
-from slm_lab.agent.algorithm.sil import SILReplay, episode_return_parts, sil_losses, sil_returns
+from slm_lab.agent.algorithm.sil import (PrioritizedSILReplay, SILReplay, episode_return_parts, sil_losses,
+                                         sil_returns)
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 from test_resume import check_resume_after_max_frame, check_resume_after_sigterm, run_dirs, write_spec
@@ -81,6 +82,16 @@ def test_sil_losses_imitate_only_better_than_expected_actions():
     torch.testing.assert_close(values.grad, torch.tensor([-1.0, 0.0, -3.0]) / 3)
 
 
+def test_sil_losses_weigh_each_sample_by_its_importance_weight():
+    log_probs = torch.tensor([-1.0, -2.0, -0.5])
+    values = torch.tensor([1.0, 3.0, 0.0])
+    returns = torch.tensor([2.0, 2.0, 3.0])
+    policy_loss, value_loss = sil_losses(log_probs, values, returns, torch.tensor([0.5, 1.0, 0.25]))
+    # A+ = [1, 0, 3]: L_pi = -(0.5 * -1 + 0 + 0.25 * -1.5) / 3, L_V = (0.5 * 0.5 + 0 + 0.25 * 4.5) / 3
+    torch.testing.assert_close(policy_loss, torch.tensor(0.875 / 3))
+    torch.testing.assert_close(value_loss, torch.tensor(1.375 / 3))
+
+
 # --- the SIL replay -----------------------------------------------------------------------------
 
 def make_replay(num_envs: int = 2, gamma: float = 0.5, persist: bool = True, **memory) -> SILReplay:
@@ -138,6 +149,29 @@ def test_cer_puts_the_newest_transition_last_in_every_batch():
         assert replay.sample().states[-1, 0] == 11
 
 
+def test_prioritized_replay_draws_by_clipped_advantage_and_weighs_by_beta():
+    spec = {'batch_size': 4, 'max_size': 10, 'use_cer': False, 'alpha': 1.0, 'epsilon': 0.0, 'beta': 0.5}
+    replay = PrioritizedSILReplay(spec, gym.spaces.Box(-10, 10, (1,)), gym.spaces.Discrete(2), 2, 0.5,
+                                  np.random.default_rng(0), persist=True)
+    step(replay, 0, [1.0, 1.0], [True, True], [False, False])
+    np.testing.assert_allclose(replay.tree.leaves[:2], [100000.0, 100000.0])  # new: an error of 100000
+    replay.update_priorities(np.array([0, 1]), np.array([3.0, 1.0]))
+    np.testing.assert_allclose(replay.tree.leaves[:2], [3.0, 1.0])  # (A+ + 0)^1
+    batch = replay.sample()
+    assert set(batch.indices) <= {0, 1}
+    # P = [3/4, 1/4], n = 2: w = (2 P)^-0.5 = [sqrt(2/3), sqrt(2)], over the batch maximum
+    expected = {0: np.sqrt(2 / 3), 1: np.sqrt(2)}
+    raw = np.array([expected[i] for i in batch.indices])
+    np.testing.assert_allclose(batch.weights, raw / raw.max(), rtol=1e-6)
+    counts = np.bincount(np.concatenate([replay.sample().indices for _ in range(300)]), minlength=2)
+    assert 0.7 < counts[0] / counts.sum() < 0.8  # drawn in proportion 3 : 1
+    # the priorities are state: they come back with the buffer
+    copy_ = PrioritizedSILReplay(spec, gym.spaces.Box(-10, 10, (1,)), gym.spaces.Discrete(2), 2, 0.5,
+                                 np.random.default_rng(0), persist=True)
+    copy_.load_state_dict(copy.deepcopy(replay.state_dict()))
+    np.testing.assert_array_equal(copy_.tree.nodes, replay.tree.nodes)
+
+
 def test_replay_state_round_trips_with_persist_and_empties_without():
     replay = make_replay()
     for t in range(3):
@@ -186,9 +220,9 @@ def test_a_sil_step_trains_on_the_bootstrapped_returns_with_both_coefficients(ba
     fill(algo)
     seen = []
 
-    def spy(log_probs, values, returns):
+    def spy(log_probs, values, returns, weights=None):
         seen.append((log_probs.detach(), values.detach(), returns))
-        return sil_losses(log_probs, values, returns)
+        return sil_losses(log_probs, values, returns, weights)
     monkeypatch.setattr(sil, 'sil_losses', spy)
     # the first batch's indices, drawn with the algorithm's generator (use_cer: the newest last)
     rng = np.random.default_rng()
@@ -280,8 +314,6 @@ def test_sil_keys_are_read_from_the_algorithm_and_memory_sections():
 
 
 @pytest.mark.parametrize('where, value, message', [
-    ('memory.sil_replay_name', 'PrioritizedReplay', 'agent.memory.sil_replay_name: "PrioritizedReplay" '
-                                                    '(a prioritized SIL replay) is not available yet'),
     ('memory.sil_replay_name', 'Replays', "agent.memory.sil_replay_name: \"Replays\" is not valid (did you mean "
                                           "'Replay'?)"),
     ('memory.batch_size', 0, 'agent.memory.batch_size: 0 is out of range'),
@@ -293,6 +325,46 @@ def test_bad_sil_keys_are_refused_by_their_path(where, value, message):
     section, key = where.split('.')
     spec['agent'][section][key] = value
     with pytest.raises(SpecError, match='^' + re.escape(message)):
+        validate_spec(spec)
+
+
+def test_a_prioritized_sil_replay_takes_the_priority_keys_and_updates_priorities_from_a_plus(monkeypatch):
+    from slm_lab.agent.algorithm import sil
+    spec = copy.deepcopy(SIL)
+    spec['agent']['memory'].update(sil_replay_name='PrioritizedReplay', alpha=0.5, beta=0.4)
+    validated = validate_spec(copy.deepcopy(spec))['agent']['memory']
+    assert (validated['alpha'], validated['beta']) == (0.5, 0.4) and 'epsilon' not in validated
+    agent, _ = make_agent(spec)
+    algo = agent.algorithm
+    assert isinstance(algo.sil_replay, PrioritizedSILReplay) and algo.sil_replay.epsilon == 1e-4
+    fill(algo)
+    seen = []
+
+    def spy(log_probs, values, returns, weights=None):
+        seen.append((values.detach(), returns, weights))
+        return sil_losses(log_probs, values, returns, weights)
+    monkeypatch.setattr(sil, 'sil_losses', spy)
+    updates = []
+    update_priorities = algo.sil_replay.update_priorities
+    monkeypatch.setattr(algo.sil_replay, 'update_priorities',
+                        lambda idx, advs: (updates.append((idx.copy(), advs.copy())), update_priorities(idx, advs)))
+    algo.train_sil({'loss': 0.0, 'entropy': 0.0, 'grad_norm': 0.0})
+    assert all(w is not None and len(w) == 16 for _, _, w in seen)
+    assert len(updates) == SIL['agent']['algorithm']['training_iter']  # once per batch
+    # each batch's new priorities come from A+ = max(R - V, 0) of its last step
+    per_batch = SIL['agent']['algorithm']['training_batch_iter']
+    for (idx, advs), (values, returns, _) in zip(updates, seen[per_batch - 1::per_batch]):
+        np.testing.assert_allclose(advs, (returns - values).clamp(min=0.0).numpy())
+    idx, advs = updates[-1]
+    last = {i: a for i, a in zip(idx, advs)}  # a slot drawn twice keeps its last value
+    np.testing.assert_allclose(algo.sil_replay.tree.leaves[list(last)],
+                               np.power(np.array(list(last.values()), dtype=np.float64) + 1e-4, 0.5), rtol=1e-6)
+
+
+def test_priority_keys_need_a_prioritized_sil_replay():
+    spec = copy.deepcopy(SIL)
+    spec['agent']['memory']['alpha'] = 0.6
+    with pytest.raises(SpecError, match=r'^agent\.memory\.alpha: a priority key, for a prioritized SIL replay only'):
         validate_spec(spec)
 
 
@@ -315,6 +387,12 @@ def test_sil_resumes_exactly_after_max_frame(tmp_path):
 
 def test_pposil_resumes_exactly_after_max_frame(tmp_path):
     check_resume_after_max_frame(tmp_path, 'pposil', PPOSIL)
+
+
+def test_sil_with_a_prioritized_replay_resumes_exactly_after_max_frame(tmp_path):
+    spec = copy.deepcopy(SIL)
+    spec['agent']['memory'].update(sil_replay_name='PrioritizedReplay', beta=0.4)
+    check_resume_after_max_frame(tmp_path, 'silper', spec)
 
 
 def test_pposil_resumes_exactly_after_sigterm(tmp_path):

@@ -23,6 +23,11 @@ at the time of each SIL update (the replay keeps the discounted reward sum, the 
 discount gamma^(T-t) and s_T); without that, time-limited episodes would look worse than they
 are and be imitated less.
 
+sil_replay_name picks the replay: Replay draws uniformly; PrioritizedReplay draws transition i in
+proportion to (A+_i + epsilon)^alpha (A+ from its last SIL step; a new transition gets the
+priority of an error of 100000, as in the lab's PrioritizedReplay) and weighs its losses by
+w_i = (n P(i))^-beta / max_batch w, as the paper does (SLM-Lab's SIL never updates priorities).
+
 Where this differs from SLM-Lab's SIL (v4.2.4 and v5), and why:
 - SLM-Lab adds every on-policy transition to the replay and computes returns over each randomly
   sampled minibatch as though its rows were one trajectory (v4 cut at `dones`, v5 at
@@ -38,14 +43,16 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import gymnasium as gym
 import numpy as np
 import torch
 
+from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.actor_critic import ActorCritic
 from slm_lab.agent.algorithm.ppo import PPO
 from slm_lab.agent.memory.base import space_shape_dtype
-from slm_lab.lib.schema import Field
+from slm_lab.agent.memory.prioritized import NEW_TRANSITION_ERROR, SumTree, importance_weights, priorities_of
+from slm_lab.lib.errors import SpecError
+from slm_lab.lib.schema import OMIT, Field
 
 SIL_SCHEMA = {
     'sil_policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the self-imitation policy loss'),
@@ -58,14 +65,23 @@ SIL_SCHEMA = {
 }
 # keys SIL and PPOSIL read in agent.memory, beside the on-policy memory's own
 SIL_MEMORY_SCHEMA = {
-    'sil_replay_name': Field((str,), 'Replay', choices=('Replay',), planned={
-        'PrioritizedReplay': 'a prioritized SIL replay'},
-        doc='(SIL, PPOSIL) the replay of past episodes SIL trains from: Replay (uniform sampling)'),
+    'sil_replay_name': Field((str,), 'Replay', choices=('Replay', 'PrioritizedReplay'),
+                             doc='(SIL, PPOSIL) the replay of past episodes SIL trains from: Replay (uniform '
+                                 'sampling) or PrioritizedReplay (in proportion to (A+ + epsilon)^alpha)'),
     'batch_size': Field((int,), 32, min=1, doc='(SIL, PPOSIL) transitions per SIL batch'),
     'max_size': Field((int,), 10000, min=1, doc='(SIL, PPOSIL) capacity of the SIL replay in transitions'),
     'use_cer': Field((bool,), False, doc='(SIL, PPOSIL) combined experience replay: each SIL batch includes the '
                                           'newest transition in the SIL replay'),
+    # with sil_replay_name PrioritizedReplay only; their defaults are PrioritizedReplay's
+    'alpha': Field((float,), OMIT, min=0, doc='(SIL, PPOSIL with a PrioritizedReplay SIL replay) priority exponent: '
+                                              'p = (A+ + epsilon)^alpha (default 0.6)'),
+    'epsilon': Field((float,), OMIT, min=0, doc='(SIL, PPOSIL with a PrioritizedReplay SIL replay) added to A+ so '
+                                                'that no transition has priority 0 (default 1e-4)'),
+    'beta': Field((float,), OMIT, min=0, max=1,
+                  doc='(SIL, PPOSIL with a PrioritizedReplay SIL replay) importance-sampling exponent of the SIL '
+                      'loss weights (n P(i))^-beta / max (default 0: unweighted)'),
 }
+PRIORITY_KEYS = {'alpha': 0.6, 'epsilon': 1e-4, 'beta': 0.0}  # and their defaults
 
 
 # --- maths ------------------------------------------------------------------------------------
@@ -94,18 +110,20 @@ def sil_returns(reward_sums: torch.Tensor, boot_discounts: torch.Tensor, final_v
     return reward_sums + boot_discounts * final_values
 
 
-def sil_losses(log_probs: torch.Tensor, values: torch.Tensor,
-               returns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Self-imitation losses (unweighted) of a batch; inputs (B,).
+def sil_losses(log_probs: torch.Tensor, values: torch.Tensor, returns: torch.Tensor,
+               weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-imitation losses (before their coefficients) of a batch; inputs (B,).
 
     A+_i = max(R_i - V(s_i), 0)
-    L_pi = -mean_i log pi(a_i|s_i) * A+_i     (A+ detached: it weighs the log-probability only)
-    L_V  = mean_i 0.5 * (A+_i)^2              (gradient -(R_i - V(s_i)) where R_i > V(s_i), else 0)
+    L_pi = -mean_i w_i * log pi(a_i|s_i) * A+_i     (A+ detached: it weighs the log-probability only)
+    L_V  = mean_i w_i * 0.5 * (A+_i)^2              (gradient -w_i (R_i - V(s_i)) / B where R_i > V(s_i))
+    w_i: importance weights of a prioritized sample (1 when not given).
     Returns (L_pi, L_V).
     """
     clipped_advs = (returns - values).clamp(min=0.0)
-    policy_loss = -(log_probs * clipped_advs.detach()).mean()
-    value_loss = 0.5 * clipped_advs.pow(2).mean()
+    weights = torch.ones_like(clipped_advs) if weights is None else weights
+    policy_loss = -(weights * log_probs * clipped_advs.detach()).mean()
+    value_loss = (weights * 0.5 * clipped_advs.pow(2)).mean()
     return policy_loss, value_loss
 
 
@@ -115,12 +133,16 @@ class SILBatch(NamedTuple):
     """A sampled batch of the SIL replay: states (B, *obs_shape), actions (B, *act_shape),
     reward_sums and boot_discounts (B,) float (see episode_return_parts), final_states
     (B, *obs_shape): the final observation of each transition's episode (bootstrapped from where
-    its boot_discount is not 0)."""
+    its boot_discount is not 0); indices (B,) int64: the storage positions drawn (give them back
+    to update_priorities), weights (B,) float32: importance weights (all 1.0 unless prioritized
+    with beta > 0)."""
     states: np.ndarray
     actions: np.ndarray
     reward_sums: np.ndarray
     boot_discounts: np.ndarray
     final_states: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
 
 
 class SILReplay:
@@ -172,7 +194,8 @@ class SILReplay:
                 self._store_episode(episode, next_obs[i], bool(truncated[i]) and not bool(terminated[i]))
                 self.running[i] = {k: [] for k in self.EPISODE_KEYS}
 
-    def _store_episode(self, episode: dict, final_obs: np.ndarray, truncated: bool) -> None:
+    def _store_episode(self, episode: dict, final_obs: np.ndarray, truncated: bool) -> np.ndarray:
+        """Write a finished episode's transitions; returns the storage positions written."""
         reward_sums, boot_discounts = episode_return_parts(np.asarray(episode['rewards']), self.gamma, truncated)
         T = len(reward_sums)
         keep = slice(max(0, T - self.max_size), T)  # an episode longer than the buffer keeps its end
@@ -184,13 +207,22 @@ class SILReplay:
         self.final_states[idx] = final_obs
         self.head = int((self.head + len(idx)) % self.max_size)
         self.size = min(self.size + len(idx), self.max_size)
+        return idx
+
+    def sample_indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """Storage positions (B,) drawn uniformly, and their importance weights (B,) (ones)."""
+        return self.rng.integers(0, self.size, size=self.batch_size), np.ones(self.batch_size, dtype=np.float32)
 
     def sample(self) -> SILBatch:
-        """batch_size transitions drawn uniformly; with use_cer the last is the newest stored."""
-        idx = self.rng.integers(0, self.size, size=self.batch_size)
+        """batch_size transitions (see sample_indices); with use_cer the last is the newest stored."""
+        idx, weights = self.sample_indices()
         if self.use_cer:
             idx[-1] = (self.head - 1) % self.max_size
-        return SILBatch(*(getattr(self, key)[idx] for key in self.ARRAY_KEYS))
+        return SILBatch(*(getattr(self, key)[idx] for key in self.ARRAY_KEYS), indices=idx.astype(np.int64),
+                        weights=weights)
+
+    def update_priorities(self, indices: np.ndarray, clipped_advs: np.ndarray) -> None:
+        """Uniform sampling keeps no priorities."""
 
     def state_dict(self) -> dict:
         """Everything when `persist` (the buffer's filled part as array views; the running
@@ -214,6 +246,45 @@ class SILReplay:
         self.running = [{k: list(e[k]) for k in self.EPISODE_KEYS} for e in state['running']]
 
 
+class PrioritizedSILReplay(SILReplay):
+    """The SIL replay with prioritized sampling, as in the paper: transition i is drawn with
+    probability p_i / sum_j p_j, p_i = (A+_i + epsilon)^alpha with A+_i = max(R_i - V(s_i), 0)
+    from its last SIL step (a new transition: the priority of an error of 100000, as the lab's
+    PrioritizedReplay gives it), and weighs w_i = (n P(i))^-beta / max_batch w in the SIL losses.
+    The priorities are state, saved with the buffer when `persist`."""
+
+    def __init__(self, memory_spec: dict, *args, **kwargs):
+        super().__init__(memory_spec, *args, **kwargs)
+        self.alpha, self.epsilon, self.beta = (memory_spec.get(k, v) for k, v in PRIORITY_KEYS.items())
+        self.tree = SumTree(self.max_size)
+        self.new_priority = float(priorities_of(np.float64(NEW_TRANSITION_ERROR), self.alpha, self.epsilon))
+
+    def _store_episode(self, episode, final_obs, truncated):
+        idx = super()._store_episode(episode, final_obs, truncated)
+        self.tree.set(idx, np.full(len(idx), self.new_priority))
+        return idx
+
+    def sample_indices(self):
+        """Positions drawn in proportion to priority (uniform draws on [0, total)) and their weights."""
+        idx = self.tree.find(self.rng.uniform(0.0, self.tree.total, size=self.batch_size))
+        probs = self.tree.leaves[idx] / self.tree.total
+        return idx, importance_weights(probs, self.size, self.beta).astype(np.float32)
+
+    def update_priorities(self, indices, clipped_advs):
+        """Give the transitions at indices (B,) the priorities of their clipped advantages (B,)."""
+        self.tree.set(indices, priorities_of(np.asarray(clipped_advs, dtype=np.float64), self.alpha, self.epsilon))
+
+    def state_dict(self):
+        state = super().state_dict()
+        if self.persist:
+            state['priorities'] = self.tree.leaves[:self.size]
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.tree.rebuild(np.asarray(state['priorities']) if state['persisted'] else np.zeros(0))
+
+
 # --- the algorithms ---------------------------------------------------------------------------
 
 class SelfImitation:
@@ -233,8 +304,19 @@ class SelfImitation:
         self.sil_policy_loss_coef, self.sil_val_loss_coef = spec['sil_policy_loss_coef'], spec['sil_val_loss_coef']
         self.training_iter, self.training_batch_iter = spec['training_iter'], spec['training_batch_iter']
         # its batches are drawn with the algorithm's generator, which the algorithm's state holds
-        self.sil_replay = SILReplay(agent_spec['memory'], self.obs_space, self.action_space, self.num_envs,
+        replay_cls = PrioritizedSILReplay if agent_spec['memory']['sil_replay_name'] == 'PrioritizedReplay' \
+            else SILReplay
+        self.sil_replay = replay_cls(agent_spec['memory'], self.obs_space, self.action_space, self.num_envs,
                                     self.gamma, self.rng, persist=persist_replay)
+
+    @classmethod
+    def check_spec(cls, spec: dict) -> None:
+        super().check_spec(spec)
+        memory = spec['agent']['memory']
+        for key in PRIORITY_KEYS:
+            if key in memory and memory['sil_replay_name'] != 'PrioritizedReplay':
+                raise SpecError(f'agent.memory.{key}: a priority key, for a prioritized SIL replay only; set '
+                                'agent.memory.sil_replay_name to "PrioritizedReplay", or remove the key')
 
     def update(self, obs, action, reward, next_obs, terminated, truncated):
         """Store the step in the SIL replay too; after each on-policy update, the SIL updates."""
@@ -253,23 +335,21 @@ class SelfImitation:
         for _ in range(self.training_iter):
             batch = self.sil_replay.sample()
             states = self.tensor(batch.states)
-            actions = self._action_tensor(batch.actions)
+            actions = policy_util.pd_actions(torch.as_tensor(batch.actions, device=self.device), self.pdtype)
+            weights = self.tensor(batch.weights)
             with torch.no_grad():
                 returns = sil_returns(self.tensor(batch.reward_sums), self.tensor(batch.boot_discounts),
                                       self.model.value(self.tensor(batch.final_states)))
             for _ in range(self.training_batch_iter):
                 out, values = self.model.pd_out_and_value(states)
                 log_probs = self.model.head.distribution(out).log_prob(actions)
-                policy_loss, value_loss = sil_losses(log_probs, values, returns)
+                policy_loss, value_loss = sil_losses(log_probs, values, returns, weights)
                 loss = self.sil_policy_loss_coef * policy_loss + self.sil_val_loss_coef * value_loss
                 self.step_optimizers(loss)
                 losses.append(loss.detach())
+            # a prioritized replay re-weighs the batch by A+ of its last step (values before that step)
+            self.sil_replay.update_priorities(batch.indices, (returns - values.detach()).clamp(min=0.0).cpu().numpy())
         return {**metrics, 'loss': metrics['loss'] + float(torch.stack(losses).mean())}
-
-    def _action_tensor(self, actions: np.ndarray) -> torch.Tensor:
-        """Stored actions as the policy's distribution takes them: indices for Discrete actions."""
-        actions = torch.as_tensor(actions, device=self.device)
-        return actions.long() if isinstance(self.action_space, gym.spaces.Discrete) else actions.float()
 
     def extra_state(self) -> dict:
         return {**super().extra_state(), 'sil_replay': self.sil_replay.state_dict()}

@@ -295,6 +295,23 @@ def test_discrete_sac_resumes_exactly_after_max_frame(tmp_path, pdtype):
                                                                        action_pdtype=pdtype))
 
 
+def test_sac_on_prioritized_replay_resumes_exactly_after_max_frame(tmp_path):
+    spec = resume_spec('Pendulum-v1')
+    spec['agent']['memory'].update(name='PrioritizedReplay', alpha=0.6, epsilon=1e-4, beta=0.4)
+    check_resume_after_max_frame(tmp_path, 'sac_per_pendulum', spec)
+
+
+def test_sac_gives_prioritized_replay_its_td_errors():
+    spec = sac_spec()
+    spec['agent']['memory'].update(name='PrioritizedReplay', beta=0.4)
+    agent, clock = make_agent(spec)
+    fill(agent, clock, 40)
+    before = agent.algorithm.memory.tree.leaves.copy()
+    agent.algorithm.train()
+    after = agent.algorithm.memory.tree.leaves
+    assert (after != before).sum() > 0 and len(np.unique(after[:80])) > 2
+
+
 def test_continuous_sac_resumes_exactly_after_sigterm(tmp_path):
     check_resume_after_sigterm(tmp_path, 'sac_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
 

@@ -2,9 +2,7 @@
 (s, a) and (s', a'), agent.critic_net, and exact resume of the renorm statistics and warmup."""
 from __future__ import annotations
 
-import copy
 
-import numpy as np
 import pytest
 import torch
 from conftest import make_agent

@@ -2,7 +2,6 @@
 (s, a) and (s', a'), agent.critic_net, and exact resume of the renorm statistics and warmup."""
 from __future__ import annotations
 
-
 import pytest
 import torch
 from conftest import make_agent

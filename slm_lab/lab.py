@@ -36,7 +36,7 @@ def preflight(spec: dict) -> None:
     is refused before anything of its size is allocated."""
     from slm_lab import resources
     from slm_lab.agent import Agent
-    from slm_lab.env import Clock, make_env
+    from slm_lab.env import Clock, agent_action_space, make_env
     try:
         env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
     except Exception as e:  # whatever gym.make raises for these arguments is a spec problem
@@ -45,8 +45,8 @@ def preflight(spec: dict) -> None:
         where = f'env.make_kwargs: {kwargs} do not fit' if kwargs else 'env.name:'
         raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
     try:
-        resources.check_memory(spec, env.single_observation_space, env.single_action_space)
-        agent = Agent(spec, env.single_observation_space, env.single_action_space, spec['env']['num_envs'],
+        resources.check_memory(spec, env.single_observation_space, agent_action_space(env))
+        agent = Agent(spec, env.single_observation_space, agent_action_space(env), spec['env']['num_envs'],
                       Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
     finally:
         env.close()

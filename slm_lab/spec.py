@@ -560,6 +560,16 @@ def check_env_kwargs(env: dict, path: str = 'env') -> None:
                             f"{env['name']} arguments: {', '.join(args) or '(none)'}")
 
 
+AGENT_SCHEMA = {  # the keys of spec.agent
+    'name': Field((str,), None, nullable=True, doc='agent name (free text; default: the algorithm name)'),
+    'algorithm': Field((dict,), doc='the algorithm'),
+    'memory': Field((dict,), None, nullable=True, doc='the memory'),
+    'net': Field((dict,), None, nullable=True, doc='the network'),
+    'critic_net': Field((dict,), OMIT, nullable=True,
+                        doc="(SLM-Lab v5) CrossQ: the critics' net (any net type), else agent.net's"),
+}
+
+
 def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, path: str):
     """The schema of the component named in spec['name'] (or spec['type'] for nets)."""
     name_key = 'type' if section == 'net' else 'name'
@@ -614,17 +624,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     fill_env_clip_defaults(spec['env'])
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     agent = spec['agent']
-    agent_schema = {
-        'name': Field((str,), None, nullable=True, doc='agent name (free text; default: the algorithm name)'),
-        'algorithm': Field((dict,), doc='the algorithm'),
-        'memory': Field((dict,), None, nullable=True, doc='the memory'),
-        'net': Field((dict,), None, nullable=True, doc='the network'),
-        'critic_net': Field((dict,), OMIT, nullable=True,
-                            doc="(SLM-Lab v5) CrossQ: the critics' net (any net type), else agent.net's"),
-    }
     if isinstance(agent, dict) and isinstance(agent.get('algorithm'), dict):  # a later algorithm's keys wait for it
         _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
-    agent = check_object(agent, agent_schema, 'agent')
+    agent = check_object(agent, AGENT_SCHEMA, 'agent')
     algo_cls = _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
     agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm',
                                       planned_keys=PLANNED_ALGORITHM_KEYS)

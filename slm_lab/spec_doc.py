@@ -18,11 +18,13 @@ import sys
 from pathlib import Path
 
 from slm_lab.lib.schema import MISSING, OMIT, TYPE_NAMES, Field
+from slm_lab.spec import AGENT_SCHEMA
 
 DOC_PATH = Path(__file__).resolve().parent.parent / 'docs' / 'spec.md'
 
-# The top-level and agent keys are declared inside slm_lab.spec.validate_spec, where they cannot be
-# imported; they are mirrored here, and test_spec_doc.py checks the mirror against validate_spec.
+# The top-level keys are declared inside slm_lab.spec.validate_spec, where they cannot be imported;
+# they are mirrored here, and test_spec_doc.py checks the mirror against validate_spec. The agent's
+# keys are slm_lab.spec.AGENT_SCHEMA.
 TOP_SCHEMA = {
     'agent': Field((dict,), doc='the agent: algorithm, memory and net'),
     'env': Field((dict,), doc='the environment'),
@@ -30,12 +32,6 @@ TOP_SCHEMA = {
     'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
     'spec_params': Field((dict,), OMIT, doc="(SLM-Lab v4) the values of the spec's ${...} placeholders its "
                                             'benchmarks ran; here each run fills them with -s; recorded'),
-}
-AGENT_SCHEMA = {
-    'name': Field((str,), None, nullable=True, doc='agent name (free text; default: the algorithm name)'),
-    'algorithm': Field((dict,), doc='the algorithm'),
-    'memory': Field((dict,), None, nullable=True, doc='the memory'),
-    'net': Field((dict,), None, nullable=True, doc='the network'),
 }
 
 # What the custom validators (Field.check) accept, by the validator's function name.
@@ -48,12 +44,10 @@ CHECK_NOTES = {
 }
 # Checks written inline (lambdas) in a schema, by (section title, key).
 KEY_NOTES = {
-    ('MLPNet', 'gpu'): '`true`, `false` or `"auto"`',
     ('env', 'reward_scale'): 'a number, `"sign"` or null',
     ('env', 'clip_reward'): 'a bound > 0, `[min, max]` with min < max, or null',
     ('env', 'frame_op_len'): 'only null: [not available yet](#slm-lab-keys)',
     ('env', 'image_downsize'): 'only null: [not available yet](#slm-lab-keys)',
-    ('MLPNet', 'hid_layers'): 'each width >= 1',
 }
 
 
@@ -93,7 +87,7 @@ def check_note(fld: Field, section: str, key: str) -> str | None:
         return KEY_NOTES[(section, key)]
     if fld.check is None:
         return ''
-    return CHECK_NOTES.get(getattr(fld.check, '__name__', ''))
+    return CHECK_NOTES.get(getattr(fld.check, '__name__', ''), getattr(fld.check, 'accepts', None))
 
 
 def valid_text(fld: Field, section: str, key: str) -> str:

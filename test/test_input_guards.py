@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slm_lab import lab, resources
-from slm_lab.env import make_env
+from slm_lab.env import agent_action_space, make_env
 from slm_lab.lib.errors import Preempted, SpecError
 from slm_lab.spec import load_spec, validate_spec
 
@@ -175,7 +175,7 @@ def test_shipped_specs_pass_the_estimate_on_a_small_machine():
         for name in json.loads(path.read_text()):
             spec = load_spec(str(path), name, ['meta.max_session=4'])
             env = make_env({**spec['env'], 'num_envs': 1})
-            assert resources.check_memory(spec, env.single_observation_space, env.single_action_space,
+            assert resources.check_memory(spec, env.single_observation_space, agent_action_space(env),
                                           small) < 2 * 2**30, f'{path.name} {name}'
             env.close()
 

@@ -99,7 +99,7 @@ def test_unknown_net_type_lists_the_valid_ones(dqn, spec_file):
 
 
 @pytest.mark.parametrize('section, key, name', [
-    ('algorithm', 'name', 'SoftActorCritic'),
+    ('algorithm', 'name', 'HydraDQN'),
     ('net', 'type', 'ConvNet'),
     ('net', 'type', 'RecurrentNet'),
 ])

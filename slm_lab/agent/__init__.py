@@ -27,16 +27,14 @@ class Agent:
             memory_cls = MEMORIES[memory_spec['name']]
             kwargs = {}
             if issubclass(memory_cls, OnPolicyBatchReplay):
-                kwargs['batch_steps'] = algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
+                kwargs['batch_steps'] = ALGORITHMS[algo_spec['name']].batch_steps(algo_spec)
             if issubclass(memory_cls, Replay):
                 kwargs['persist'] = spec['meta'].get('snapshot_replay', False)
             self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1], **kwargs)
         algo_cls = ALGORITHMS[algo_spec['name']]
-        # an algorithm with a replay of its own (SIL's) snapshots it as meta.snapshot_replay says
-        kwargs = {'persist_replay': spec['meta'].get('snapshot_replay', False)} \
-            if getattr(algo_cls, 'owns_replay', False) else {}
         self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
-                                  self.memory, seed=[seed, 2], **kwargs)
+                                  self.memory, seed=[seed, 2],
+                                  persist_replay=spec['meta'].get('snapshot_replay', False))
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Training actions for a batch of observations."""

@@ -248,6 +248,16 @@ def _raw_obs_wrappers(env_spec: dict) -> list | None:
     return [lambda env: clip_observation(env, bound)]
 
 
+def agent_action_space(env: gym.Env | gym.vector.VectorEnv) -> gym.Space:
+    """The action space an agent is built for: the env's own, with its bounds. ClipAction (which
+    make_env and make_single_env add for Box actions) widens the space it reports to (-inf, inf),
+    since it accepts any action; an algorithm that squashes its actions into the bounds (SAC)
+    needs the real ones."""
+    if isinstance(env, gym.vector.VectorEnv):
+        return env.unwrapped.single_action_space
+    return env.unwrapped.action_space
+
+
 def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
     """One plain gymnasium env (for evaluation and replay)."""
     ensure_env_registered(env_spec['name'])

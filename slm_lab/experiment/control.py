@@ -17,7 +17,7 @@ import torch
 from slm_lab import checkpoint
 from slm_lab.agent import Agent
 from slm_lab.agent.body import COLUMNS, Body
-from slm_lab.env import Clock, make_env, make_single_env, normalize_obs_fn, obs_norm_state
+from slm_lab.env import Clock, agent_action_space, make_env, make_single_env, normalize_obs_fn, obs_norm_state
 from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
                                   vector_env_state_dict)
 from slm_lab.experiment import analysis, viz
@@ -115,7 +115,7 @@ class Session:
         self.env = make_env(env_spec, gamma=spec['agent']['algorithm']['gamma'])
         self.num_envs = self.env.num_envs
         self.clock = Clock(env_spec['max_frame'], self.num_envs)
-        self.agent = Agent(spec, self.env.single_observation_space, self.env.single_action_space, self.num_envs,
+        self.agent = Agent(spec, self.env.single_observation_space, agent_action_space(self.env), self.num_envs,
                            self.clock, self.seed)
         self.body = Body()
         self.log_frequency = meta['log_frequency']

@@ -160,7 +160,7 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
           record: bool = False) -> list[float]:
     """Play `episodes` greedy episodes with a trained session's agent; returns their returns."""
     from slm_lab.agent import Agent
-    from slm_lab.env import Clock, make_single_env
+    from slm_lab.env import Clock, agent_action_space, make_single_env
     run_root, spec_name, trial, session = parse_session_spec_path(session_spec_path)
     if render and not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
         raise SpecError('--render needs a display (DISPLAY is not set); use --record to write videos instead')
@@ -185,7 +185,7 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
         env = RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,
                           name_prefix=f'{spec_name}_t{trial}_s{session}_{ckpt}')
     try:
-        agent = Agent(spec, env.observation_space, env.action_space, 1, Clock(1, 1), seed=0)
+        agent = Agent(spec, env.observation_space, agent_action_space(env), 1, Clock(1, 1), seed=0)
         load_nets(agent, weights, session_spec_path)
     except BaseException:
         env.close()

@@ -58,6 +58,15 @@ class Field:
     planned: dict | None = None
 
 
+def accepts(note: str) -> Callable:
+    """Decorate a Field check function with what it accepts, in the words docs/spec.md shows in
+    the key's "valid" column (so a component's own module describes its own checks)."""
+    def decorate(check: Callable) -> Callable:
+        check.accepts = note
+        return check
+    return decorate
+
+
 def ignored_field(doc: str) -> Field:
     """A key SLM-Lab specs carry that the component accepts and does not use (SLM-Lab itself
     ignores it there too): any JSON value, kept in the saved spec only when the spec gives it."""

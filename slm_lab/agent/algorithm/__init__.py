@@ -14,7 +14,7 @@ from slm_lab.agent.algorithm.sil import PPOSIL, SIL
 
 ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, SARSA, VanillaDQN, DQN, DoubleDQN, ActorCritic, PPO, SIL, PPOSIL, SoftActorCritic, CrossQ)}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_ALGORITHMS = ('DDQN', 'HydraDQN')
+PLANNED_ALGORITHMS = ('HydraDQN',)
 # keys SLM-Lab reads only in algorithms of a later version, and what they are: an algorithm here
 # that meets one refuses it with the "not available yet" line, not as an unknown key
 PLANNED_KEYS = {

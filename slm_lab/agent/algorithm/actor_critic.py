@@ -187,6 +187,14 @@ class ActorCritic(Algorithm):
     continuous_ok = True
     samples_from_policy = True
 
+    @classmethod
+    def batch_steps(cls, algo_spec: dict) -> int:
+        """SLM-Lab trains n-step A2C (num_step_returns without lam) every num_step_returns vector
+        steps, whatever training_frequency says."""
+        if algo_spec.get('lam') is None and algo_spec.get('num_step_returns') is not None:
+            return algo_spec['num_step_returns']
+        return super().batch_steps(algo_spec)
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec = self.algorithm_spec
@@ -200,8 +208,6 @@ class ActorCritic(Algorithm):
             # SLM-Lab trains n-step A2C every n steps (episodes with OnPolicyReplay), whatever
             # training_frequency says
             self.training_frequency = self.num_step_returns
-            if isinstance(self.memory, OnPolicyBatchReplay) and self.memory.batch_steps != self.training_frequency:
-                _resize_batch(self.memory, self.training_frequency)
         self.return_normalizer = ReturnNormalizer() if spec.get('normalize_v_targets') else None
 
     def build_model(self) -> None:
@@ -211,8 +217,11 @@ class ActorCritic(Algorithm):
         a shared net gets one 'net' optimizer from actor_optim_spec (SLM-Lab ignores
         critic_optim_spec there), and a spec with only optim_spec one 'net' optimizer for all."""
         net_spec = self.net_spec
-        head = policy_util.PolicyHead(self.pdtype, self.act_dim, net_spec.get('log_std_init') or 0.0)
-        self.model = ActorCriticNet(net_spec, self.in_dim, policy_util.pd_out_dim(self.pdtype, self.act_dim),
+        # as in SLM-Lab: with log_std_init, a learned state-independent log std; without, the
+        # policy net outputs the log scale too
+        log_std_init = net_spec.get('log_std_init')
+        head = policy_util.PolicyHead(self.pdtype, self.act_dim, log_std_init)
+        self.model = ActorCriticNet(net_spec, self.in_dim, policy_util.pd_out_dim(self.pdtype, self.act_dim, log_std_init),
                                     head).to(self.device)
         actor_spec = net_spec['actor_optim_spec']
         if actor_spec and not self.model.shared:
@@ -256,7 +265,7 @@ class ActorCritic(Algorithm):
     @torch.no_grad()
     def act_greedy(self, obs):
         out = self.model.pd_out(self.tensor(obs))
-        return policy_util.to_env_actions(policy_util.PolicyHead.greedy(out, self.pdtype), self.action_space)
+        return policy_util.to_env_actions(self.model.head.greedy_action(out), self.action_space)
 
     # --- training -------------------------------------------------------------------------------
     def update(self, obs, action, reward, next_obs, terminated, truncated):
@@ -360,11 +369,3 @@ class ActorCritic(Algorithm):
         super().load_extra_state(state)
         if self.return_normalizer is not None:
             self.return_normalizer.load_state_dict(state['return_normalizer'])
-
-
-def _resize_batch(memory: OnPolicyBatchReplay, steps: int) -> None:
-    """Give an empty OnPolicyBatchReplay room for `steps` vector steps. The Agent sizes it by the
-    spec's time_horizon or training_frequency; n-step A2C trains every num_step_returns steps."""
-    assert memory.size == 0, 'resized before anything was stored'
-    memory.batch_steps = steps
-    memory.buffers = {k: np.zeros((steps,) + v.shape[1:], dtype=v.dtype) for k, v in memory.buffers.items()}

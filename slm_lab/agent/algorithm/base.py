@@ -62,8 +62,18 @@ class Algorithm:
             raise not_available('agent.algorithm.action_pdtype', f"SLM-Lab's action distribution '{pdtype}'",
                                 f'; available: {", ".join(policy_util.PDTYPES)}')
 
+    @classmethod
+    def batch_steps(cls, algo_spec: dict) -> int:
+        """Vector steps an OnPolicyBatchReplay holds for this algorithm's update: its time_horizon,
+        else its training_frequency (override when the algorithm decides otherwise)."""
+        return algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
+
     def __init__(self, agent_spec: dict, env_spec: dict, obs_space: gym.Space, action_space: gym.Space,
-                 num_envs: int, clock, memory, seed: int | list[int]):
+                 num_envs: int, clock, memory, seed: int | list[int], persist_replay: bool = False):
+        """persist_replay is meta.snapshot_replay: whether a replay the algorithm keeps itself (SIL's)
+        goes into snapshots, as the agent's Replay memory does."""
+        self.persist_replay = persist_replay
+        self.agent_spec = agent_spec
         self.algorithm_spec = agent_spec['algorithm']
         self.net_spec = agent_spec.get('net')
         self.env_spec = env_spec

@@ -182,6 +182,10 @@ class PolicyHead(nn.Module):
             return D.Categorical(logits=out)
         return loc_scale_distribution(self.pdtype, *self.loc_and_log_scale(out))
 
+    def greedy_action(self, out: torch.Tensor) -> torch.Tensor:
+        """The action an evaluation takes from this head's net output (see greedy)."""
+        return self.greedy(out, self.pdtype, self.act_dim if self.log_std is None else None)
+
     @staticmethod
     def greedy(out: torch.Tensor, pdtype: str, act_dim: int | None = None) -> torch.Tensor:
         """The action an evaluation takes: the largest logit for a discrete pdtype; for a

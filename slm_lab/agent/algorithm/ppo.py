@@ -31,7 +31,7 @@ from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, Rol
 from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import ANY_JSON, OMIT, Field, ignored_field
+from slm_lab.lib.schema import ANY_JSON, OMIT, Field, accepts, ignored_field
 
 
 def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -58,6 +58,8 @@ def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torc
     return torch.max(sample_loss(values, returns), sample_loss(clipped, returns)).mean()
 
 
+@accepts('refused: a key of `PPOSIL` (SLM-Lab names PPO with it in its `ppo_sil_*` specs, which its PPO cannot '
+         'run), with a pointer to `PPOSIL`')
 def _refuse_sil_key(value, path: str) -> None:
     """SLM-Lab's lunar_pg.json names PPO with self-imitation keys (its ppo_sil_* specs): PPO would
     train without them, silently; the user meant PPOSIL."""

@@ -68,10 +68,12 @@ class Reinforce(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec = self.algorithm_spec
-        self.net = build_net(self.net_spec, self.in_dim, policy_util.pd_out_dim(self.pdtype, self.act_dim),
+        # as in SLM-Lab: with log_std_init, a learned state-independent log std; without, the
+        # net outputs the log scale too
+        log_std_init = self.net_spec.get('log_std_init')
+        self.net = build_net(self.net_spec, self.in_dim, policy_util.pd_out_dim(self.pdtype, self.act_dim, log_std_init),
                              out_gains=[0.01]).to(self.device)
-        self.head = policy_util.PolicyHead(self.pdtype, self.act_dim,
-                                           self.net_spec.get('log_std_init') or 0.0).to(self.device)
+        self.head = policy_util.PolicyHead(self.pdtype, self.act_dim, log_std_init).to(self.device)
         self.optimizers = {'net': net_util.make_optimizer(
             list(self.net.parameters()) + list(self.head.parameters()), self.net_spec['optim_spec'])}
         sched = net_util.make_lr_scheduler(self.optimizers['net'], self.net_spec['lr_scheduler_spec'], self.clock)
@@ -93,7 +95,7 @@ class Reinforce(Algorithm):
     @torch.no_grad()
     def act_greedy(self, obs):
         out = self.net(self.tensor(obs))
-        return policy_util.to_env_actions(policy_util.PolicyHead.greedy(out, self.pdtype), self.action_space)
+        return policy_util.to_env_actions(self.head.greedy_action(out), self.action_space)
 
     def update(self, obs, action, reward, next_obs, terminated, truncated):
         self.memory.add(obs, action, reward, next_obs, terminated, truncated)

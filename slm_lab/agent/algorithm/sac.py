@@ -43,7 +43,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.algorithm.ppo import symlog
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import Field, accepts
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SLM-Lab's clamp of a Gaussian policy's log standard deviation
 
@@ -138,21 +138,6 @@ class GaussianPolicy(nn.Module):
         return torch.tanh(raw), squashed_log_prob(normal.log_prob(raw).sum(dim=-1), raw)
 
 
-def env_action_bounds(env_spec: dict, action_space) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) of the env's Box actions, float64 (act_dim,). The lab's envs execute actions
-    through ClipAction, whose space reads (-inf, inf); the bounds are then those of the env
-    under it."""
-    if np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all():
-        return action_space.low.astype(np.float64), action_space.high.astype(np.float64)
-    from slm_lab.env import make_single_env
-    env = make_single_env(env_spec)
-    try:
-        space = env.unwrapped.action_space
-        return space.low.astype(np.float64).reshape(-1), space.high.astype(np.float64).reshape(-1)
-    finally:
-        env.close()
-
-
 class Temperature(nn.Module):
     """log_alpha, the entropy temperature's logarithm, as a parameter (so it rides the nets'
     state_dict and has an optimizer of its own). Starts at 0 (alpha = 1), as in SLM-Lab."""
@@ -162,6 +147,7 @@ class Temperature(nn.Module):
         self.log_alpha = nn.Parameter(torch.zeros(1))
 
 
+@accepts('`"auto"` or a number')
 def _check_target_entropy(value, path):
     if isinstance(value, str) and value != 'auto':
         raise SpecError(f"{path}: {value!r} is not valid; use \"auto\" (SLM-Lab's default) or a number")
@@ -226,12 +212,12 @@ class SoftActorCritic(Algorithm):
         if algo['training_start_step'] is None:
             algo['training_start_step'] = max(1000, spec['agent']['memory']['batch_size'])
 
-    def __init__(self, agent_spec, env_spec, obs_space, action_space, num_envs, clock, memory, seed):
-        super().__init__(agent_spec, env_spec, obs_space, action_space, num_envs, clock, memory, seed)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         spec, net_spec = self.algorithm_spec, self.net_spec
         self.discrete = self.pdtype in ('Categorical', 'GumbelSoftmax')
         self.relaxed = self.pdtype == 'GumbelSoftmax'  # SLM-Lab v4's discrete SAC: critics of (s, one_hot(a))
-        self.critic_spec = self.critic_net_spec(agent_spec)
+        self.critic_spec = self.critic_net_spec(self.agent_spec)
         if self.relaxed:
             self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
             self.head = policy_util.PolicyHead('GumbelSoftmax', self.act_dim)
@@ -242,10 +228,12 @@ class SoftActorCritic(Algorithm):
             q_in, q_out = self.in_dim, self.act_dim
         else:
             self.net = GaussianPolicy(net_spec, self.in_dim, self.act_dim).to(self.device)
-            low, high = env_action_bounds(env_spec, action_space)
+            # the env's own bounds (the Agent gets the space under ClipAction, see env.agent_action_space)
+            low, high = (self.action_space.low.astype(np.float64).reshape(-1),
+                         self.action_space.high.astype(np.float64).reshape(-1))
             if not (np.isfinite(low).all() and np.isfinite(high).all()):
                 raise SpecError(f"env.name: {type(self).__name__} squashes its actions into the bounds of the env's "
-                                f'action space, and {env_spec["name"]} has infinite bounds ({low}, {high}); use an env '
+                                f'action space, and {self.env_spec["name"]} has infinite bounds ({low}, {high}); use an env '
                                 'with finite action bounds')
             self.action_center, self.action_half = (high + low) / 2, (high - low) / 2
             q_in, q_out = self.in_dim + self.act_dim, 1

@@ -295,10 +295,7 @@ class SelfImitation:
     """
 
     memory_schema = SIL_MEMORY_SCHEMA
-    # the Agent passes meta.snapshot_replay as persist_replay: the SIL replay is the algorithm's
-    owns_replay = True
-
-    def __init__(self, agent_spec: dict, *args, persist_replay: bool = False, **kwargs):
+    def __init__(self, agent_spec: dict, *args, **kwargs):
         super().__init__(agent_spec, *args, **kwargs)
         spec = self.algorithm_spec
         self.sil_policy_loss_coef, self.sil_val_loss_coef = spec['sil_policy_loss_coef'], spec['sil_val_loss_coef']
@@ -307,7 +304,7 @@ class SelfImitation:
         replay_cls = PrioritizedSILReplay if agent_spec['memory']['sil_replay_name'] == 'PrioritizedReplay' \
             else SILReplay
         self.sil_replay = replay_cls(agent_spec['memory'], self.obs_space, self.action_space, self.num_envs,
-                                    self.gamma, self.rng, persist=persist_replay)
+                                    self.gamma, self.rng, persist=self.persist_replay)
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:

@@ -5,16 +5,43 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import net_util
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import Field, accepts
+
+@accepts('each width >= 1')
+def _check_widths(value, path):
+    from slm_lab.lib.errors import SpecError
+    for i, width in enumerate(value):
+        if width < 1:
+            raise SpecError(f'{path}[{i}]: {width} is out of range; a layer width must be >= 1')
+
+
+@accepts('an activation name, null, or a list of them (one per output head)')
+def _check_out_activation(value, path):
+    from slm_lab.lib.errors import SpecError
+    from slm_lab.lib.schema import suggest
+    for i, name in enumerate(value if isinstance(value, list) else [value]):
+        where = f'{path}[{i}]' if isinstance(value, list) else path
+        if name is not None and name not in net_util.ACTIVATIONS:
+            valid = list(net_util.ACTIVATIONS)
+            raise SpecError(f"{where}: '{name}' is not an activation{suggest(name, valid)}; valid: "
+                            f"{', '.join(valid)} or null")
+
+
+@accepts('`true`, `false` or `"auto"`')
+def _check_gpu(value, path):
+    from slm_lab.lib.errors import SpecError
+    if isinstance(value, str) and value != 'auto':
+        raise SpecError(f"{path}: {value!r} is not valid; valid values: true, false, 'auto'")
+
 
 NET_SCHEMA = {
     'type': Field((str,), doc='network class: MLPNet'),
     'shared': Field((bool,), False, doc='actor-critic: one body with a policy head and a value head'),
-    'hid_layers': Field((list,), [64, 64], item_type=int, check=lambda v, p: _check_widths(v, p),
+    'hid_layers': Field((list,), [64, 64], item_type=int, check=_check_widths,
                         doc='hidden layer widths (each >= 1)'),
     'hid_layers_activation': Field((str,), 'relu', choices=tuple(net_util.ACTIVATIONS),
                                    doc='activation after each hidden layer'),
-    'out_layer_activation': Field((str, list), None, nullable=True, check=lambda v, p: _check_out_activation(v, p),
+    'out_layer_activation': Field((str, list), None, nullable=True, check=_check_out_activation,
                                   doc='activation on the output layer (null: none), or a list with one per '
                                       'output head, as SLM-Lab allows'),
     'init_fn': Field((str,), None, nullable=True, choices=net_util.INIT_FNS,
@@ -35,7 +62,7 @@ NET_SCHEMA = {
     'polyak_coef': Field((float,), 0.0, min=0, max=1,
                          doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef; '
                              "SLM-Lab's default 0 leaves the target as it is)"),
-    'gpu': Field((bool, str), False, check=lambda v, p: _check_gpu(v, p), doc="use CUDA when available (true/'auto')"),
+    'gpu': Field((bool, str), False, check=_check_gpu, doc="use CUDA when available (true/'auto')"),
     'batch_norm': Field((bool,), False, doc='(SLM-Lab v5) BatchNorm1d after each hidden linear layer, before its '
                                             'activation (instead of layer_norm when both are set, as in SLM-Lab); '
                                             'a batch of one (acting in one env) uses the running statistics'),
@@ -51,33 +78,10 @@ NET_SCHEMA = {
     'cuda_id': Field((int,), None, nullable=True, min=0,
                      doc='(SLM-Lab) the CUDA device index used when gpu puts the nets on a GPU (null: the current one)'),
     'log_std_init': Field((float,), None, nullable=True,
-                          doc='Normal actions: initial value of the learned, state-independent log standard '
-                              'deviation (null: 0.0)'),
+                          doc='continuous actions: a learned, state-independent log standard deviation starting '
+                              "at this value; null (SLM-Lab's default): the policy net outputs the log scale "
+                              'beside the loc, clamped to [-5, 2]'),
 }
-
-
-def _check_widths(value, path):
-    from slm_lab.lib.errors import SpecError
-    for i, width in enumerate(value):
-        if width < 1:
-            raise SpecError(f'{path}[{i}]: {width} is out of range; a layer width must be >= 1')
-
-
-def _check_out_activation(value, path):
-    from slm_lab.lib.errors import SpecError
-    from slm_lab.lib.schema import suggest
-    for i, name in enumerate(value if isinstance(value, list) else [value]):
-        where = f'{path}[{i}]' if isinstance(value, list) else path
-        if name is not None and name not in net_util.ACTIVATIONS:
-            valid = list(net_util.ACTIVATIONS)
-            raise SpecError(f"{where}: '{name}' is not an activation{suggest(name, valid)}; valid: "
-                            f"{', '.join(valid)} or null")
-
-
-def _check_gpu(value, path):
-    from slm_lab.lib.errors import SpecError
-    if isinstance(value, str) and value != 'auto':
-        raise SpecError(f"{path}: {value!r} is not valid; valid values: true, false, 'auto'")
 
 
 class BatchNorm1d(nn.BatchNorm1d):

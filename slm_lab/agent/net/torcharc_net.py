@@ -32,7 +32,7 @@ from slm_lab.agent.net import net_util
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d
 from slm_lab.agent.net.mlp import NET_SCHEMA
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, check_torch_kwargs, suggest
+from slm_lab.lib.schema import Field, accepts, check_torch_kwargs, suggest
 
 # modules an arc may name besides torch.nn's
 ARC_MODULES = {'BatchRenorm1d': BatchRenorm1d, 'LazyBatchRenorm1d': LazyBatchRenorm1d}
@@ -143,13 +143,25 @@ def read_arc(net_spec: dict, path: str = 'agent.net') -> dict:
         raise SpecError(f'{path}.arc_file: {arc_file} is not YAML or JSON: {str(e).splitlines()[0]}') from None
 
 
+@accepts("an arc: `modules` (torch.nn classes and `Sequential` lists) and `graph` (`input`, `modules`, `output`)")
 def _check_arc(value, path: str) -> None:
     ArcBody(value, path)  # builds only: Lazy modules allocate nothing until their first input
 
 
+@accepts("a YAML or JSON file holding an arc")
 def _check_arc_file(value, path: str) -> None:
     arc_path = path.rsplit('.', 1)[0]
     ArcBody(read_arc({'arc_file': value}, arc_path), path)
+
+
+@accepts('only `false`')
+def _check_no_batch_norm(value, path: str) -> None:
+    _check_in_arc(value, path, 'BatchNorm1d')
+
+
+@accepts('only `false`')
+def _check_no_layer_norm(value, path: str) -> None:
+    _check_in_arc(value, path, 'LayerNorm')
 
 
 def _check_in_arc(value, path: str, module: str) -> None:
@@ -168,10 +180,10 @@ TORCHARC_SCHEMA = {
     'arc_file': Field((str,), None, nullable=True, check=_check_arc_file,
                       doc='(SLM-Lab v5) TorchArcNet: a YAML or JSON file holding the arc (when arc is null)'),
     'normalize': Field((bool,), False, doc='(SLM-Lab) TorchArcNet: divide the input by 255 (pixels)'),
-    'batch_norm': Field((bool,), False, check=lambda v, p: _check_in_arc(v, p, 'BatchNorm1d'),
+    'batch_norm': Field((bool,), False, check=_check_no_batch_norm,
                         doc="(SLM-Lab) TorchArcNet: only false, which SLM-Lab's specs write and its TorchArcNet "
                             'never reads; the arc names its own normalisation layers'),
-    'layer_norm': Field((bool,), False, check=lambda v, p: _check_in_arc(v, p, 'LayerNorm'),
+    'layer_norm': Field((bool,), False, check=_check_no_layer_norm,
                         doc='(SLM-Lab) TorchArcNet: only false; the arc names its own normalisation layers'),
     'hid_layers_activation': Field((str,), 'relu', choices=tuple(net_util.ACTIVATIONS),
                                    doc="TorchArcNet: only the gain of init_fn (the arc names its own activations)"),

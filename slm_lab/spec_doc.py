@@ -266,8 +266,10 @@ MEMORY_INTRO = """\
 
 MEMORY_NOTES = {
     'OnPolicyBatchReplay': 'The batch length is set by the algorithm, not here: `time_horizon` vector '
-                           'steps for PPO, `training_frequency` vector steps for Reinforce.',
-    'OnPolicyReplay': 'Reinforce trains once `training_frequency` episodes have finished.',
+                           'steps for PPO, `num_step_returns` for n-step ActorCritic, `training_frequency` '
+                           'vector steps for the others.',
+    'OnPolicyReplay': 'The algorithm trains once `training_frequency` episodes have finished (n-step '
+                      'ActorCritic: `num_step_returns` episodes, as in SLM-Lab).',
     'Replay': 'Each vector step adds `num_envs` transitions; once `max_size` is reached the oldest '
               'are overwritten.',
 }
@@ -277,28 +279,14 @@ NET_INTRO = """\
 
 `type` picks the network class. The algorithm builds the nets it needs from this one spec:"""
 
-NET_USE = """\
-- `Reinforce`: one MLP with the policy output (and, for `Normal`, a learned log standard
-  deviation); one optimizer, `optim_spec`. It does not use `loss_spec`.
-- `VanillaDQN`, `DQN`, `DoubleDQN`: one MLP with a Q-value per action; `DQN` and `DoubleDQN`
-  add a target net, a copy of it, which follows the online net every `update_frequency` frames:
-  `update_type` `"replace"` copies the weights, `"polyak"` sets
-  target = `polyak_coef` * online + (1 - `polyak_coef`) * target (SLM-Lab's convention: a
-  small `polyak_coef` such as 0.005 is a slow target). `VanillaDQN` has no target net
-  and ignores these three keys. The Q loss is `loss_spec`.
-- `PPO`: a policy and a value function. With `shared: false`, two MLPs with the same hidden
-  layers (actor and critic); with `shared: true`, one MLP with a policy head and a value head. One optimizer
-  from `optim_spec`, unless `shared` is false and `actor_optim_spec` is given: then the actor
-  uses `actor_optim_spec` and the critic uses `actor_optim_spec` too when `use_same_optim` is
-  true, else `critic_optim_spec` (or `actor_optim_spec` when that is null). `shared: true`
-  together with `actor_optim_spec` or `critic_optim_spec` is an error; `critic_optim_spec`
-  without `actor_optim_spec` is not used. The value loss is `loss_spec`.
-- Keys an algorithm does not read are still validated, and ignored.
+NET_NOTES = """\
+Keys an algorithm does not read are still validated, and ignored.
 
-`clip_grad_val` clips the global norm of all gradients of an optimizer step (the CSV column
-`grad_norm` is the norm before clipping). `init_fn` names a `torch.nn.init` function for the
-weights of every linear layer (biases are then set to zero); null keeps torch's default
-initialisation. `gpu`: with `true` or `"auto"` the nets run on CUDA when torch finds a GPU, and
+`clip_grad_val` clips the global norm of the gradients of each net in an optimizer step (the CSV
+column `grad_norm` is the norm before clipping). `init_fn` names a `torch.nn.init` function for
+the weights of every linear layer, with the gain torch recommends for `hid_layers_activation`
+(the output heads too, unless the algorithm sets their gain, as actor-critics do: 0.01 for the
+policy, 1 for the value), biases 0; null keeps torch's default initialisation. `gpu`: with `true` or `"auto"` the nets run on CUDA when torch finds a GPU, and
 on the CPU otherwise."""
 
 TORCH_SPECS = """\
@@ -545,6 +533,18 @@ def _memory_sections() -> str:
     return '\n\n'.join(out)
 
 
+def _net_use() -> str:
+    """What nets each algorithm builds from agent.net: the `nets_doc` of each algorithm class,
+    one bullet per group of algorithms that share it."""
+    from slm_lab.agent.algorithm import ALGORITHMS
+    groups: dict[str, list[str]] = {}
+    for name, cls in ALGORITHMS.items():
+        if cls.nets_doc:
+            groups.setdefault(cls.nets_doc, []).append(name)
+    return '\n'.join(f'- {", ".join(f"`{n}`" for n in names)}: {" ".join(doc.split())}'
+                     for doc, names in groups.items())
+
+
 def _net_sections() -> str:
     from slm_lab.agent.net import NETS
     out = []
@@ -603,15 +603,45 @@ on its own, as SLM-Lab clips each net in its own train step.
 
 Where SLM-Lab's two generations, or SLM-Lab and this lab, differ (known, and kept as they are):
 
-- `log_std_init` null keeps a learned state-independent standard deviation starting at 1
-  (SLM-Lab v5 then predicts it from the state).
+- `log_std_init`, as in SLM-Lab: with a number, continuous policies learn one state-independent
+  log std starting there; null (the default), the policy net outputs the log scale beside the loc,
+  clamped to [-5, 2]. (Before this version the lab kept a learned log std starting at 0 for null.)
 - SLM-Lab v5's Reinforce always standardises its returns; v4 only centres them with
   `center_return`. Here `center_return` centres and `normalize_return` divides by the std, both
   off by default, as in v4.
 - `meta.rigorous_eval` plays greedy actions (argmax, or a Normal policy's mean) on a separate
   env; SLM-Lab evaluates with its acting policy at the exploration schedules' end values.
-- `use_cer` puts the one newest transition in each sampled batch (SLM-Lab v4); v5 puts the
-  newest transition of every vector env.
+- `use_cer` follows v5: the transitions stored since the previous sample (every vector env's)
+  replace the tail of the next batch, at most one batch, any left over go into later batches;
+  v4 put the single newest transition. The count pending is in the snapshot.
+- SARSA: the last step of each batch is held back until its next action is known (SLM-Lab uses
+  action 0 there); a truncated step bootstraps from the acting policy's expected Q at its final
+  observation (no action was taken there); a terminated one does not bootstrap.
+- n-step `ActorCritic` bootstraps on truncation and at the batch end, never on termination, from
+  each step's own next state (v4 stops at any done; v5 bootstraps only from the batch's last next
+  state). Advantages are standardised over the batch for every variant (v5; v4 only for GAE).
+  `A2C` is an agent name in SLM-Lab's specs, not an algorithm: use `ActorCritic`.
+- `PrioritizedReplay`: SLM-Lab has no importance weights; the lab's `beta` (default 0) adds them.
+  New transitions get the priority of an error of 100000, as in SLM-Lab.
+- `OnPolicyCrossEntropy` keeps the episodes whose return is at least the `cross_entropy`
+  quantile of the finished ones, which is what SLM-Lab's code does (its docstring says the
+  reverse).
+- SoftActorCritic: the Categorical variant's soft value uses the mean of the twin critics (v5);
+  `GumbelSoftmax` is v4's variant (critics of (s, one_hot(a)), target entropy -n);
+  `spectral_norm: true` is not available yet; `entropy_penalty_coef` applies to Categorical only.
+- SIL and PPOSIL: returns are computed per finished episode (SLM-Lab computes them over sampled
+  minibatches as one trajectory), a truncated episode's bootstrapped from V of its final
+  observation; with separate nets the critic trains on the SIL value loss too (SLM-Lab steps
+  only the actor); a `PrioritizedReplay` SIL replay updates its priorities (SLM-Lab never does).
+  The four SIL algorithm keys default to 1.0, 0.01, 1, 1 (SLM-Lab has no defaults).
+- PPO also trains on whole episodes (`OnPolicyReplay`, every `training_frequency` episodes),
+  which SLM-Lab's PPO does not; PPO refuses SIL's keys with a pointer to `PPOSIL`.
+- Beta, MultiCategorical and NormalTanh `action_pdtype`s are not available: SLM-Lab builds every
+  continuous distribution from loc and scale, which Beta does not take; MultiCategorical needs
+  MultiDiscrete actions; NormalTanh appears only in its MuJoCo Playground specs.
+- `TorchArcNet` reads SLM-Lab's arc format with the lab's own small reader (torch.nn classes,
+  `LazyBatchRenorm1d`, Sequential lists, a graph of one input and one output): torcharc 2.x,
+  the package that reads this format, requires Python 3.12, and pip refuses it on this lab's 3.11.
 - `env.max_t` becomes the episodes' time limit (v4 applies it to single envs; v5 records it
   without applying it).
 - PPO's `time_horizon` and `minibatch_size` are used as given; SLM-Lab rounds both up to a
@@ -728,7 +758,7 @@ def generate() -> str:
         ALGORITHM_INTRO, table(BASE_SCHEMA, 'algorithm'), ACTION_NOTES,
         *[_algorithm_section(group) for group in algorithm_groups()],
         MEMORY_INTRO, _memory_sections(),
-        NET_INTRO, NET_USE, _net_sections(),
+        NET_INTRO, _net_use(), NET_NOTES, _net_sections(),
         TORCH_SPECS,
         SCHEDULES, table(schedule_schema(), 'schedule'), SCHEDULE_FORMULAS,
         ENV_INTRO, table(ENV_SCHEMA, 'env'),

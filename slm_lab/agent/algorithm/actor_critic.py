@@ -183,7 +183,14 @@ class ActorCritic(Algorithm):
                                      doc='(SLM-Lab v5) divide value predictions and targets by a running std of '
                                          'the targets (at least 1), clipped to [-10, 10], in the value loss'),
     }
-    memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay')
+    memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy')
+    nets_doc = """a policy and a value function. With `shared: false`, two nets with the same
+        hidden layers (actor and critic); with `shared: true`, one net with a policy head and a value head. One
+        optimizer from `optim_spec` on the sum of the losses, unless `shared` is false and `actor_optim_spec`
+        is given: then the actor steps on the policy loss with `actor_optim_spec` and the critic on the value
+        loss with `critic_optim_spec` (`actor_optim_spec` when `use_same_optim` is true or
+        `critic_optim_spec` is null). A shared net takes `actor_optim_spec` when it is given (as in SLM-Lab).
+        The value loss is `loss_spec`."""
     continuous_ok = True
     samples_from_policy = True
 

@@ -37,6 +37,9 @@ class Algorithm:
     # an on-policy gradient (log pi(a|s) weighted by returns) is unbiased only for actions drawn
     # from pi itself, so such algorithms refuse action policies that draw from anything else
     samples_from_policy: bool = False
+    # what nets this algorithm builds from agent.net and which optimizers and losses train them
+    # (docs/spec.md lists it under agent.net); empty for an algorithm without nets
+    nets_doc: str = ''
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:

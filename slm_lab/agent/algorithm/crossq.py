@@ -64,6 +64,11 @@ class CrossQ(SoftActorCritic):
                "builds it; a TorchArcNet critic names its own LazyBatchRenorm1d layers)"),
     }
     uses_target_nets = False
+    nets_doc = """SAC's policy and temperature, and twin Q nets without targets, built from
+        `agent.critic_net` when the spec gives one (any net type; SLM-Lab's CrossQ specs give a TorchArcNet
+        with batch-renorm layers), else from `agent.net` (with `critic_batch_renorm`, a BatchRenorm1d after
+        each hidden layer); the critics' optimizer is the critic net spec's `optim_spec`, the loss
+        `agent.net.loss_spec`."""
     pdtypes = ('default', 'Categorical', 'Normal')  # SLM-Lab v5's CrossQ: no v4 GumbelSoftmax variant
     uses_critic_net = True  # agent.critic_net: validated by spec.py with the schema of its net type
 

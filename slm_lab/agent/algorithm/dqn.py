@@ -67,6 +67,12 @@ class VanillaDQN(Algorithm):
                                          'env.normalize_obs normalises observations'),
     }
     memory_names = ('Replay', 'PrioritizedReplay')
+    nets_doc = """one net with a Q-value per action (`DuelingMLPNet`: V + A - mean(A)); `DQN`
+        and `DoubleDQN` add a target net, a copy of it, which follows the online net every `update_frequency`
+        frames: `update_type` `"replace"` copies the weights, `"polyak"` sets target = `polyak_coef` * online +
+        (1 - `polyak_coef`) * target (SLM-Lab's convention: a small `polyak_coef` such as 0.005 is a slow
+        target); `VanillaDQN` has no target net and ignores these three keys. The Q loss is `loss_spec`,
+        weighted by the importance weights of a PrioritizedReplay with `beta` > 0."""
     uses_target_net = False
     double = False
 

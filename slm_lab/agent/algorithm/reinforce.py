@@ -61,9 +61,12 @@ class Reinforce(Algorithm):
         'training_frequency': Field((int,), 1, min=1,
                                     doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per update'),
     }
-    memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay')
+    memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy')
     continuous_ok = True
     samples_from_policy = True
+    nets_doc = """one net with the policy output (for continuous actions also the log scale, unless
+        `log_std_init` gives a learned state-independent one); one optimizer, `optim_spec`. It does not use
+        `loss_spec`."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -193,6 +193,11 @@ class SoftActorCritic(Algorithm):
 
     spec_schema = SAC_SCHEMA
     memory_names = ('Replay', 'PrioritizedReplay')
+    nets_doc = """a policy net (discrete: logits; continuous: a tanh-squashed Gaussian, the log
+        std as a second output clamped to [-5, 2] unless `log_std_init` gives a learned one), twin Q nets
+        with target copies that follow them as `update_type` / `polyak_coef` / `update_frequency` say, and the
+        temperature log_alpha; the actor's optimizer is `optim_spec`, the critics' the critic net spec's
+        `optim_spec`, the temperature's `optim_spec` at `alpha_lr`. The critic loss is `loss_spec`."""
     continuous_ok = True
     uses_target_nets = True
     pdtypes = ('default', 'Categorical', 'GumbelSoftmax', 'Normal')

@@ -76,6 +76,8 @@ class SARSA(Algorithm):
                                         'per update'),
     }
     memory_names = ('OnPolicyBatchReplay', 'OnPolicyReplay', 'OnPolicyCrossEntropy')
+    nets_doc = """one net with a Q-value per action, no target net; the loss is `loss_spec`,
+        one optimizer, `optim_spec`."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

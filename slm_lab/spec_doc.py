@@ -633,7 +633,9 @@ Where SLM-Lab's two generations, or SLM-Lab and this lab, differ (known, and kep
   minibatches as one trajectory), a truncated episode's bootstrapped from V of its final
   observation; with separate nets the critic trains on the SIL value loss too (SLM-Lab steps
   only the actor); a `PrioritizedReplay` SIL replay updates its priorities (SLM-Lab never does).
-  The four SIL algorithm keys default to 1.0, 0.01, 1, 1 (SLM-Lab has no defaults).
+  The four SIL algorithm keys default to 1.0, 0.01, 1, 1 (SLM-Lab has no defaults). The SIL
+  replay's `use_cer` puts the single newest transition last in each batch (v4's rule; v5's
+  Replay rule would fill SIL batches with the latest episode, which arrives whole).
 - PPO also trains on whole episodes (`OnPolicyReplay`, every `training_frequency` episodes),
   which SLM-Lab's PPO does not; PPO refuses SIL's keys with a pointer to `PPOSIL`.
 - Beta, MultiCategorical and NormalTanh `action_pdtype`s are not available: SLM-Lab builds every

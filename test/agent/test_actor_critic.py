@@ -18,7 +18,7 @@ from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
 
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.actor_critic import (
-    ReturnNormalizer, actor_critic_policy_loss, gae, nstep_returns, standardize)
+    ReturnNormalizer, actor_critic_policy_loss, episode_returns, gae, nstep_returns, standardize)
 from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
@@ -135,8 +135,22 @@ def test_a2c_plain_returns_without_lam_or_num_step_returns():
     algo = make_algorithm(a2c_spec('OnPolicyReplay', gamma=0.5, lam=None, training_frequency=2))
     rollout = episode_rollout(algo)
     advs, targets = algo.advantages_and_targets(rollout, t(EPISODES['values'])[:, None])
-    torch.testing.assert_close(targets, t([1.5, 1, 1]))
-    torch.testing.assert_close(advs, t([0.5, -1, -2]))
+    # the truncated last episode bootstraps from V of its final observation: 1 + 0.5 * 5
+    torch.testing.assert_close(targets, t([1.5, 1, 3.5]))
+    torch.testing.assert_close(advs, t([0.5, -1, 0.5]))
+
+
+def test_episode_returns_stop_at_termination_bootstrap_truncation_and_cut_at_the_batch_end():
+    # gamma 0.5; env 0: r 1, 2 (terminated), then 4 running at the batch end (cut, no bootstrap)
+    #   R = [1 + 0.5*2, 2, 4] = [2, 2, 4]
+    # env 1: r 1 (truncated, V(s') 8), then 1, 1 running
+    #   R = [1 + 0.5*8, 1 + 0.5*1, 1] = [5, 1.5, 1]
+    rewards = t([[1, 1], [2, 1], [4, 1]])
+    next_values = t([[7, 8], [7, 7], [7, 7]])
+    terminateds = t([[0, 0], [1, 0], [0, 0]])
+    dones = t([[0, 1], [1, 0], [0, 0]])
+    torch.testing.assert_close(episode_returns(rewards, next_values, terminateds, dones, 0.5),
+                               t([[2, 5], [2, 1.5], [4, 1]]))
 
 
 def test_gae_is_the_one_ppo_uses():

@@ -86,6 +86,18 @@ def test_crossq_has_no_target_nets_and_renormalises_each_hidden_layer_of_an_mlp_
     assert not any(isinstance(m, BatchRenorm1d) for m in alg.net.modules())
 
 
+def test_renormalised_critics_train_under_an_optimizer_that_copies_its_parameters(lab_run):
+    # Lookahead keeps slow copies of the parameters it is given when made: the renorm layers must
+    # exist by then, or its copies pair with the wrong tensors (a shape error at its first sync)
+    spec = crossq_spec(max_frame=300, critic_net={
+        'type': 'MLPNet', 'hid_layers': [16, 8],
+        'optim_spec': {'name': 'Lookahead', 'optimizer': 'Adam', 'lr': 0.003, 'k': 2}})
+    agent, _ = make_agent(spec)
+    params = [p for g in agent.algorithm.optimizers['critic'].param_groups for p in g['params']]
+    assert len(params) == len(list(agent.algorithm.q1_net.parameters())) * 2
+    lab_run(spec, 'crossq_lookahead')
+
+
 def test_without_critic_batch_renorm_an_mlp_critic_is_as_its_spec_builds_it():
     spec = crossq_spec()
     spec['agent']['algorithm']['critic_batch_renorm'] = None

@@ -28,7 +28,6 @@ import torch
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
-from slm_lab.agent.algorithm.reinforce import discounted_returns
 from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, RolloutBatch
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.actor_critic import ActorCriticNet
@@ -57,6 +56,24 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
         running = deltas[t] + gamma * lam * (1.0 - dones[t]) * running
         advantages[t] = running
     return advantages
+
+
+def episode_returns(rewards: torch.Tensor, next_values: torch.Tensor, terminateds: torch.Tensor,
+                    dones: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted returns to each episode's end over a (T, N) rollout; all inputs (T, N), floats.
+
+    R_t = r_t + gamma * (1 - terminated_t) * [(1 - done_t) * R_{t+1} + done_t * V(s'_t)],   R_T = 0
+    A terminated episode's return stops at its last reward; a truncated one's bootstraps from the
+    value of its final observation (its state still had a future); an episode still running at
+    the batch end is cut there, without a bootstrap (a Monte-Carlo return of what was seen).
+    """
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[0])
+    for t in range(len(rewards) - 1, -1, -1):
+        future = (1.0 - dones[t]) * running + dones[t] * next_values[t]
+        running = rewards[t] + gamma * (1.0 - terminateds[t]) * future
+        returns[t] = running
+    return returns
 
 
 def nstep_returns(rewards: torch.Tensor, next_values: torch.Tensor, terminateds: torch.Tensor,
@@ -306,10 +323,9 @@ class ActorCritic(Algorithm):
     def advantages_and_targets(self, rollout: Rollout, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantages and value targets (T*N,) each, from the state values V(s_t) (T, N) (no
         gradient): by GAE when lam is given, else n-step returns when num_step_returns is, else
-        plain discounted returns (cut at each episode end and at the batch end, no bootstrap)."""
+        discounted returns to each episode's end (see episode_returns)."""
         rewards, terminateds, dones = rollout.rewards, rollout.terminateds, rollout.dones
-        if self.lam is not None or self.num_step_returns is not None:
-            next_values = self.model.value(rollout.next_states).reshape(values.shape)
+        next_values = self.model.value(rollout.next_states).reshape(values.shape)
         if self.lam is not None:
             advs = gae(rewards, values, next_values, terminateds, dones, self.gamma, self.lam)
             targets = advs + values
@@ -317,7 +333,7 @@ class ActorCritic(Algorithm):
             if self.num_step_returns is not None:
                 targets = nstep_returns(rewards, next_values, terminateds, dones, self.gamma, self.num_step_returns)
             else:
-                targets = self.tensor(discounted_returns(rewards.cpu().numpy(), dones.cpu().numpy(), self.gamma))
+                targets = episode_returns(rewards, next_values, terminateds, dones, self.gamma)
             advs = targets - values
         return advs.reshape(-1), targets.reshape(-1)
 

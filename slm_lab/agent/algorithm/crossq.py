@@ -72,19 +72,16 @@ class CrossQ(SoftActorCritic):
     pdtypes = ('default', 'Categorical', 'Normal')  # SLM-Lab v5's CrossQ: no v4 GumbelSoftmax variant
     uses_critic_net = True  # agent.critic_net: validated by spec.py with the schema of its net type
 
-    def __init__(self, agent_spec, *args, **kwargs):
-        super().__init__(agent_spec, *args, **kwargs)
+    def build_critic(self, in_dim: int, out_dim: int) -> nn.Module:
+        """The critic net spec's Q net, with critic_batch_renorm's layers inserted before the
+        optimizers are built (an optimizer such as Lookahead copies its parameters when made)."""
+        q_net = super().build_critic(in_dim, out_dim)
         brn = self.algorithm_spec['critic_batch_renorm']
-        if brn is not None:
-            for q_net in (self.q1_net, self.q2_net):
-                if insert_batch_renorm(q_net, brn) == 0:
-                    raise SpecError(f"agent.algorithm.critic_batch_renorm: the critic net "
-                                    f"({self.critic_spec['type']}) has no hidden linear layers in a sequence to "
-                                    'normalise; use an MLPNet critic with hid_layers, or null')
-            # the optimizer was made over the critics' parameters before the renorm layers existed
-            self.optimizers['critic'].param_groups[0]['params'] = \
-                list(self.q1_net.parameters()) + list(self.q2_net.parameters())
-            self.q1_net.to(self.device), self.q2_net.to(self.device)
+        if brn is not None and insert_batch_renorm(q_net, brn) == 0:
+            raise SpecError(f"agent.algorithm.critic_batch_renorm: the critic net ({self.critic_spec['type']}) has "
+                            'no hidden linear layers in a sequence to normalise; use an MLPNet critic with '
+                            'hid_layers, or null')
+        return q_net
 
     def critic_net_spec(self, agent_spec: dict) -> dict:
         """agent.critic_net when given, else agent.net."""

@@ -242,8 +242,8 @@ class SoftActorCritic(Algorithm):
                                 'with finite action bounds')
             self.action_center, self.action_half = (high + low) / 2, (high - low) / 2
             q_in, q_out = self.in_dim + self.act_dim, 1
-        self.q1_net = build_net(self.critic_spec, q_in, q_out).to(self.device)
-        self.q2_net = build_net(self.critic_spec, q_in, q_out).to(self.device)
+        self.q1_net = self.build_critic(q_in, q_out).to(self.device)
+        self.q2_net = self.build_critic(q_in, q_out).to(self.device)
         self.target_q1_net = self.target_q2_net = None
         if self.uses_target_nets:
             self.target_q1_net = copy.deepcopy(self.q1_net).requires_grad_(False)
@@ -280,6 +280,11 @@ class SoftActorCritic(Algorithm):
 
     # --- the pieces CrossQ changes ------------------------------------------------------------
     critic_path = 'agent.net'
+
+    def build_critic(self, in_dim: int, out_dim: int) -> nn.Module:
+        """One Q net of the critic net spec, before any optimizer sees its parameters (a subclass
+        that adds layers does it here)."""
+        return build_net(self.critic_spec, in_dim, out_dim)
 
     def critic_net_spec(self, agent_spec: dict) -> dict:
         """The net spec the critics are built from: agent.net (SAC)."""

@@ -44,14 +44,19 @@ def policy_probs(q: torch.Tensor, pdtype: str, action_policy: str, explore_var: 
     """Probabilities (B, n) with which the acting policy picks each action given Q values (B, n):
 
     epsilon_greedy: epsilon / n + (1 - epsilon) * [a = argmax Q]   (epsilon = explore_var)
-    boltzmann:      softmax(Q / tau)                                 (tau = explore_var)
+    boltzmann:      softmax(Q / tau) for Categorical (tau = explore_var); for Argmax [a = argmax Q]
+                    (the acting rule samples the pdtype's distribution of Q / tau, which for Argmax
+                    is the largest, as in SLM-Lab)
+    random:         1 / n
     default:        [a = argmax Q] for Argmax, softmax(Q) for Categorical (Q as logits)
     """
     n = q.shape[-1]
     greedy = torch.nn.functional.one_hot(q.argmax(dim=-1), n).to(q.dtype)
+    if action_policy == 'random':
+        return torch.full_like(q, 1.0 / n)
     if action_policy == 'epsilon_greedy':
         return explore_var / n + (1.0 - explore_var) * greedy
-    if action_policy == 'boltzmann':
+    if action_policy == 'boltzmann' and pdtype != 'Argmax':
         return torch.softmax(q / max(explore_var, 1e-8), dim=-1)
     return greedy if pdtype == 'Argmax' else torch.softmax(q, dim=-1)
 

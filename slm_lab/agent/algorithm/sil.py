@@ -38,6 +38,10 @@ Where this differs from SLM-Lab's SIL (v4.2.4 and v5), and why:
   the critic learns from sil_val_loss_coef too.
 - SLM-Lab v4 let the policy term's gradient reach the critic through A+; here A+ is a constant
   in the policy term, as in SLM-Lab v5 and the paper.
+- use_cer puts the single newest transition last in each SIL batch (v4's rule). SLM-Lab v5's SIL
+  replay is its Replay, whose use_cer puts every transition stored since the previous sample in
+  the batch's tail; since this replay receives whole episodes at once, that would fill batches
+  with the latest episode, which is not what combined experience replay is for.
 """
 from __future__ import annotations
 

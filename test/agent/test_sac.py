@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
 from slm_lab.agent.algorithm.sac import (continuous_policy_loss, continuous_soft_value, discrete_policy_loss,
                                          discrete_soft_value, discrete_target_entropy, soft_q_targets,
                                          squashed_log_prob, temperature_loss)
+from slm_lab.agent.memory.prioritized import PrioritizedBatch
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -222,17 +222,6 @@ def test_policy_delay_steps_the_actor_and_moves_the_targets_every_nth_critic_ste
         assert torch.allclose(value, 0.1 * online[key] + 0.9 * before[key], atol=1e-6)
 
 
-class WeightedBatch(NamedTuple):
-    """PrioritizedReplay's batch: a ReplayBatch with the sampled indices and importance weights."""
-    states: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_states: np.ndarray
-    terminateds: np.ndarray
-    indices: np.ndarray
-    weights: np.ndarray
-
-
 def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
     agent, clock = make_agent(sac_spec('CartPole-v1'))
     alg = agent.algorithm
@@ -241,7 +230,7 @@ def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
     weights = np.zeros(32, np.float32)
     weights[0] = 32.0  # the loss is then the first transition's alone
     got = {}
-    alg.memory.sample = lambda: WeightedBatch(*batch, np.arange(32) + 100, weights)
+    alg.memory.sample = lambda: PrioritizedBatch(*batch, np.arange(32) + 100, weights)
     alg.memory.update_priorities = lambda indices, errors: got.update(indices=indices, errors=errors)
     s, ns = alg.tensor(batch.states), alg.tensor(batch.next_states)
     a = torch.as_tensor(batch.actions).long()

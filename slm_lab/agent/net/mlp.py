@@ -96,7 +96,7 @@ class BatchNorm1d(nn.BatchNorm1d):
         return super().forward(x)
 
 
-class MLPNet(nn.Module):
+class MLPNet(net_util.HeadedNet):
     """An MLP body (hid_layers, each linear layer followed by BatchNorm1d when batch_norm, else
     LayerNorm when layer_norm, then hid_layers_activation) and one linear head per output, each
     followed by its out_layer_activation.
@@ -130,28 +130,7 @@ class MLPNet(nn.Module):
             layers.append(net_util.make_activation(activation))
             dim = width
         self.body = nn.Sequential(*layers)
-        gains = out_gains or [hidden_gain] * len(self.out_dims)
-        self.heads = nn.ModuleList()
-        for out_dim, gain in zip(self.out_dims, gains):
-            head = nn.Linear(dim, out_dim)
-            net_util.init_layer(head, net_spec['init_fn'], gain, activation)
-            self.heads.append(head)
-        out_activations = net_spec['out_layer_activation']
-        if not isinstance(out_activations, list):
-            out_activations = [out_activations] * len(self.out_dims)
-        elif len(out_activations) != len(self.out_dims):
-            from slm_lab.lib.errors import SpecError
-            raise SpecError(f'agent.net.out_layer_activation: {len(out_activations)} activations for '
-                            f'{len(self.out_dims)} output heads; give one per head or a single name')
-        self.out_activations = nn.ModuleList(net_util.make_activation(a) for a in out_activations)
-
-    def init_head(self, index: int, std: float) -> None:
-        """Re-initialise output head `index`: orthogonal weights with gain `std`, bias 0 (SLM-Lab's
-        actor_init_std / critic_init_std)."""
-        nn.init.orthogonal_(self.heads[index].weight, std)
-        nn.init.zeros_(self.heads[index].bias)
+        self.add_heads(net_spec, dim, self.out_dims, out_gains or [hidden_gain] * len(self.out_dims), activation)
 
     def forward(self, x: torch.Tensor):
-        h = self.body(x.flatten(start_dim=1))
-        outs = [act(head(h)) for head, act in zip(self.heads, self.out_activations)]
-        return outs[0] if len(outs) == 1 else outs
+        return self.apply_heads(self.body(x.flatten(start_dim=1)))

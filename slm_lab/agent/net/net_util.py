@@ -246,3 +246,37 @@ def grad_norm(params) -> float:
     """Global L2 norm of the gradients of `params`."""
     norms = [p.grad.detach().norm(2) for p in params if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+class HeadedNet(nn.Module):
+    """Base of the nets whose body ends in one linear head per output: `add_heads` builds them
+    (with the init and out_layer_activation of the net spec), `init_head` re-initialises one
+    (SLM-Lab's actor_init_std / critic_init_std), `apply_heads` maps a body output (B, body_dim)
+    to a tensor (B, out_dim) for one head or a list of them for several."""
+
+    def add_heads(self, net_spec: dict, body_dim: int, out_dims: list[int], gains: list[float],
+                  activation: str | None) -> None:
+        """One nn.Linear(body_dim, out_dim) per entry of out_dims, initialised under init_fn with its
+        gain, each followed by its out_layer_activation (one name for all, or a list of one per head)."""
+        self.heads = nn.ModuleList()
+        for out_dim, gain in zip(out_dims, gains):
+            head = nn.Linear(body_dim, out_dim)
+            init_layer(head, net_spec.get('init_fn'), gain, activation)
+            self.heads.append(head)
+        out_activations = net_spec.get('out_layer_activation')
+        if not isinstance(out_activations, list):
+            out_activations = [out_activations] * len(out_dims)
+        elif len(out_activations) != len(out_dims):
+            raise SpecError(f'agent.net.out_layer_activation: {len(out_activations)} activations for '
+                            f'{len(out_dims)} output heads; give one per head or a single name')
+        self.out_activations = nn.ModuleList(make_activation(a) for a in out_activations)
+
+    def init_head(self, index: int, std: float) -> None:
+        """Re-initialise output head `index`: orthogonal weights with gain `std`, bias 0 (SLM-Lab's
+        actor_init_std / critic_init_std)."""
+        nn.init.orthogonal_(self.heads[index].weight, std)
+        nn.init.zeros_(self.heads[index].bias)
+
+    def apply_heads(self, h: torch.Tensor):
+        outs = [act(head(h)) for head, act in zip(self.heads, self.out_activations)]
+        return outs[0] if len(outs) == 1 else outs

@@ -190,7 +190,7 @@ TORCHARC_SCHEMA = {
 }
 
 
-class TorchArcNet(nn.Module):
+class TorchArcNet(net_util.HeadedNet):
     """The arc's body, then one linear head per output (as MLPNet's, with out_layer_activation
     and out_gains), as SLM-Lab's TorchArcNet appends its tails.
 
@@ -223,28 +223,8 @@ class TorchArcNet(nn.Module):
         for module in self.body.modules():
             if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)):
                 net_util.init_layer(module, net_spec.get('init_fn'), gain, activation)
-        gains = out_gains or [gain] * len(self.out_dims)
-        self.heads = nn.ModuleList()
-        for out_dim, head_gain in zip(self.out_dims, gains):
-            head = nn.Linear(body_dim, out_dim)
-            net_util.init_layer(head, net_spec.get('init_fn'), head_gain, activation)
-            self.heads.append(head)
-        out_activations = net_spec.get('out_layer_activation')
-        if not isinstance(out_activations, list):
-            out_activations = [out_activations] * len(self.out_dims)
-        elif len(out_activations) != len(self.out_dims):
-            raise SpecError(f'agent.net.out_layer_activation: {len(out_activations)} activations for '
-                            f'{len(self.out_dims)} output heads; give one per head or a single name')
-        self.out_activations = nn.ModuleList(net_util.make_activation(a) for a in out_activations)
-
-    def init_head(self, index: int, std: float) -> None:
-        """Re-initialise output head `index`: orthogonal weights with gain `std`, bias 0 (SLM-Lab's
-        actor_init_std / critic_init_std)."""
-        nn.init.orthogonal_(self.heads[index].weight, std)
-        nn.init.zeros_(self.heads[index].bias)
+        self.add_heads(net_spec, body_dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
     def forward(self, x: torch.Tensor):
         x = x / 255.0 if self.normalize else x.flatten(start_dim=1)
-        h = self.body(x).flatten(start_dim=1)
-        outs = [act(head(h)) for head, act in zip(self.heads, self.out_activations)]
-        return outs[0] if len(outs) == 1 else outs
+        return self.apply_heads(self.body(x).flatten(start_dim=1))

@@ -51,13 +51,12 @@ ENV_SCHEMA = {
     'normalize_state': Field((bool,), OMIT, planned={
         True: "SLM-Lab v4's running normalisation of observations by one scalar mean and std, "
               'where env.normalize_obs normalises each dimension'}, doc='(SLM-Lab v4) only false; see normalize_obs'),
-    'frame_op': Field((str,), OMIT, nullable=True, planned={
-        'concat': 'frame stacking for ConvNet and RecurrentNet inputs',
-        'stack': 'frame stacking for ConvNet and RecurrentNet inputs'},
-        doc='(SLM-Lab v4) only null'),
-    'frame_op_len': Field((int,), OMIT, nullable=True, min=1, check=lambda v, p: _refuse_unless_null(
-        v, p, "frame stacking (SLM-Lab v4's frame_op_len, for ConvNet and RecurrentNet inputs)"),
-        doc='(SLM-Lab v4) only null: frame stacking for ConvNet and RecurrentNet is not available yet'),
+    'frame_op': Field((str,), OMIT, nullable=True, choices=('concat',), planned={
+        'stack': "frame stacking into (frame_op_len, ...) sequences, for SLM-Lab's RecurrentNet"},
+        doc='(SLM-Lab v4) "concat": each observation is the last frame_op_len observations of its env joined '
+            'end to end (the first of an episode repeated to fill), for vector observations; null: none'),
+    'frame_op_len': Field((int,), OMIT, nullable=True, min=1,
+                          doc='(SLM-Lab v4) how many observations frame_op joins; needed with frame_op'),
     'image_downsize': Field((list,), OMIT, nullable=True, check=lambda v, p: _refuse_unless_null(
         v, p, "image preprocessing (SLM-Lab v4's image_downsize, for ConvNet)"),
         doc='(SLM-Lab v4) only null: image preprocessing for ConvNet is not available yet'),
@@ -516,6 +515,13 @@ def fill_env_clip_defaults(env: dict) -> dict:
     return env
 
 
+def check_frame_op(env: dict) -> None:
+    """frame_op needs frame_op_len (SLM-Lab v4 gives both or neither)."""
+    if env.get('frame_op') and env.get('frame_op_len') is None:
+        raise SpecError(f'env.frame_op_len: env.frame_op "{env["frame_op"]}" needs frame_op_len, the number of '
+                        'observations to join (SLM-Lab used 4); set it, or set frame_op to null')
+
+
 def _refuse_unless_null(value, path: str, what: str) -> None:
     if value is not None:
         raise not_available(path, what, '; use null')
@@ -621,6 +627,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     spec['env'] = check_object(rename_env_id(spec['env']), ENV_SCHEMA, 'env', extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
                                planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(spec['env'])
+    check_frame_op(spec['env'])
     fill_env_clip_defaults(spec['env'])
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     agent = spec['agent']

@@ -46,7 +46,6 @@ CHECK_NOTES = {
 KEY_NOTES = {
     ('env', 'reward_scale'): 'a number, `"sign"` or null',
     ('env', 'clip_reward'): 'a bound > 0, `[min, max]` with min < max, or null',
-    ('env', 'frame_op_len'): 'only null: [not available yet](#slm-lab-keys)',
     ('env', 'image_downsize'): 'only null: [not available yet](#slm-lab-keys)',
 }
 

@@ -76,7 +76,9 @@ def make_agent(spec: dict, seed: int = 0):
     from slm_lab.agent import Agent
     from slm_lab.env.clock import Clock
     from slm_lab.spec import validate_spec
+    import torch
     spec = validate_spec(spec)
+    torch.manual_seed(seed)  # as a session seeds torch before building: nets start the same in any test order
     env = gym.make(spec['env']['name'])
     clock = Clock(spec['env']['max_frame'], spec['env']['num_envs'])
     agent = Agent(spec, env.observation_space, env.action_space, spec['env']['num_envs'], clock, seed=seed)

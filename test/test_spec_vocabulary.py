@@ -130,8 +130,6 @@ WAITS_FOR = {
     'agent.net.rnn_hidden_size': 'RecurrentNet',
     'agent.net.rnn_num_layers': 'RecurrentNet',
     'agent.net.seq_len': 'RecurrentNet',
-    'env.frame_op': 'frame stacking',
-    'env.frame_op_len': 'frame stacking',
     'env.image_downsize': 'ConvNet',
     'env.life_loss_info': 'Atari',
     'env.unity': 'Unity',
@@ -204,6 +202,8 @@ def spec_with(path: str, value, base: str) -> dict:
         spec['env']['name'] = 'LunarLander-v3'
     if path.startswith('env.repeat_action_probability'):
         spec['env']['name'] = 'ALE/Pong-v5'
+    if path == 'env.frame_op':  # SLM-Lab's specs give both
+        spec['env']['frame_op_len'] = 4
     if path in ('body', 'spec_params'):
         spec[path] = copy.deepcopy(value)
         return spec

@@ -16,6 +16,7 @@ from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
 from slm_lab.env.wrappers import NormalizeObservation, clip_observation
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
+from slm_lab.lib.schema import not_available
 
 logger = lab_logger.get_logger('slm_lab.env')
 
@@ -240,12 +241,29 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
 
 
 def _raw_obs_wrappers(env_spec: dict) -> list | None:
-    """Wrappers of each sub-env for env.clip_obs without normalize_obs (with it, the
-    normalisation clips); per sub-env, so the final observation of an episode is clipped too."""
+    """Wrappers of each sub-env, applied before the vector env's own: env.clip_obs without
+    normalize_obs (with it, the normalisation clips), then env.frame_op's frame stacking; per
+    sub-env, so the final observation of an episode is clipped and stacked too."""
+    wrappers = []
     bound = env_spec.get('clip_obs')
-    if bound is None or env_spec.get('normalize_obs'):
-        return None
-    return [lambda env: clip_observation(env, bound)]
+    if bound is not None and not env_spec.get('normalize_obs'):
+        wrappers.append(lambda env: clip_observation(env, bound))
+    if env_spec.get('frame_op'):
+        wrappers.append(lambda env: concat_frames(env, env_spec['frame_op_len']))
+    return wrappers or None
+
+
+def concat_frames(env: gym.Env, n: int) -> gym.Env:
+    """SLM-Lab v4's frame_op "concat" for vector observations: each observation is the env's last
+    n observations joined end to end, oldest first; at an episode's start its first observation
+    fills every slot. gymnasium's FrameStackObservation stacks them (its queue is env state, so a
+    snapshot keeps it), FlattenObservation joins them."""
+    space = env.observation_space
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        raise not_available('env.frame_op', f'frame stacking of {space.shape} observations (images, for '
+                            "SLM-Lab's ConvNet)", '; frame_op "concat" joins vector observations only, use null')
+    env = gym.wrappers.FrameStackObservation(env, n, padding_type='reset')
+    return gym.wrappers.FlattenObservation(env)
 
 
 def agent_action_space(env: gym.Env | gym.vector.VectorEnv) -> gym.Space:

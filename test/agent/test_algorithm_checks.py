@@ -168,3 +168,16 @@ def test_epsilon_greedy_actions_stay_on_the_nets_device():
     cpu_actions = policy_util.sample_actions(torch.zeros(3, 2), head, 'epsilon_greedy', 1.0,
                                              np.random.default_rng(0), 2)
     assert cpu_actions.device.type == 'cpu' and set(cpu_actions.tolist()) <= {0, 1}
+
+
+@pytest.mark.parametrize('memory', ['OnPolicyReplay', 'OnPolicyBatchReplay'])
+def test_on_policy_memories_ignore_the_replay_keys_slm_lab_specs_give_them_and_refuse_typos(memory):
+    # SLM-Lab's videopinball REINFORCE and SARSA specs give OnPolicyReplay a batch_size, which
+    # its on-policy memories do not read: accepted (and kept in the saved spec), unused
+    keys = {'batch_size': 64, 'max_size': 10000, 'use_cer': True}
+    spec = validate_spec({'agent': {'algorithm': {'name': 'Reinforce'}, 'memory': {'name': memory, **keys},
+                                    'net': NET}, 'env': {'name': 'CartPole-v1', 'max_frame': 1000}})
+    assert {k: spec['agent']['memory'][k] for k in keys} == keys
+    with pytest.raises(SpecError, match=r"^agent\.memory\.batchsize: unknown key.*did you mean 'batch_size'"):
+        validate_spec({'agent': {'algorithm': {'name': 'Reinforce'}, 'memory': {'name': memory, 'batchsize': 64},
+                                 'net': NET}, 'env': {'name': 'CartPole-v1', 'max_frame': 1000}})

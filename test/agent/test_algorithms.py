@@ -145,11 +145,13 @@ def test_epsilon_decays_in_the_records(lab_run, make_spec):
     assert explore.iloc[-1] == pytest.approx(0.1)
 
 
-def test_polyak_coef_is_the_weight_of_the_online_net(lab_run, make_spec):
+@pytest.mark.parametrize('frequency', [1, 0.9])
+def test_polyak_coef_is_the_weight_of_the_online_net(lab_run, make_spec, frequency):
     # the spec reference (and SLM-Lab) define polyak_coef as the online net's weight in each
-    # target update: with 1.0 the target net is the online net after every update
+    # target update: with 1.0 the target net is the online net after every update. A frequency
+    # below one frame (SLM-Lab's ddqn_lunar_search.json gives 0.9) updates at every step, as there
     spec = case_spec(make_spec, 'ddqn_polyak_cartpole', max_frame=128)
-    spec['agent']['net'].update({'update_type': 'polyak', 'polyak_coef': 1.0, 'update_frequency': 1})
+    spec['agent']['net'].update({'update_type': 'polyak', 'polyak_coef': 1.0, 'update_frequency': frequency})
     _, run_dir = lab_run(spec, 'polyak_one')
     nets = torch.load(run_dir / 'model' / 'polyak_one_t0_s0_model_latest.pt', weights_only=True)['nets']
     for key, value in nets['net'].items():

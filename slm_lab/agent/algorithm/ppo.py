@@ -22,6 +22,8 @@ max(1, P95 - P5), P5 and P95 moving averages of the minibatches' 5th and 95th pe
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -30,8 +32,11 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA
 from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, RolloutBatch
 from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
+from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import ANY_JSON, OMIT, Field, accepts, ignored_field
+from slm_lab.lib.schema import OMIT, Field, ignored_field
+
+logger = lab_logger.get_logger('slm_lab.agent')
 
 
 def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -58,16 +63,18 @@ def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torc
     return torch.max(sample_loss(values, returns), sample_loss(clipped, returns)).mean()
 
 
-@accepts('refused: a key of `PPOSIL` (SLM-Lab names PPO with it in its `ppo_sil_*` specs, which its PPO cannot '
-         'run), with a pointer to `PPOSIL`')
-def _refuse_sil_key(value, path: str) -> None:
-    """SLM-Lab's lunar_pg.json names PPO with self-imitation keys (its ppo_sil_* specs): PPO would
-    train without them, silently; the user meant PPOSIL."""
-    raise SpecError(f'{path}: a self-imitation key, which PPO does not read; set agent.algorithm.name to "PPOSIL" '
-                    'for PPO with self-imitation learning, or remove the key')
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    logger.warning(message)
 
 
 SIL_KEYS = ('sil_policy_loss_coef', 'sil_val_loss_coef', 'training_batch_iter')
+# SLM-Lab's lunar_pg.json names PPO with self-imitation keys (its ppo_sil_* specs). SLM-Lab's PPO
+# does not read them, so those specs trained plain PPO: they run here as they ran there, with one
+# warning (check_spec) telling whoever meant self-imitation that PPOSIL is its name.
+_SIL_KEY_DOC = "(SLM-Lab key of SIL/PPOSIL) not read, as by SLM-Lab's PPO; a warning points to PPOSIL"
+STRAY_SIL_FIELDS = {key: ignored_field(_SIL_KEY_DOC) for key in SIL_KEYS}
+STRAY_SIL_MEMORY_FIELDS = {'sil_replay_name': ignored_field(_SIL_KEY_DOC)}
 
 
 class PercentileNormalizer:
@@ -140,12 +147,13 @@ class PPO(ActorCritic):
         'training_frequency': ignored_field('OnPolicyReplay: episodes per update (default 1); ignored with '
                                             'OnPolicyBatchReplay, as in SLM-Lab: PPO trains every time_horizon '
                                             'vector steps'),
-        **{key: Field(ANY_JSON, OMIT, nullable=True, check=_refuse_sil_key,
-                      doc='(SLM-Lab key of SIL/PPOSIL) refused with a pointer to PPOSIL') for key in SIL_KEYS},
+        **STRAY_SIL_FIELDS,
     }
     memory_names = ('OnPolicyBatchReplay', 'OnPolicyReplay')
     continuous_ok = True
     samples_from_policy = True
+    # SLM-Lab's ppo_sil_* specs also give PPOSIL's replay choice in the memory
+    memory_schema = STRAY_SIL_MEMORY_FIELDS
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -165,6 +173,13 @@ class PPO(ActorCritic):
     def check_spec(cls, spec: dict) -> None:
         super().check_spec(spec)
         algo = spec['agent']['algorithm']
+        stray = [f'agent.algorithm.{k}' for k in algo if cls.spec_schema.get(k) is STRAY_SIL_FIELDS.get(k, 0)]
+        stray += [f'agent.memory.{k}' for k in (spec['agent'].get('memory') or {})
+                  if cls.memory_schema.get(k) is STRAY_SIL_MEMORY_FIELDS.get(k, 0)]
+        if stray:
+            _warn_once(f'{", ".join(stray)}: self-imitation keys, which {cls.__name__} does not read (nor did '
+                       f'SLM-Lab\'s PPO): this trains plain PPO; set agent.algorithm.name to "PPOSIL" for PPO with '
+                       'self-imitation learning')
         way = algo.get('normalize_advantages')
         if way is not None and not algo['normalize_advantage']:
             raise SpecError(f'agent.algorithm.normalize_advantages: "{way}" contradicts normalize_advantage: '

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from slm_lab.agent.memory.base import Memory
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import Field, ignored_field
 
 EPISODE_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds', 'truncateds')
 
@@ -44,9 +44,20 @@ class RolloutBatch(NamedTuple):
         return value.reshape((-1,) + value.shape[2:])
 
 
+# keys of the off-policy replays that SLM-Lab's specs also give its on-policy memories (e.g. its
+# videopinball REINFORCE and SARSA specs), which SLM-Lab's on-policy memories do not read
+ON_POLICY_SCHEMA = {
+    'name': Field((str,), doc='memory class'),
+    **{key: ignored_field('(SLM-Lab) a replay key on-policy memories do not read; ignored, as in SLM-Lab')
+       for key in ('batch_size', 'max_size', 'use_cer')},
+}
+
+
 class OnPolicyReplay(Memory):
     """Collects whole episodes, per sub-env; `sample` returns the finished ones (an EpisodeBatch)
     and forgets them. `num_finished` counts the episodes ready."""
+
+    spec_schema = ON_POLICY_SCHEMA
 
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)
@@ -98,6 +109,8 @@ class OnPolicyReplay(Memory):
 class OnPolicyBatchReplay(Memory):
     """A fixed batch of `batch_steps` vector steps (time_horizon), filled in place; full when
     `is_full`. sample() returns a RolloutBatch (T, N, ...) and empties the batch."""
+
+    spec_schema = ON_POLICY_SCHEMA
 
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0, batch_steps: int = 1):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)
@@ -158,7 +171,7 @@ class OnPolicyCrossEntropy(OnPolicyReplay):
     those finished (SLM-Lab's cross-entropy method, Kroese et al. 2013); the others are dropped."""
 
     spec_schema = {
-        'name': Field((str,), doc='memory class'),
+        **ON_POLICY_SCHEMA,
         'cross_entropy': Field((float,), 1.0, min=0, max=1,
                                doc='percentile / 100 of the episode returns an episode needs to be trained on '
                                    '(1.0: all episodes)'),

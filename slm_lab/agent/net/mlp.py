@@ -58,7 +58,9 @@ NET_SCHEMA = {
     'use_same_optim': Field((bool,), False, doc='actor-critic: critic uses actor_optim_spec too'),
     'lr_scheduler_spec': net_util.lr_scheduler_field('LR schedule: LinearToZero or a torch.optim.lr_scheduler class'),
     'update_type': Field((str,), 'replace', choices=('replace', 'polyak'), doc='DQN target net update'),
-    'update_frequency': Field((int,), 1, min=1, doc='DQN: frames between target net updates'),
+    'update_frequency': Field((float,), 1, min=0, min_exclusive=True,
+                              doc='DQN, SAC: frames between target net updates (any number, as in SLM-Lab: at or '
+                                  'below num_envs, e.g. the 0.9 of its ddqn_lunar_search.json, every vector step)'),
     'polyak_coef': Field((float,), 0.0, min=0, max=1,
                          doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef; '
                              "SLM-Lab's default 0 leaves the target as it is)"),

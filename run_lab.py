@@ -23,7 +23,12 @@ modes:
                     replay that session's best weights (--ckpt latest: newest snapshot),
                     --episodes N, --render, --record; never trains or writes records; the only
                     argument: the session spec is the run's own (no SPEC_FILE SPEC_NAME, -s, --force)
-  search            (later version) hyperparameter search
+  search            hyperparameter search of the spec's search block on Ray Tune:
+                    meta.max_trial trials (x grid points), each meta.max_session sessions;
+                    --ray-address HOST:PORT runs them on a Ray cluster, --keep N keeps the
+                    model files of the N best trials only (needs the search extra)
+  search@latest     continue the newest search of this spec (data/{spec_name}_*): finished
+  search@<run dir>  trials are kept, running ones continue from their snapshots
 
 examples:
   python run_lab.py spec/demo.json ppo_cartpole train
@@ -61,6 +66,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--force', action='store_true',
                         help='train@: resume even though the spec changed in ways that break continuity '
                              '(the changes are recorded in the run)')
+    search = parser.add_argument_group('search')
+    search.add_argument('--ray-address', metavar='HOST:PORT',
+                        help='run the trials on this Ray cluster (default: RAY_ADDRESS, else a local Ray)')
+    search.add_argument('--keep', type=int, metavar='N', help='keep the model files of the N best trials only')
     # enjoy@'s options default to None so that giving one to another mode can be refused
     enjoy = parser.add_argument_group('enjoy@ (replay)')
     enjoy.add_argument('--episodes', type=int, help=f'episodes to play (default {ENJOY_DEFAULTS["episodes"]})')
@@ -91,7 +100,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                 setattr(args, key, default)
         if args.episodes < 1:
             parser.error('--episodes must be at least 1')
-    else:
+    if not args.mode.startswith('search'):
+        for option, value in (('--ray-address', args.ray_address), ('--keep', args.keep)):
+            if value is not None:
+                parser.error(f'{option} only applies to search and search@ modes, not to {args.mode!r}')
+    if not args.mode.startswith('enjoy@'):
         extra = [f'--{key}' for key in ENJOY_DEFAULTS if getattr(args, key) is not None]
         if extra:
             parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
@@ -108,12 +121,14 @@ def main(argv: list[str] | None = None) -> int:
             from slm_lab.experiment.enjoy import enjoy
             enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
         else:
-            lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force)
+            lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
+                    ray_address=args.ray_address, keep=args.keep)
     except LabError as e:
         print(f'error: {e}', file=sys.stderr)
         return e.exit_code
     except Preempted as e:
-        print(f'stopped: {e}; continue with train@latest', file=sys.stderr)
+        again = 'search@latest' if args.mode.startswith('search') else 'train@latest'
+        print(f'stopped: {e}; continue with {again}', file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 
 from slm_lab import __version__
@@ -12,21 +13,22 @@ from slm_lab.lib.version import git_sha
 from slm_lab.spec import check_spec_name, load_spec
 
 logger = lab_logger.get_logger('slm_lab.lab')
-MODES = ('dev', 'train')
-LATER_MODES = {'search': 'hyperparameter search'}
+MODES = ('dev', 'train', 'search')
+LATER_MODES: dict = {}
 DATA_DIR = 'data'
 
 
 def check_mode(mode: str) -> str:
     """The mode, or a ModeError naming the valid ones."""
-    if mode in MODES or (mode.startswith(('train@', 'enjoy@')) and len(mode) > len('train@')):
+    if mode in MODES or (mode.startswith(('train@', 'enjoy@')) and len(mode) > len('train@')) \
+            or (mode.startswith('search@') and len(mode) > len('search@')):
         return mode
     for prefix, what in LATER_MODES.items():
         if mode.startswith(prefix):
             raise ModeError(f"mode '{mode}': {what} is not available in this version yet; "
                             'use dev, train, train@latest, train@<run dir> or enjoy@<session spec>')
     raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir>, "
-                    'enjoy@<run dir>/<spec_name>_t0_s0_spec.json (search comes later)')
+                    'enjoy@<run dir>/<spec_name>_t0_s0_spec.json, search, search@latest, search@<run dir>')
 
 
 def preflight(spec: dict) -> None:
@@ -92,7 +94,8 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
 
 
 def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
-        data_dir: str = DATA_DIR, force: bool = False) -> dict | None:
+        data_dir: str = DATA_DIR, force: bool = False, ray_address: str | None = None,
+        keep: int | None = None) -> dict | None:
     """Run a spec in a mode; returns the trial metrics (None when a resumed run was already
     finished). Raises LabError for user errors, before anything is written."""
     mode = check_mode(mode)
@@ -100,6 +103,8 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
     if mode.startswith('train@'):
         return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force)
+    if mode == 'search' or mode.startswith('search@'):
+        return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep)
     spec = prepare_spec(spec_file, spec_name, mode, overrides)
     from slm_lab.experiment.control import Trial
     from slm_lab.experiment.run_dir import RunDir, new_experiment_ts
@@ -117,7 +122,7 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     return metrics
 
 
-def create_run_dir(run_dir, trial):
+def create_run_dir(run_dir, trial, write=None):
     """Create the run directory with its specs in place, atomically: it is built under a
     temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
     run or a run with its specs (a kill's leftover is removed by the next run of the lab).
@@ -138,7 +143,7 @@ def create_run_dir(run_dir, trial):
     staging.create()
     lock = lock_run(staging)  # the lock is on the file, which the rename keeps
     try:
-        write_specs(staging, trial)
+        (write or write_specs)(staging, trial)
         os.rename(staging.root, run_dir.root)
     except BaseException:
         lock.close()
@@ -222,3 +227,50 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     metrics = trial.run()
     logger.info(f'done: {run_dir.root}')
     return metrics
+
+
+def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None, data_dir: str, force: bool,
+           ray_address: str | None, keep: int | None):
+    """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
+    Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
+    touched. Returns the experiment dataframe."""
+    from slm_lab import resume as resume_lib
+    from slm_lab.experiment import search as search_lib
+    from slm_lab.experiment.run_dir import RunDir, new_experiment_ts
+    search_lib.check_installed()
+    if ray_address is None:
+        ray_address = os.environ.get('RAY_ADDRESS') or None
+    if ray_address:
+        search_lib.check_ray_address(ray_address)
+    if keep is not None and keep < 0:
+        raise ModeError(f'--keep {keep}: give the number of best trials whose models to keep (>= 0)')
+    if mode == 'search':
+        spec = prepare_spec(spec_file, spec_name, mode, overrides)
+        params = search_lib.search_params(spec)
+        ts = new_experiment_ts(data_dir, spec_name)
+        spec['meta']['experiment_ts'] = ts
+        run_dir = RunDir.for_spec(data_dir, spec_name, ts)
+        lock = create_run_dir(run_dir, None, write=lambda staging, _: write_json(staging.spec_path(), spec))
+        logger.info(f'run directory {run_dir.root}: search of {search_lib.total_trials(spec, params)} trial(s)')
+    else:
+        target = mode[len('search@'):]
+        run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
+        lock = resume_lib.lock_run(run_dir)
+        try:
+            old_spec = resume_lib.read_run_spec(run_dir)
+            if not old_spec.get('search'):
+                raise ModeError(f'{run_dir.root} is not a search (its spec has no search block); continue it with '
+                                f'train@{target}')
+            spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
+            preflight(spec)
+            write_json(run_dir.spec_path(), spec)
+        except BaseException:
+            lock.close()
+            raise
+        logger.info(f'continuing the search in {run_dir.root}')
+    try:
+        df = search_lib.run_search(spec, run_dir, params, ray_address, keep)
+    finally:
+        lock.close()
+    logger.info(f'done: {run_dir.root}')
+    return df

@@ -103,7 +103,7 @@ USER_ERRORS = {
     'enjoy with --force': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json', '--force'], '--force'),
     'enjoy options with train': ([DEMO, 'ppo_cartpole', 'train', '--episodes', '3', '--ckpt', 'latest'],
                                  '--episodes, --ckpt only apply to enjoy@'),
-    'search': ([DEMO, 'ppo_cartpole', 'search'], 'not available'),
+    'search': ([DEMO, 'ppo_cartpole', 'search'], 'has no search block'),
 }
 
 

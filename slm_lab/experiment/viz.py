@@ -203,3 +203,24 @@ def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *,
                       xaxis_title='frame', yaxis_title='total_reward_ma',
                       legend={'orientation': 'h', 'y': -0.15})
     return _write_fig(fig, f'{path_prefix}_trial_graph', png)
+
+
+def plot_experiment(experiment_df: pd.DataFrame, keys: list[str], path_prefix: str, *, png: bool = False) -> list[str]:
+    """A search's graph: one column per searched key, each trial a point at the value it drew;
+    top row its strength (the trial metric), bottom row its final total_reward_ma. Writes
+    `{path_prefix}_experiment_graph.html` (and `.png` when asked and available)."""
+    df = experiment_df
+    cols = max(1, len(keys))
+    fig = make_subplots(rows=2, cols=cols, shared_yaxes=True, horizontal_spacing=0.03, vertical_spacing=0.12,
+                        subplot_titles=keys or None)
+    labels = [f'trial {int(t)}: {s}' for t, s in zip(df.get('trial', []), df.get('status', [''] * len(df)))]
+    for c, key in enumerate(keys, start=1):
+        x = df[key].astype(str) if df[key].dtype == object else df[key]
+        for r, metric in enumerate(('strength', 'total_reward_ma'), start=1):
+            fig.add_trace(go.Scatter(x=x, y=_column(df, metric), mode='markers', text=labels, showlegend=False,
+                                     marker={'color': REWARD_COLOR if r == 2 else LOSS_COLOR, 'size': 9}),
+                          row=r, col=c)
+    fig.update_yaxes(title_text='strength', row=1, col=1)
+    fig.update_yaxes(title_text='total_reward_ma', row=2, col=1)
+    fig.update_layout(title={'text': os.path.basename(path_prefix) + ' search'}, template='plotly_white')
+    return _write_fig(fig, f'{path_prefix}_experiment_graph', png)

@@ -1,0 +1,570 @@
+"""search mode: an experiment of trials on Ray Tune, values drawn by Optuna, early stopping by ASHA.
+
+The run directory is the whole state of a search, so a search resumes the way a run does:
+
+  {name}_spec.json                    the spec with its search block
+  {name}_t{i}_spec.json               trial i's spec: the values it drew set in place
+  info/, model/, ckpt/, log/, graph/  the trials' sessions, as train writes them (prefix _t{i})
+  search/optuna.journal               the Optuna study: every trial's draw and outcome
+  search/tune/                        Ray Tune's own files (results, trial logs)
+  info/{name}_experiment_df.csv       one row per trial: values, metrics, status
+
+Each trial runs as a child process of its Ray worker (`python -m slm_lab.experiment.search_trial`),
+so it is an ordinary Trial with its signal handling and snapshots; the Ray trainable reports the
+rows of the trial's train CSVs to Tune (frame, total_reward_ma) as they appear. Optuna draws trial
+i with a sampler seeded from (meta.random_seed, i) given the trials before it, so a resumed search
+draws what an uninterrupted one would have; on resume the finished trials are replayed to Tune from
+their CSVs (ASHA sees the same history) and the unfinished ones continue from their snapshots.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from slm_lab.experiment.run_dir import RunDir
+from slm_lab.experiment.search_space import Param, grid_points, parse_search
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import LabError, SpecError
+from slm_lab.lib.io import atomic_write_text, write_json
+
+logger = lab_logger.get_logger('slm_lab.search')
+METRIC, TIME_ATTR = 'total_reward_ma', 'frame'
+REPO_ROOT = Path(__file__).resolve().parents[2]
+INSTALL = 'pip install -r requirements-search.txt  (or: pip install ".[search]")'
+STUDY = 'search'
+
+
+def check_installed() -> None:
+    """Ray Tune and Optuna are the search extra; a one-line error names its install command."""
+    import importlib.util
+    missing = [name for name in ('ray', 'optuna') if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SpecError(f'search mode needs {" and ".join(missing)} (the search extra), which is not installed; '
+                        f'install it with: {INSTALL}')
+
+
+# ---------------------------------------------------------------------------------------------
+# the spaces, the trials' specs
+
+def search_params(spec: dict) -> list[Param]:
+    """The searched keys of a validated spec, each value they can take checked against the spec."""
+    if not spec.get('search'):
+        raise SpecError(f"search: spec '{spec['name']}' has no search block, so search mode has nothing to draw; "
+                        'add one (e.g. "search": {"agent.algorithm.gamma__uniform": [0.9, 0.999]}) or use train')
+    params = parse_search(spec['search'])
+    for p in params:
+        for value in p.extremes():
+            try:
+                trial_spec(spec, {p.path: value}, 0)
+            except SpecError as e:
+                raise SpecError(f'search.{p.key}: the value {json.dumps(value)} does not fit the spec: {e}') from None
+    return params
+
+
+def trial_spec(spec: dict, values: dict, index: int) -> dict:
+    """Trial `index`'s spec: the search spec without its search block, `values` ({path: value})
+    set, validated."""
+    import copy
+
+    from slm_lab.spec import RUNTIME_META, set_by_path, validate_spec
+    raw = copy.deepcopy(spec)
+    raw.pop('search', None)
+    name = raw.pop('name')
+    kept = {k: raw['meta'].pop(k) for k in list(raw['meta']) if k in RUNTIME_META}
+    for path, value in values.items():
+        set_by_path(raw, path, copy.deepcopy(value))
+    out = validate_spec(raw, name)
+    out['name'] = name
+    out['meta'].update(kept)
+    out['meta']['trial'] = index
+    return out
+
+
+def write_trial_specs(run_dir: RunDir, spec: dict, values: dict, index: int) -> None:
+    """{name}_t{i}_spec.json and its sessions' specs, as train writes them (kept when a resumed
+    search finds them: they hold what the trial drew)."""
+    from slm_lab.experiment.control import Trial
+    if run_dir.spec_path(index).exists():
+        return
+    trial = Trial(trial_spec(spec, values, index), run_dir, 'train', trial=index)
+    for s in range(trial.max_session):
+        write_json(run_dir.spec_path(index, s), trial.session_spec(s))
+    write_json(run_dir.spec_path(index), trial.session_spec(None))  # last: its presence means all are there
+
+
+def total_trials(spec: dict, params: list[Param]) -> int:
+    """max_trial trials per grid point (Ray Tune's num_samples with grid_search)."""
+    return spec['meta']['max_trial'] * len(grid_points(params))
+
+
+SEARCH_EDITS = ('meta.max_trial', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
+                'meta.keep_checkpoints', 'meta.torch_num_threads')
+
+
+def resume_spec(spec_file: str, spec_name: str, overrides: list[str] | None, old_spec: dict, force: bool,
+                mode: str) -> tuple[dict, list[Param]]:
+    """The spec a resumed search continues under: the spec file (with the search's own -s
+    overrides, then these), keys it leaves out taken from the search's saved spec. Edits other
+    than SEARCH_EDITS are refused with the list of them (unless force); max_trial cannot drop."""
+    from slm_lab import __version__
+    from slm_lab import resume as resume_lib
+    from slm_lab.lib.errors import ResumeError
+    from slm_lab.lib.version import git_sha
+    from slm_lab.spec import diff_specs, load_spec
+    old_spec = resume_lib.fill_keys_added_later(old_spec)
+    overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
+    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = old_spec['meta']['random_seed']
+    meta['experiment_ts'] = old_spec['meta']['experiment_ts']
+    meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), mode
+    diff = [d for d in diff_specs(old_spec, spec) if not d[0].startswith(resume_lib.IGNORED) and d[0] != 'name']
+    if meta['random_seed'] != old_spec['meta']['random_seed']:
+        diff.append(('meta.random_seed', old_spec['meta']['random_seed'], meta['random_seed']))
+    if meta['max_trial'] < old_spec['meta']['max_trial']:
+        raise ResumeError(f"meta.max_trial: {old_spec['meta']['max_trial']} -> {meta['max_trial']}: a search "
+                          f"cannot lose trials; use meta.max_trial >= {old_spec['meta']['max_trial']}")
+    bad = [d for d in diff if d[0] not in SEARCH_EDITS]
+    if bad and not force:
+        changes = '; '.join(f'{k}: {o!r} -> {n!r}' for k, o, n in bad)
+        raise ResumeError(f"the spec changed in ways that break the search's continuity: {changes}; revert them "
+                          f'(a search resumes with more trials, meta.max_trial, or other frequencies), or pass '
+                          '--force to resume anyway')
+    return spec, search_params(spec)
+
+
+def check_ray_address(address: str) -> None:
+    """A --ray-address (or RAY_ADDRESS) must answer before anything is written."""
+    import socket
+    if address == 'auto':
+        return
+    hostport = address.split('://', 1)[-1]
+    host, _, port = hostport.rpartition(':')
+    if not host or not port.isdigit():
+        raise LabError(f'--ray-address {address}: expected HOST:PORT of a Ray head node (e.g. 127.0.0.1:6379), '
+                       'or auto')
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as e:
+        raise LabError(f'--ray-address {address}: no Ray cluster answers there ({type(e).__name__}: {e}); start '
+                       'one (ray start --head) or leave --ray-address out to run on this machine') from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Optuna: the draws, reproducible per trial
+
+def open_study(run_dir: RunDir):
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    path = run_dir.root / 'search' / 'optuna.journal'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    storage = JournalStorage(JournalFileBackend(str(path)))
+    return optuna.create_study(study_name=STUDY, storage=storage, direction='maximize', load_if_exists=True)
+
+
+def draw(study, params: list[Param], seed: int, number: int, grid: dict):
+    """Ask trial `number` of the study with a sampler seeded from (seed, number): its draw depends
+    only on the seed, its number and the trials told before it."""
+    import optuna
+    study.sampler = optuna.samplers.TPESampler(seed=(seed * 7919 + number) % 2**32)
+    trial = study.ask({p.path: p.distribution() for p in params if not p.is_grid})
+    trial.set_user_attr('grid', grid)
+    return trial
+
+
+def values_of(trial, params: list[Param]) -> dict:
+    """{path: spec value} of an Optuna trial (grid values from its user attrs)."""
+    grid = trial.user_attrs.get('grid') or {}
+    return {p.path: (grid[p.path] if p.is_grid else p.value(trial.params[p.path])) for p in params}
+
+
+# ---------------------------------------------------------------------------------------------
+# the trials' records
+
+def read_rows(path: Path) -> list[dict]:
+    """Rows of a session's train CSV (frame and total_reward_ma as numbers); [] if absent."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for row in csv.DictReader(text.splitlines()):
+        try:
+            rows.append({'frame': int(float(row['frame'])), METRIC: float(row[METRIC] or 'nan')})
+        except (KeyError, ValueError):
+            continue
+    return rows
+
+
+def trial_reports(run_dir: RunDir, index: int, max_session: int) -> list[dict]:
+    """The reports of trial `index` so far: at each log frame every session reached, the mean of
+    the sessions' total_reward_ma (NaN ones left out)."""
+    per = [{r['frame']: r[METRIC] for r in read_rows(run_dir.session_df_path(index, s, 'train'))}
+           for s in range(max_session)]
+    frames = sorted(set.intersection(*(set(p) for p in per))) if per else []
+    out = []
+    for f in frames:
+        vals = [p[f] for p in per if not math.isnan(p[f])]
+        out.append({TIME_ATTR: f, METRIC: sum(vals) / len(vals) if vals else float('nan')})
+    return out
+
+
+def trial_finished(run_dir: RunDir, index: int) -> bool:
+    return run_dir.trial_metrics_path(index).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray Tune: the searcher and the trainable
+
+def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
+    from ray.tune.search import Searcher
+
+    class LabSearcher(Searcher):
+        """Trials in order of their Optuna number: first those a previous run of the search
+        started (finished ones replayed, unfinished ones continued), then new draws."""
+
+        def __init__(self):
+            super().__init__(metric=METRIC, mode='max')
+            self.study = open_study(run_dir)
+            self.seed = int(spec['meta']['random_seed'])
+            self.total = total_trials(spec, params)
+            self.grid = grid_points(params)
+            self.live: dict[str, int] = {}  # Ray trial id -> Optuna number
+            self.given = 0
+            self.stopping = False
+
+        def save(self, checkpoint_path: str) -> None:
+            pass  # the search's state is the Optuna journal and the trials' files in the run directory
+
+        def restore(self, checkpoint_path: str) -> None:
+            pass
+
+        def suggest(self, trial_id: str):
+            trials = self.study.get_trials(deepcopy=False)
+            if self.given >= self.total:
+                return Searcher.FINISHED
+            number = self.given
+            if number < len(trials):
+                ot = trials[number]
+                replay = ot.state.is_finished()
+            else:
+                ot = draw(self.study, params, self.seed, number, self.grid[number % len(self.grid)])
+                replay = False
+            self.given += 1
+            self.live[trial_id] = number
+            values = values_of(ot, params)
+            if not replay:
+                write_trial_specs(run_dir, spec, values, number)
+            return {'trial': number, 'values': values, 'replay': replay}
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+            import optuna
+            number = self.live.pop(trial_id, None)
+            if number is None or self.stopping:
+                return  # stopped with the search: it continues when the search resumes
+            ot = self.study.get_trials(deepcopy=False)[number]
+            if ot.state.is_finished():
+                return  # replayed
+            reports = trial_reports(run_dir, number, spec['meta']['max_session'])
+            value = reports[-1][METRIC] if reports else float('nan')
+            if error or not math.isfinite(value):
+                self.study.tell(ot.number, state=optuna.trial.TrialState.FAIL)
+            else:
+                self.study.tell(ot.number, value)
+
+    return LabSearcher()
+
+
+def make_trainable():
+    from ray import tune
+
+    class LabTrainable(tune.Trainable):
+        """One trial: its Trial runs in a child process; each step returns the next report."""
+
+        def setup(self, config: dict, run_root: str = '', spec_name: str = '', max_session: int = 1,
+                  max_frame: int = 0):
+            self.run_dir = RunDir(Path(run_root), spec_name)
+            self.index, self.max_session, self.max_frame = config['trial'], max_session, max_frame
+            self.reports = trial_reports(self.run_dir, self.index, max_session)  # replayed first
+            self.reported = 0
+            self.proc = None
+            if not config['replay']:
+                self.proc = start_trial_process(self.run_dir, self.index)
+
+        def step(self) -> dict:
+            while True:
+                if self.reported < len(self.reports):
+                    report = dict(self.reports[self.reported])
+                    self.reported += 1
+                    return report
+                if self.proc is None:  # replayed to its end
+                    return {**(self.reports[-1] if self.reports else {TIME_ATTR: 0, METRIC: float('nan')}),
+                            'done': True}
+                rc = self.proc.poll()
+                fresh = trial_reports(self.run_dir, self.index, self.max_session)
+                last = self.reports[-1][TIME_ATTR] if self.reports else -1
+                # the report at max_frame waits for the trial's end: ASHA stops a trial that reaches
+                # max_t, and the trial must first write its final records
+                self.reports += [r for r in fresh if r[TIME_ATTR] > last and (rc is not None or
+                                                                              r[TIME_ATTR] < self.max_frame)]
+                if self.reported < len(self.reports):
+                    continue
+                if rc is not None:
+                    self.proc = None
+                    if rc != 0:
+                        raise RuntimeError(f'trial {self.index} ended with exit code {rc}; see its log under '
+                                           f'{self.run_dir.root / "log"}')
+                    continue
+                time.sleep(0.1)
+
+        def save_checkpoint(self, checkpoint_dir: str) -> dict:
+            return {}  # a trial's state is its sessions' snapshots in the run directory
+
+        def load_checkpoint(self, checkpoint) -> None:
+            pass
+
+        def cleanup(self):
+            stop_process(self.proc)
+            self.proc = None
+
+    return LabTrainable
+
+
+def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+    log = open(run_dir.root / 'log' / f'{run_dir.prename(index)}_process.log', 'ab')
+    try:
+        proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', str(run_dir.root),
+                                 run_dir.spec_name, str(index)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    finally:
+        log.close()
+    pids = run_dir.root / 'search' / 'pids'
+    pids.mkdir(parents=True, exist_ok=True)
+    (pids / str(index)).write_text(str(proc.pid))
+    return proc
+
+
+def stop_process(proc: subprocess.Popen | None, timeout: float = 60.0) -> None:
+    """SIGTERM a trial process (its sessions save snapshots) and wait for it; SIGKILL after timeout."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# the experiment
+
+def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None = None,
+               keep: int | None = None) -> 'pd.DataFrame':
+    """Run (or continue) the search in run_dir; returns the experiment dataframe."""
+    if not ray_address:
+        # a loopback cluster of this process only, with token authentication whose token lives in
+        # the environment rather than in ~/.ray; set before Ray is imported, which reads them once
+        os.environ.setdefault('RAY_AUTH_MODE', 'token')
+        os.environ.setdefault('RAY_AUTH_TOKEN', secrets.token_hex(32))
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+    meta = spec['meta']
+    resources = {'cpu': (meta.get('search_resources') or {}).get('cpu', 1),
+                 'gpu': (meta.get('search_resources') or {}).get('gpu', 0)}
+    os.environ['PYTHONPATH'] = os.pathsep.join(
+        [str(REPO_ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
+    os.environ.setdefault('RAY_DEDUP_LOGS', '0')
+    os.environ['RAY_AIR_NEW_OUTPUT'] = '0'
+    init = dict(include_dashboard=False, log_to_driver=False, logging_level='WARNING', configure_logging=True)
+    temp_dir = reaper = None
+    if ray_address:
+        ray.init(address=ray_address, **init)
+    else:
+        temp_dir = ray_temp_dir(run_dir)
+        reaper, marker = start_reaper()
+        ray.init(num_cpus=os.cpu_count(), _temp_dir=temp_dir, _node_ip_address='127.0.0.1', **init)
+    searcher = make_searcher(run_dir, spec, params)
+    stop = _SearchStop(searcher, run_dir).install()
+    try:
+        scheduler = None
+        if meta.get('search_scheduler'):
+            scheduler = AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=spec['env']['max_frame'],
+                                                **meta['search_scheduler'])
+        trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
+                                         spec_name=spec['name'], max_session=meta['max_session'],
+                                         max_frame=spec['env']['max_frame'])
+        tuner = tune.Tuner(
+            tune.with_resources(trainable, resources),
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
+                                        num_samples=total_trials(spec, params), reuse_actors=False),
+            run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
+                                      verbose=0, log_to_file=True))
+        tuner.fit()
+    finally:
+        stop.uninstall()
+        ray.shutdown()
+        if reaper is not None:
+            from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
+            sweep(marker, os.environ.get('RAY_AUTH_TOKEN'))  # whatever of the local Ray outlived its shutdown
+            os.environ.pop(MARKER_VAR, None)
+            reaper.kill()
+            reaper.wait()
+        if temp_dir is not None:
+            keep_ray_logs(temp_dir, run_dir)
+    if stop.signum is not None:
+        from slm_lab.lib.errors import Preempted
+        raise Preempted(stop.signum, None, 'with the running trials saved in snapshots')
+    return write_experiment(spec, run_dir, params, searcher.study, keep)
+
+
+def start_reaper() -> tuple[subprocess.Popen, str]:
+    """The watchdog (search_reaper) that kills the local Ray's processes if this process dies;
+    they are marked through the environment they inherit from here."""
+    from slm_lab.experiment.search_reaper import MARKER_VAR
+    marker = secrets.token_hex(8)
+    env = {k: v for k, v in os.environ.items() if k != MARKER_VAR}
+    reaper = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_reaper', marker, str(os.getpid()),
+                               os.environ.get('RAY_AUTH_TOKEN', '')],
+                              env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    os.environ[MARKER_VAR] = marker
+    return reaper, marker
+
+
+def ray_temp_dir(run_dir: RunDir) -> str:
+    """Ray's session files (logs, sockets) inside the run directory; a Unix socket path has at
+    most 107 bytes, so a deep run directory gets a short directory under /tmp instead (named in
+    the log)."""
+    path = (run_dir.root / 'search' / 'ray').resolve()
+    if len(str(path)) > 40:
+        import tempfile
+        short = tempfile.mkdtemp(prefix='slm_ray_')
+        logger.info(f"Ray's session files: {short} (the run directory's path is too long for Ray's sockets)")
+        return short
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def keep_ray_logs(temp_dir: str, run_dir: RunDir) -> None:
+    """Ray's session logs into search/ray/ of the run directory when they had to live elsewhere."""
+    import shutil
+    dest = (run_dir.root / 'search' / 'ray').resolve()
+    if Path(temp_dir).resolve() == dest:
+        return
+    for session in Path(temp_dir).glob('session_2*'):
+        logs = session / 'logs'
+        if logs.is_dir():
+            shutil.move(str(logs), str(dest / session.name / 'logs'))
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class _SearchStop:
+    """SIGTERM / SIGINT during a search: every running trial process gets SIGTERM (its sessions
+    save snapshots), then the search ends; search@ continues it."""
+
+    def __init__(self, searcher, run_dir: RunDir):
+        self.searcher, self.run_dir, self.signum, self._previous = searcher, run_dir, None, {}
+
+    def install(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def uninstall(self):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, _frame):
+        from slm_lab.lib.errors import EXIT_CODES
+        if self.signum is not None:
+            os._exit(EXIT_CODES.get(signum, 1))
+        self.signum = signum
+        self.searcher.stopping = True
+        logger.warning(f'{signal.Signals(signum).name} received: stopping the running trials (each saves a '
+                       'snapshot); continue with search@latest')
+        pids = self.run_dir.root / 'search' / 'pids'
+        for f in pids.glob('*') if pids.is_dir() else ():
+            try:
+                os.kill(int(f.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError, OSError):
+                pass
+        deadline = time.time() + 60
+        for f in pids.glob('*') if pids.is_dir() else ():
+            try:
+                pid = int(f.read_text())
+                while time.time() < deadline:
+                    os.kill(pid, 0)
+                    time.sleep(0.05)
+            except (ProcessLookupError, ValueError, OSError):
+                pass
+        raise KeyboardInterrupt  # ends Tuner.fit
+
+
+# ---------------------------------------------------------------------------------------------
+# the experiment's records
+
+def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, keep: int | None):
+    """info/{name}_experiment_df.csv (one row per trial) and the experiment graphs."""
+    import pandas as pd
+    rows = []
+    max_frame = spec['env']['max_frame']
+    for ot in study.get_trials(deepcopy=False):
+        i = ot.number
+        row = {'trial': i, **{p.path: json.dumps(v) if isinstance(v, (list, dict)) else v
+                              for p, v in zip(params, values_of(ot, params).values())}}
+        reports = trial_reports(run_dir, i, spec['meta']['max_session'])
+        row['frame'] = reports[-1][TIME_ATTR] if reports else 0
+        row[METRIC] = reports[-1][METRIC] if reports else float('nan')
+        scalar = {}
+        if trial_finished(run_dir, i):
+            scalar = json.loads(run_dir.trial_metrics_path(i).read_text()).get('scalar', {})
+            row['status'] = 'completed'
+        elif ot.state.name == 'FAIL':
+            row['status'] = 'error'
+        elif ot.state.is_finished() and row['frame'] < max_frame:
+            row['status'] = 'stopped early (ASHA)'
+        else:
+            row['status'] = 'not finished'
+        for key in ('final_return_ma', 'strength', 'max_strength', 'sample_efficiency', 'training_efficiency',
+                    'stability', 'consistency'):
+            row[key] = scalar.get(key, float('nan'))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    atomic_write_text(run_dir.root / 'info' / f'{spec["name"]}_experiment_df.csv', df.to_csv(index=False))
+    if keep is not None:
+        prune_models(run_dir, df, keep)
+    try:
+        from slm_lab.experiment import viz
+        viz.plot_experiment(df, [p.path for p in params], str(run_dir.root / 'graph' / spec['name']))
+    except Exception as e:  # a graph must not lose the search's results
+        logger.warning(f'experiment graphs not drawn: {type(e).__name__}: {e}')
+    best = df.sort_values(METRIC, ascending=False).head(1)
+    if len(best):
+        b = best.iloc[0]
+        logger.info(f'search done: {len(df)} trials; best trial {int(b["trial"])} with {METRIC} {b[METRIC]:.2f}: '
+                    + ', '.join(f'{p.path}={b[p.path]}' for p in params))
+    return df
+
+
+def prune_models(run_dir: RunDir, df, keep: int) -> None:
+    """--keep N: delete the model files of all trials but the N best (by final total_reward_ma)."""
+    order = df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()
+    for i in order[keep:]:
+        for f in (run_dir.root / 'model').glob(f'{run_dir.prename(int(i))}_*'):
+            f.unlink()

@@ -1,0 +1,61 @@
+"""The watchdog of a local Ray a search starts: when the search's process ends, even by SIGKILL,
+every process that carries the search's marker in its environment is killed, so none is left
+behind. The marker is SLM_LAB_SEARCH_ID, which Ray's head processes, workers and the trial
+processes inherit, or the search's own RAY_AUTH_TOKEN, which Ray passes to its agents (they get
+a fresh environment otherwise).
+
+python -m slm_lab.experiment.search_reaper MARKER PARENT_PID [TOKEN]   (Linux: /proc)
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+MARKER_VAR = 'SLM_LAB_SEARCH_ID'
+
+
+def marked_pids(marker: str, token: str | None = None) -> list[int]:
+    """Processes whose environment holds MARKER_VAR=marker or RAY_AUTH_TOKEN=token (other than
+    this one)."""
+    needles = {f'{MARKER_VAR}={marker}'.encode()} | ({f'RAY_AUTH_TOKEN={token}'.encode()} if token else set())
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f'/proc/{entry}/environ', 'rb') as f:
+                if needles & set(f.read().split(b'\0')):
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def sweep(marker: str, token: str | None = None) -> int:
+    """SIGKILL every marked process; how many there were."""
+    pids = marked_pids(marker, token)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(pids)
+
+
+def main(marker: str, parent: int, token: str | None = None) -> None:
+    try:
+        import ctypes
+        ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the sleep below
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    sweep(marker, token)
+
+
+if __name__ == '__main__':
+    os.environ.pop(MARKER_VAR, None)
+    main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])

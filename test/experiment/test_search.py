@@ -1,0 +1,217 @@
+"""search mode on Ray Tune: SLM-Lab's search syntax, bad input, the layout of a search, and a
+search killed in its third trial that resumes to the search that never stopped."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from slm_lab.experiment.search_space import Param, grid_points, parse_search
+from slm_lab.lib.errors import SpecError
+
+pytest.importorskip('ray', reason='search mode needs the search extra')
+pytest.importorskip('optuna', reason='search mode needs the search extra')
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_LAB = str(ROOT / 'run_lab.py')
+NAME = 'ppo_search'
+
+
+def search_spec(max_trial: int = 4, max_frame: int = 3000, **meta) -> dict:
+    return {
+        'agent': {'name': 'PPO',
+                  'algorithm': {'name': 'PPO', 'gamma': 0.99, 'lam': 0.95, 'time_horizon': 64, 'minibatch_size': 32,
+                                'training_epoch': 2},
+                  'memory': {'name': 'OnPolicyBatchReplay'},
+                  'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 0.001}}},
+        'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': max_frame},
+        'meta': {'max_trial': max_trial, 'max_session': 1, 'log_frequency': 250, 'eval_frequency': 1000,
+                 'checkpoint_frequency': 500, 'random_seed': 5, 'search_resources': {'cpu': os.cpu_count()},
+                 'search_scheduler': {'grace_period': 500, 'reduction_factor': 2}, **meta},
+        'search': {'agent': {'algorithm': {'gamma__uniform': [0.9, 0.999]}},
+                   'agent.net.optim_spec.lr__loguniform': [1e-4, 1e-2]},
+    }
+
+
+def write(tmp_path: Path, spec: dict, name: str = NAME) -> str:
+    path = tmp_path / f'{name}.json'
+    path.write_text(json.dumps({name: spec}))
+    return str(path)
+
+
+def lab(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          **kwargs)
+
+
+def run_dir(cwd: Path) -> Path:
+    (found,) = (cwd / 'data').glob(f'{NAME}_*')
+    return found
+
+
+def experiment_df(cwd: Path) -> pd.DataFrame:
+    return pd.read_csv(run_dir(cwd) / 'info' / f'{NAME}_experiment_df.csv')
+
+
+def lab_processes(root: Path) -> list[str]:
+    """Processes of a search under `root`: its trial processes (their command names the run) and
+    Ray's (marked through the environment the search gave them)."""
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f'/proc/{entry}/cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace')
+            env = Path(f'/proc/{entry}/environ').read_bytes()
+        except OSError:
+            continue
+        if str(root) in cmd or (b'SLM_LAB_SEARCH_ID=' in env and str(root).encode() in env):
+            found.append(f'{entry}: {cmd[:120]}')
+    return found
+
+
+# --- the spaces -----------------------------------------------------------------------------------
+
+def draws(param: Param, n: int = 200) -> list:
+    import optuna
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    return [param.value(study.ask({param.path: param.distribution()}).params[param.path]) for _ in range(n)]
+
+
+@pytest.mark.parametrize('space, args, check', [
+    ('uniform', [0.5, 0.9], lambda v: 0.5 <= v <= 0.9),
+    ('loguniform', [1e-4, 1e-2], lambda v: 1e-4 <= v <= 1e-2),
+    ('quniform', [0.2, 1.0, 0.2], lambda v: 0.2 <= v <= 1.0 and abs(v / 0.2 - round(v / 0.2)) < 1e-9),
+    ('qloguniform', [1e-3, 1e-1, 1e-3], lambda v: abs(v / 1e-3 - round(v / 1e-3)) < 1e-6),
+    ('randint', [1, 4], lambda v: isinstance(v, int) and 1 <= v <= 3),  # high excluded
+    ('qrandint', [8, 64, 8], lambda v: isinstance(v, int) and v % 8 == 0 and 8 <= v <= 64),  # high included
+    ('lograndint', [1, 100], lambda v: isinstance(v, int) and 1 <= v <= 99),
+    ('qlograndint', [2, 64, 2], lambda v: isinstance(v, int) and v % 2 == 0),
+    ('normal', [10.0, 2.0], lambda v: math.isfinite(v)),
+    ('qrandn', [10.0, 2.0, 0.5], lambda v: abs(v / 0.5 - round(v / 0.5)) < 1e-9),
+    ('choice', [[64], [64, 64], 'x'], lambda v: v in ([64], [64, 64], 'x')),
+])
+def test_each_space_draws_what_its_name_says(space, args, check):
+    values = draws(Param(f'k__{space}', 'k', space, tuple(args)))
+    assert all(check(v) for v in values), [v for v in values if not check(v)][:5]
+    assert len({json.dumps(v) for v in values}) > 1
+
+
+def test_randint_reaches_both_ends_and_normal_has_its_mean_and_spread():
+    assert set(draws(Param('k', 'k', 'randint', (1, 4)))) == {1, 2, 3}
+    assert set(draws(Param('k', 'k', 'qrandint', (8, 24, 8)))) == {8, 16, 24}
+    normal = draws(Param('k', 'k', 'randn', (10.0, 2.0)), 2000)
+    mean = sum(normal) / len(normal)
+    sd = (sum((v - mean) ** 2 for v in normal) / len(normal)) ** 0.5
+    assert abs(mean - 10) < 0.2 and abs(sd - 2) < 0.2
+
+
+def test_v4_lists_v5_dots_and_nesting_name_the_same_keys():
+    v4 = parse_search({'agent': [{'algorithm': {'gamma__grid_search': [0.9, 0.99]}}],
+                       'meta': {'max_session__grid_search': [1, 2]}})
+    v5 = parse_search({'agent.algorithm.gamma__grid_search': [0.9, 0.99], 'meta': {'max_session__grid_search': [1, 2]}})
+    assert [(p.path, p.space, p.args) for p in v4] == [(p.path, p.space, p.args) for p in v5]
+    assert grid_points(v4) == [{'agent.algorithm.gamma': g, 'meta.max_session': s} for g in (0.9, 0.99) for s in (1, 2)]
+
+
+@pytest.mark.parametrize('block, message', [
+    ({'agent.algorithm.gamma__uniformm': [0.9, 0.99]}, r"^search\.agent\.algorithm\.gamma__uniformm: unknown space "
+                                                       r"'uniformm' \(did you mean 'uniform'\?\)"),
+    ({'agent.algorithm.gamma__uniform': [0.99, 0.9]}, r'^search\.agent\.algorithm\.gamma__uniform: low 0\.99 > high 0\.9'),
+    ({'agent.algorithm.gamma__choice': []}, r'^search\.agent\.algorithm\.gamma__choice: expected a non-empty list'),
+    ({'agent.algorithm.gamma__uniform': [0.9]}, r'^search\.agent\.algorithm\.gamma__uniform: expected 2 numbers'),
+    ({'agent.net.optim_spec.lr__loguniform': [0, 0.1]}, r'needs low > 0'),
+    ({'agent.algorithm.training_epoch__randint': [3, 3]}, r'high excluded'),
+    ({'agent': {'algorithm': {'gamma': 0.9}}}, r'^search\.agent\.algorithm\.gamma: expected "<key>__<space>"'),
+])
+def test_a_bad_search_block_is_one_line_naming_the_entry(block, message):
+    with pytest.raises(SpecError, match=message):
+        parse_search(block)
+
+
+# --- the lab's search mode ------------------------------------------------------------------------
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda s: s['search'].update({'agent.algorithm.gama__uniform': [0.9, 0.99]}),
+     r"^error: search\.agent\.algorithm\.gama__uniform: the value 0\.9 does not fit the spec: .*gama.*did you mean "
+     r"'gamma'"),
+    (lambda s: s['search'].update({'agent.algorithm.lam__uniform': [0.5, 1.5]}),
+     r'^error: search\.agent\.algorithm\.lam__uniform: the value 1\.5 does not fit the spec: agent\.algorithm\.lam'),
+    (lambda s: s['search'].update({'agent.net.hid_layers__choice': []}), r'non-empty list'),
+    (lambda s: s.pop('search'), r"^error: search: spec 'ppo_search' has no search block"),
+])
+def test_bad_search_input_is_one_line_exit_2_and_no_run_directory(tmp_path, edit, message):
+    spec = search_spec()
+    edit(spec)
+    result = lab([write(tmp_path, spec), NAME, 'search'], tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and __import__('re').search(message, result.stderr), result.stderr
+    assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
+
+
+def test_a_ray_address_that_does_not_answer_is_one_line_and_no_run_directory(tmp_path):
+    result = lab([write(tmp_path, search_spec()), NAME, 'search', '--ray-address', '127.0.0.1:9'], tmp_path)
+    assert result.returncode == 2 and result.stderr.startswith('error: --ray-address 127.0.0.1:9: no Ray cluster '
+                                                               'answers there'), result.stderr
+    assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
+
+
+def test_search_options_belong_to_search(tmp_path):
+    result = lab([write(tmp_path, search_spec()), NAME, 'train', '--keep', '1'], tmp_path)
+    assert result.returncode == 2 and '--keep only applies to search' in result.stderr
+
+
+def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_stopped(tmp_path):
+    """Point 7 of the search issue: 4 trials one at a time (each reserves every core), ASHA on,
+    SIGKILL while the third trial trains, search@latest: the same experiment_df.csv and the same
+    trial records as a search run without interruption; nothing of the killed search's processes
+    is left behind."""
+    spec_file = write(tmp_path, search_spec())
+    straight, killed = tmp_path / 'straight', tmp_path / 'killed'
+    straight.mkdir()
+    killed.mkdir()
+    result = lab([spec_file, NAME, 'search'], straight)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=killed,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, rows = time.time() + 300, 0
+    while time.time() < deadline and proc.poll() is None and rows < 4:
+        csv = list(killed.glob(f'data/{NAME}_*/info/{NAME}_t2_s0_session_df_train.csv'))
+        rows = len(csv[0].read_text().splitlines()) - 1 if csv else 0
+        time.sleep(0.05)
+    assert proc.poll() is None and rows >= 4, 'the search should be training its third trial'
+    proc.kill()
+    proc.wait()
+    root = run_dir(killed)
+    deadline = time.time() + 20
+    while lab_processes(root) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not lab_processes(root), lab_processes(root)
+    assert not (root / 'info' / f'{NAME}_experiment_df.csv').exists()
+
+    result = lab([spec_file, NAME, 'search@latest'], killed)
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = experiment_df(straight), experiment_df(killed)
+    pd.testing.assert_frame_equal(a, b)
+    assert set(a['status']) <= {'completed', 'stopped early (ASHA)'} and len(a) == 4
+    for i in range(4):
+        cols = ['frame', 'total_reward_ma', 'loss', 'opt_step']
+        ta = pd.read_csv(run_dir(straight) / 'info' / f'{NAME}_t{i}_s0_session_df_train.csv')[cols]
+        tb = pd.read_csv(root / 'info' / f'{NAME}_t{i}_s0_session_df_train.csv')[cols]
+        pd.testing.assert_frame_equal(ta, tb)
+    # the layout: the search spec, each trial's spec with what it drew
+    saved = json.loads((root / f'{NAME}_t2_spec.json').read_text())
+    assert not saved.get('search') and saved['meta']['trial'] == 2
+    assert saved['agent']['algorithm']['gamma'] == pytest.approx(b.loc[2, 'agent.algorithm.gamma'])
+    assert json.loads((root / f'{NAME}_spec.json').read_text())['search']
+    assert list((root / 'graph').glob(f'{NAME}_experiment_graph.html'))
+    assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()

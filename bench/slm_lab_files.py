@@ -44,6 +44,9 @@ def main() -> None:
     parser.add_argument('--later', action='store_true',
                         help="also count the 'not available yet' lines by the component they name")
     parser.add_argument('--frames', type=int, default=300, help='frames to train with --train (300)')
+    parser.add_argument('--search', action='store_true',
+                        help="also check the search block of each spec that validates (search mode's spaces and "
+                             'every value they can take); with --train, run a 2-trial search of each')
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # renamed-env warnings and the like: the outcome is what counts
     from slm_lab.lib.errors import LabError
@@ -65,7 +68,7 @@ def main() -> None:
                     continue
                 overrides = placeholder_overrides(spec)
                 try:
-                    load_spec(str(path), name, overrides)
+                    loaded = load_spec(str(path), name, overrides)
                 except LabError as e:
                     kind = 'later' if 'not available yet' in str(e) else 'refused'
                     counts[kind] += 1
@@ -78,6 +81,17 @@ def main() -> None:
                     counts['traceback'] += 1
                     notes.append(f'traceback {path} {name}: {type(e).__name__}: {e}')
                     continue
+                if args.search and loaded.get('search'):
+                    from slm_lab.experiment.search import search_params
+                    try:
+                        search_params(loaded)
+                        counts['search ok'] += 1
+                    except LabError as e:
+                        counts['search refused'] += 1
+                        notes.append(f'search    {path} {name}: {e}')
+                    except Exception as e:  # a bug in the lab
+                        counts['search traceback'] += 1
+                        notes.append(f'search traceback {path} {name}: {type(e).__name__}: {e}')
                 if args.train:
                     sets = overrides + [f'env.max_frame={args.frames}', 'meta.log_frequency=100',
                                         'meta.eval_frequency=100', 'meta.max_session=1', 'meta.rigorous_eval=0']

@@ -252,7 +252,7 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
 
         def suggest(self, trial_id: str):
             trials = self.study.get_trials(deepcopy=False)
-            if self.given >= self.total:
+            if self.given >= self.total or self.stopping:
                 return Searcher.FINISHED
             number = self.given
             if number < len(trials):
@@ -301,6 +301,7 @@ def make_trainable():
             self.proc = None
             if not config['replay']:
                 self.proc = start_trial_process(self.run_dir, self.index)
+                record_node(self.run_dir, self.index)
 
         def step(self) -> dict:
             while True:
@@ -322,6 +323,7 @@ def make_trainable():
                     continue
                 if rc is not None:
                     self.proc = None
+                    forget_process(self.run_dir, self.index)
                     if rc != 0:
                         raise RuntimeError(f'trial {self.index} ended with exit code {rc}; see its log under '
                                            f'{self.run_dir.root / "log"}')
@@ -335,10 +337,22 @@ def make_trainable():
             pass
 
         def cleanup(self):
-            stop_process(self.proc)
+            if self.proc is not None:
+                stop_process(self.proc)
+                forget_process(self.run_dir, self.index)
             self.proc = None
 
     return LabTrainable
+
+
+def record_node(run_dir: RunDir, index: int) -> None:
+    """search/nodes/{i}: the Ray node (id and address) trial i ran on."""
+    import ray
+    ctx = ray.get_runtime_context()
+    path = run_dir.root / 'search' / 'nodes'
+    path.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path / str(index), json.dumps({'node_id': ctx.get_node_id(),
+                                                     'address': ray.util.get_node_ip_address()}))
 
 
 def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
@@ -355,6 +369,11 @@ def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
     pids.mkdir(parents=True, exist_ok=True)
     (pids / str(index)).write_text(str(proc.pid))
     return proc
+
+
+def forget_process(run_dir: RunDir, index: int) -> None:
+    """search/pids/{i} names trial i's process while it runs (a stop signal reaches it there)."""
+    (run_dir.root / 'search' / 'pids' / str(index)).unlink(missing_ok=True)
 
 
 def stop_process(proc: subprocess.Popen | None, timeout: float = 60.0) -> None:
@@ -391,6 +410,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     os.environ['PYTHONPATH'] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
     os.environ.setdefault('RAY_DEDUP_LOGS', '0')
+    os.environ['TUNE_DISABLE_SIGINT_HANDLER'] = '1'  # Ctrl-C is the lab's: _SearchStop
     os.environ['RAY_AIR_NEW_OUTPUT'] = '0'
     init = dict(include_dashboard=False, log_to_driver=False, logging_level='WARNING', configure_logging=True)
     temp_dir = reaper = None
@@ -400,6 +420,8 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
         temp_dir = ray_temp_dir(run_dir)
         reaper, marker = start_reaper()
         ray.init(num_cpus=os.cpu_count(), _temp_dir=temp_dir, _node_ip_address='127.0.0.1', **init)
+    import shutil
+    shutil.rmtree(run_dir.root / 'search' / 'pids', ignore_errors=True)  # of a search that was killed
     searcher = make_searcher(run_dir, spec, params)
     stop = _SearchStop(searcher, run_dir).install()
     try:
@@ -504,16 +526,8 @@ class _SearchStop:
                 os.kill(int(f.read_text()), signal.SIGTERM)
             except (ProcessLookupError, ValueError, OSError):
                 pass
-        deadline = time.time() + 60
-        for f in pids.glob('*') if pids.is_dir() else ():
-            try:
-                pid = int(f.read_text())
-                while time.time() < deadline:
-                    os.kill(pid, 0)
-                    time.sleep(0.05)
-            except (ProcessLookupError, ValueError, OSError):
-                pass
-        raise KeyboardInterrupt  # ends Tuner.fit
+        # each trial's trainable sees its process end and ends the trial; the searcher starts no
+        # new one, so Tuner.fit returns once the running trials have saved their snapshots
 
 
 # ---------------------------------------------------------------------------------------------

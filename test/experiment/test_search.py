@@ -215,3 +215,77 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     assert json.loads((root / f'{NAME}_spec.json').read_text())['search']
     assert list((root / 'graph').glob(f'{NAME}_experiment_graph.html'))
     assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()
+
+
+def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path):
+    spec_file = write(tmp_path, search_spec(max_trial=3, max_frame=4000))
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, rows = time.time() + 300, 0
+    while time.time() < deadline and proc.poll() is None and rows < 3:
+        csv = list(tmp_path.glob(f'data/{NAME}_*/info/{NAME}_t0_s0_session_df_train.csv'))
+        rows = len(csv[0].read_text().splitlines()) - 1 if csv else 0
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(__import__('signal').SIGTERM)
+    t0 = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err[-2000:]
+    assert time.time() - t0 < 20
+    assert err.strip().splitlines()[-1].endswith('continue with search@latest'), err[-500:]
+    root = run_dir(tmp_path)
+    assert not lab_processes(root), lab_processes(root)
+    log = (root / 'log' / f'{NAME}_t0_s0.log').read_text()
+    assert 'stopped at frame' in log and 'with a snapshot' in log
+
+    result = lab([spec_file, NAME, 'search@latest', '--keep', '1'], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    df = experiment_df(tmp_path)
+    assert len(df) == 3 and set(df['status']) <= {'completed', 'stopped early (ASHA)'}
+    best = int(df.sort_values('total_reward_ma', ascending=False)['trial'].iloc[0])
+    models = {p.name.split('_s0_')[0] for p in (root / 'model').iterdir()}
+    assert models == {f'{NAME}_t{best}'}, models
+    resumes = json.loads((root / 'info' / f'{NAME}_t0_s0_resumes.json').read_text())
+    assert resumes, 'trial 0 continued from its snapshot'
+
+
+def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
+    """A real Ray cluster on this machine: a head and a second node (one CPU each), started with
+    `ray start`; the search runs there with --ray-address and its trials land on both nodes."""
+    import secrets
+    import socket
+
+    from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    marker, token = secrets.token_hex(8), secrets.token_hex(32)
+    env = {**os.environ, MARKER_VAR: marker, 'RAY_AUTH_MODE': 'token', 'RAY_AUTH_TOKEN': token,
+           'PYTHONPATH': str(ROOT)}
+    ray_bin = str(Path(sys.executable).parent / 'ray')
+    temp = Path('/tmp') / f'slm_ray_test_{marker}'
+    try:
+        head = subprocess.run([ray_bin, 'start', '--head', '--node-ip-address=127.0.0.1', f'--port={port}',
+                               '--num-cpus=1', '--include-dashboard=false', f'--temp-dir={temp}', '--disable-usage-stats'],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert head.returncode == 0, head.stderr[-2000:]
+        node = subprocess.run([ray_bin, 'start', f'--address=127.0.0.1:{port}', '--node-ip-address=127.0.0.1',
+                               '--num-cpus=1', '--disable-usage-stats'],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert node.returncode == 0, node.stderr[-2000:]
+        spec = search_spec(max_trial=4, max_frame=3000)
+        spec['meta']['search_resources'] = {'cpu': 1}
+        spec['meta'].pop('search_scheduler')
+        spec_file = write(tmp_path, spec)
+        result = lab([spec_file, NAME, 'search', '--ray-address', f'127.0.0.1:{port}'], tmp_path,
+                     env={k: v for k, v in env.items() if k != MARKER_VAR})
+        assert result.returncode == 0, result.stderr[-3000:]
+        root = run_dir(tmp_path)
+        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(4)}
+        assert len(nodes) == 2, nodes
+        df = experiment_df(tmp_path)
+        assert list(df['status']) == ['completed'] * 4
+    finally:
+        sweep(marker, token)
+        import shutil
+        shutil.rmtree(temp, ignore_errors=True)

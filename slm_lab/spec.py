@@ -91,7 +91,7 @@ META_SCHEMA = {
                            doc='episodes of greedy play on a separate env at each eval (0: use training returns)'),
     'max_session': Field((int,), 1, min=1, max=MAX_SESSIONS,
                          doc='sessions (seeds) per trial, run in parallel processes, at most one per CPU core at once'),
-    'max_trial': Field((int,), 1, min=1, max=MAX_TRIALS, doc='trials in a search'),
+    'max_trial': Field((int,), 1, min=1, max=MAX_TRIALS, doc='trials in a search (per grid point of a grid_search)'),
     'random_seed': Field((int,), None, nullable=True, min=0, max=MAX_SEED,
                          doc='base seed; session s of trial t uses random_seed + 1000*t + s (drawn when null)'),
     'checkpoint_frequency': Field((int,), None, nullable=True, min=1,
@@ -106,12 +106,12 @@ META_SCHEMA = {
     'search_resources': Field((dict,), OMIT, nullable=True, schema={
         'cpu': Field((float,), 1, min=0, min_exclusive=True, doc='CPUs per trial'),
         'gpu': Field((float,), 0, min=0, doc='GPUs per trial (a fraction shares one GPU)'),
-    }, doc='(SLM-Lab v5) resources a search reserves per trial; recorded for search'),
+    }, doc='(SLM-Lab v5) resources a search reserves per trial (default 1 CPU); read by search mode'),
     'search_scheduler': Field((dict,), OMIT, nullable=True, schema={
         'grace_period': Field((int,), 1, min=1, doc='frames a trial runs before it can be stopped'),
         'reduction_factor': Field((float,), 4, min=1, min_exclusive=True,
                                   doc='the fraction 1/reduction_factor of trials continues at each rung'),
-    }, doc="(SLM-Lab v5) early stopping of a search's trials (ASHA); recorded for search"),
+    }, doc="(SLM-Lab v5) early stopping of a search's trials (ASHA on frames); read by search mode"),
     'search': ignored_field('(SLM-Lab v4) the search method name, e.g. "RandomSearch"; '
                             'SLM-Lab v4.2.4 does not read it either'),
     'train_mode': ignored_field('(SLM-Lab v4) not read by SLM-Lab v4.2.4 either; accepted and ignored'),
@@ -618,7 +618,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         'agent': Field((dict,), doc='the agent: algorithm, memory and net'),
         'env': Field((dict,), doc='the environment'),
         'meta': Field((dict,), {}, doc='run settings'),
-        'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
+        'search': Field((dict,), None, nullable=True, doc='hyperparameter search space: what search mode draws'),
         'spec_params': Field((dict,), OMIT, doc="(SLM-Lab v4) the values of the spec's ${...} placeholders its "
                                                 'benchmarks ran; here each run fills them with -s; recorded'),
     }

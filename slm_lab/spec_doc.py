@@ -29,7 +29,7 @@ TOP_SCHEMA = {
     'agent': Field((dict,), doc='the agent: algorithm, memory and net'),
     'env': Field((dict,), doc='the environment'),
     'meta': Field((dict,), {}, doc='run settings'),
-    'search': Field((dict,), None, nullable=True, doc='hyperparameter search space'),
+    'search': Field((dict,), None, nullable=True, doc='hyperparameter search space: what search mode draws'),
     'spec_params': Field((dict,), OMIT, doc="(SLM-Lab v4) the values of the spec's ${...} placeholders its "
                                             'benchmarks ran; here each run fills them with -s; recorded'),
 }
@@ -389,8 +389,49 @@ file leaves them out."""
 SEARCH = """\
 ## `search`
 
-An object or null. It is accepted so that SLM-Lab specs load, and saved with the spec, but not
-used or checked yet: hyperparameter search (mode `search`) comes in a later version."""
+An object or null: what `search` mode draws for each trial (`python run_lab.py SPEC_FILE
+SPEC_NAME search`; README's Search section says what a search writes and how it resumes). Other
+modes keep it in the saved spec and do not use it. Each entry is `"<key path>__<space>":
+[arguments]`; entries may be nested (`{"agent": {"algorithm": {"gamma__uniform": [0.9,
+0.999]}}}`), dotted (`{"agent.algorithm.gamma__uniform": [0.9, 0.999]}`) or both, and SLM-Lab v4's
+one-element `"agent": [{...}]` and `"env": [{...}]` lists are read as the object inside. The key
+path is any spec key (a list element by index: `agent.net.hid_layers.0`), set in each trial's
+spec in place of the spec's own value.
+
+| Space | Arguments | Draws |
+|---|---|---|
+| `uniform` | `[low, high]` | a float in [low, high] |
+| `quniform` | `[low, high, q]` | a multiple of q in [low, high] |
+| `loguniform` | `[low, high]` | a float in [low, high], uniform in log space; low > 0 |
+| `qloguniform` | `[low, high, q]` | loguniform, rounded to a multiple of q |
+| `randint` | `[low, high]` | an int in [low, high): high excluded (numpy's and Ray's rule) |
+| `qrandint` | `[low, high, q]` | a multiple of q in [low, high]: high included (Ray's rule) |
+| `lograndint` | `[low, high]` | an int in [low, high), uniform in log space; low >= 1 |
+| `qlograndint` | `[low, high, q]` | an int in [low, high] uniform in log space, rounded to a multiple of q |
+| `randn`, `normal` | `[mean, sd]` | a float from the normal distribution (`normal`: SLM-Lab v4's name) |
+| `qrandn` | `[mean, sd, q]` | randn, rounded to a multiple of q |
+| `choice` | `[v1, v2, ...]` | one of the values, each equally likely at first; any JSON values |
+| `grid_search` | `[v1, v2, ...]` | every value in turn: the search runs `meta.max_trial` trials per grid point (several grid keys: every combination), as SLM-Lab v4 ran it on Ray Tune; SLM-Lab v5 refuses it |
+
+Values are drawn by Optuna's TPE sampler (random for the first 10 trials, then modelled on the
+results so far), seeded from `meta.random_seed` and the trial's number, so a search resumed after
+a stop draws what it would have drawn. `normal` is drawn through its quantile and `choice` through
+the index of the value, so Optuna models those too.
+
+Checked before a search starts, each a one-line error naming the entry (`search.<entry>`): an
+unknown space, arguments that do not fit it (`low > high`, an empty list, non-integers for the
+int spaces, `low <= 0` on a log scale), and every searched key with both ends of its range and
+each of its values set in the spec, which must then validate (so an unknown key path, or a value
+out of a key's range, is named with the spec's own message). Searched keys that SLM-Lab's older
+versions had and neither v4 nor v5 reads (`agent.algorithm.clip_eps`, `agent.algorithm.entropy_coef`,
+`agent.net.lr_decay_frequency`, `agent.net.lr_anneal_timestep`, in some of its experimental search
+specs) are left out of the search with a warning: searching them changed nothing in SLM-Lab either.
+An empty block is a search of trials that differ by their seeds only.
+
+The `meta` keys of a search: `max_trial` (trials, per grid point), `search_resources` (`cpu`,
+`gpu`: what a trial reserves; a trial's sessions run in parallel processes within it),
+`search_scheduler` (`grace_period` in frames, `reduction_factor`: ASHA early stopping on the frame,
+by `total_reward_ma`; absent: every trial runs to `env.max_frame`)."""
 
 SEEDS = """\
 ## Seeds
@@ -399,8 +440,8 @@ Every session has one integer seed:
 
     seed = meta.random_seed + 1000 * trial + session
 
-`session` counts from 0 to `meta.max_session - 1`; `trial` is 0 in this version (there is no
-search yet). When `meta.random_seed` is null the lab draws one at random (0 <= random_seed <
+`session` counts from 0 to `meta.max_session - 1`; `trial` is 0 outside `search` mode, and the
+trial's number in a search, so each trial trains with its own seeds. When `meta.random_seed` is null the lab draws one at random (0 <= random_seed <
 2**31 - 10**7) and records it in the saved specs, so `-s meta.random_seed=N` repeats the seeds
 of a run. From the session seed:
 

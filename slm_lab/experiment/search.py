@@ -19,6 +19,7 @@ their CSVs (ASHA sees the same history) and the unfinished ones continue from th
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -54,12 +55,33 @@ def check_installed() -> None:
 # ---------------------------------------------------------------------------------------------
 # the spaces, the trials' specs
 
+# keys SLM-Lab's experimental search blocks (lunar_pg.json, mountain_car.json) still search, from
+# versions before v4, which neither SLM-Lab v4 nor v5 reads: searched there, they changed nothing
+UNREAD_SEARCH_KEYS = {
+    'agent.algorithm.clip_eps': "SLM-Lab's old name of clip_eps_spec",
+    'agent.algorithm.entropy_coef': "SLM-Lab's old name of entropy_coef_spec",
+    'agent.net.lr_decay_frequency': "SLM-Lab's old learning-rate decay key (lr_scheduler_spec since v4)",
+    'agent.net.lr_anneal_timestep': "SLM-Lab's old learning-rate annealing key (lr_scheduler_spec since v4)",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    logger.warning(message)
+
+
 def search_params(spec: dict) -> list[Param]:
     """The searched keys of a validated spec, each value they can take checked against the spec."""
-    if not spec.get('search'):
+    if spec.get('search') is None:
         raise SpecError(f"search: spec '{spec['name']}' has no search block, so search mode has nothing to draw; "
                         'add one (e.g. "search": {"agent.algorithm.gamma__uniform": [0.9, 0.999]}) or use train')
-    params = parse_search(spec['search'])
+    params = []
+    for p in parse_search(spec['search']):
+        if p.path in UNREAD_SEARCH_KEYS:
+            _warn_once(f'search.{p.key}: {p.path} is {UNREAD_SEARCH_KEYS[p.path]}, which SLM-Lab v4 and v5 do not read '
+                       'either (searching it changed nothing there); this search leaves it out')
+        else:
+            params.append(p)
     for p in params:
         for value in p.extremes():
             try:
@@ -405,8 +427,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     from ray import tune
     from ray.tune.schedulers import AsyncHyperBandScheduler
     meta = spec['meta']
-    resources = {'cpu': (meta.get('search_resources') or {}).get('cpu', 1),
-                 'gpu': (meta.get('search_resources') or {}).get('gpu', 0)}
+    resources = trial_resources(meta, local=not ray_address)
     os.environ['PYTHONPATH'] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
     os.environ.setdefault('RAY_DEDUP_LOGS', '0')
@@ -454,6 +475,26 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
         from slm_lab.lib.errors import Preempted
         raise Preempted(stop.signum, None, 'with the running trials saved in snapshots')
     return write_experiment(spec, run_dir, params, searcher.study, keep)
+
+
+def trial_resources(meta: dict, local: bool) -> dict:
+    """meta.search_resources (default one CPU, no GPU). On this machine, a trial asking for more
+    CPUs than it has gets all of them, and GPUs only when torch sees one (as SLM-Lab does), with a
+    warning each: Ray would otherwise wait for them forever."""
+    asked = meta.get('search_resources') or {}
+    cpu, gpu = asked.get('cpu', 1), asked.get('gpu', 0)
+    if local:
+        cores = os.cpu_count() or 1
+        if cpu > cores:
+            logger.warning(f'meta.search_resources.cpu {cpu} is more than the {cores} CPU cores here; each trial '
+                           f'reserves {cores}')
+            cpu = cores
+        if gpu:
+            import torch
+            if not torch.cuda.is_available():
+                logger.warning(f'meta.search_resources.gpu {gpu}: no GPU here; the trials run on the CPU')
+                gpu = 0
+    return {'cpu': cpu, 'gpu': gpu}
 
 
 def start_reaper() -> tuple[subprocess.Popen, str]:

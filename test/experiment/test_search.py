@@ -137,6 +137,22 @@ def test_a_bad_search_block_is_one_line_naming_the_entry(block, message):
         parse_search(block)
 
 
+def test_keys_slm_lab_does_not_read_are_left_out_with_a_warning_and_an_empty_block_searches_seeds(caplog):
+    from slm_lab.experiment.search import _warn_once, search_params
+    from slm_lab.spec import validate_spec
+    _warn_once.cache_clear()
+    spec = search_spec()
+    spec['search'] = {'agent.algorithm.clip_eps__uniform': [0.1, 0.3], 'agent.algorithm.gamma__uniform': [0.9, 0.99]}
+    spec = {**validate_spec(spec), 'name': NAME}
+    with caplog.at_level('WARNING'):
+        params = search_params(spec)
+    assert [p.path for p in params] == ['agent.algorithm.gamma']
+    assert any('agent.algorithm.clip_eps is' in r.getMessage() and 'leaves it out' in r.getMessage()
+               for r in caplog.records)
+    spec['search'] = {'agent': {'algorithm': {}}}  # SLM-Lab's dqn_lunar_search.json: trials differ by seed
+    assert search_params(spec) == []
+
+
 # --- the lab's search mode ------------------------------------------------------------------------
 
 @pytest.mark.parametrize('edit, message', [
@@ -148,12 +164,13 @@ def test_a_bad_search_block_is_one_line_naming_the_entry(block, message):
     (lambda s: s['search'].update({'agent.net.hid_layers__choice': []}), r'non-empty list'),
     (lambda s: s.pop('search'), r"^error: search: spec 'ppo_search' has no search block"),
 ])
-def test_bad_search_input_is_one_line_exit_2_and_no_run_directory(tmp_path, edit, message):
+def test_bad_search_input_is_one_line_and_no_run_directory(tmp_path, edit, message):
+    from slm_lab import lab as lab_module
     spec = search_spec()
     edit(spec)
-    result = lab([write(tmp_path, spec), NAME, 'search'], tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and __import__('re').search(message, result.stderr), result.stderr
+    with pytest.raises(SpecError) as e:
+        lab_module.run(write(tmp_path, spec), NAME, 'search', data_dir=str(tmp_path / 'data'))
+    assert '\n' not in str(e.value) and __import__('re').search(message, f'error: {e.value}'), str(e.value)
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
 
 
@@ -218,7 +235,7 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
 
 
 def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path):
-    spec_file = write(tmp_path, search_spec(max_trial=3, max_frame=4000))
+    spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=2500))
     proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline, rows = time.time() + 300, 0
@@ -238,10 +255,13 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     log = (root / 'log' / f'{NAME}_t0_s0.log').read_text()
     assert 'stopped at frame' in log and 'with a snapshot' in log
 
+    refused = lab([spec_file, NAME, 'search@latest', '-s', 'env.max_frame=5000'], tmp_path)
+    assert refused.returncode == 2 and "env.max_frame: 2500 -> 5000" in refused.stderr and \
+        'meta.max_trial' in refused.stderr, refused.stderr
     result = lab([spec_file, NAME, 'search@latest', '--keep', '1'], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     df = experiment_df(tmp_path)
-    assert len(df) == 3 and set(df['status']) <= {'completed', 'stopped early (ASHA)'}
+    assert len(df) == 2 and set(df['status']) <= {'completed', 'stopped early (ASHA)'}
     best = int(df.sort_values('total_reward_ma', ascending=False)['trial'].iloc[0])
     models = {p.name.split('_s0_')[0] for p in (root / 'model').iterdir()}
     assert models == {f'{NAME}_t{best}'}, models
@@ -273,7 +293,7 @@ def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
                                '--num-cpus=1', '--disable-usage-stats'],
                               env=env, capture_output=True, text=True, timeout=120)
         assert node.returncode == 0, node.stderr[-2000:]
-        spec = search_spec(max_trial=4, max_frame=3000)
+        spec = search_spec(max_trial=2, max_frame=2000)
         spec['meta']['search_resources'] = {'cpu': 1}
         spec['meta'].pop('search_scheduler')
         spec_file = write(tmp_path, spec)
@@ -281,10 +301,10 @@ def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
                      env={k: v for k, v in env.items() if k != MARKER_VAR})
         assert result.returncode == 0, result.stderr[-3000:]
         root = run_dir(tmp_path)
-        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(4)}
-        assert len(nodes) == 2, nodes
+        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(2)}
+        assert len(nodes) == 2, nodes  # one CPU per node, one per trial: the two trials ran side by side
         df = experiment_df(tmp_path)
-        assert list(df['status']) == ['completed'] * 4
+        assert list(df['status']) == ['completed'] * 2
     finally:
         sweep(marker, token)
         import shutil

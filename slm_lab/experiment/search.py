@@ -316,6 +316,7 @@ def make_trainable():
 
         def setup(self, config: dict, run_root: str = '', spec_name: str = '', max_session: int = 1,
                   max_frame: int = 0):
+            self.params = dict(run_root=run_root, spec_name=spec_name, max_session=max_session, max_frame=max_frame)
             self.run_dir = RunDir(Path(run_root), spec_name)
             self.index, self.max_session, self.max_frame = config['trial'], max_session, max_frame
             self.reports = trial_reports(self.run_dir, self.index, max_session)  # replayed first
@@ -358,6 +359,12 @@ def make_trainable():
         def load_checkpoint(self, checkpoint) -> None:
             pass
 
+        def reset_config(self, new_config: dict) -> bool:
+            """Tune reuses this actor for the next trial (reuse_actors): no new Ray worker to start."""
+            self.cleanup()
+            LabTrainable.setup(self, new_config, **self.params)  # not with_parameters' wrapper, which adds them
+            return True
+
         def cleanup(self):
             if self.proc is not None:
                 stop_process(self.proc)
@@ -377,19 +384,29 @@ def record_node(run_dir: RunDir, index: int) -> None:
                                                      'address': ray.util.get_node_ip_address()}))
 
 
-def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
+_SPARE: subprocess.Popen | None = None  # per Ray worker: a trial process started ahead, waiting for its trial
+
+
+def _spawn_trial_process() -> subprocess.Popen:
     env = dict(os.environ)
     env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
-    log = open(run_dir.root / 'log' / f'{run_dir.prename(index)}_process.log', 'ab')
-    try:
-        proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', str(run_dir.root),
-                                 run_dir.spec_name, str(index)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    finally:
-        log.close()
+    return subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial'], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
+    """Trial `index` in a child process (search_trial). The process was started ahead when this
+    Ray worker ran a trial before (its imports, a few seconds, done while that trial trained);
+    another is started ahead for the next trial."""
+    global _SPARE
+    proc = _SPARE if _SPARE is not None and _SPARE.poll() is None else _spawn_trial_process()
+    _SPARE = None
+    proc.stdin.write((json.dumps([str(run_dir.root), run_dir.spec_name, index]) + '\n').encode())
+    proc.stdin.close()
     pids = run_dir.root / 'search' / 'pids'
     pids.mkdir(parents=True, exist_ok=True)
     (pids / str(index)).write_text(str(proc.pid))
+    _SPARE = _spawn_trial_process()
     return proc
 
 
@@ -456,7 +473,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
         tuner = tune.Tuner(
             tune.with_resources(trainable, resources),
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
-                                        num_samples=total_trials(spec, params), reuse_actors=False),
+                                        num_samples=total_trials(spec, params), reuse_actors=True),
             run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
                                       verbose=0, log_to_file=True))
         tuner.fit()

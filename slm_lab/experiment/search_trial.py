@@ -1,23 +1,32 @@
 """One trial of a search, run by its Ray trainable as a child process:
-python -m slm_lab.experiment.search_trial RUN_DIR SPEC_NAME TRIAL
+python -m slm_lab.experiment.search_trial, then one line on stdin: ["RUN_DIR", "SPEC_NAME", TRIAL]
 
-It reads the trial's spec from the run directory and runs it as train does, continuing from the
-sessions' snapshots when they have some. Exit codes: 0 done, 2 a LabError (its line printed),
-130/143 stopped by SIGINT/SIGTERM after saving snapshots."""
+The process imports the lab first and then waits for its trial, so a trainable can start it
+ahead of time (while the trial before trains). Given its trial, it writes its output to
+log/{name}_t{i}_process.log, reads the trial's spec from the run directory and runs it as train
+does, continuing from the sessions' snapshots when they have some. Exit codes: 0 done, 2 a
+LabError (its line printed), 130/143 stopped by SIGINT/SIGTERM after saving snapshots."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 
-def main(argv: list[str]) -> int:
+def main() -> int:
     from slm_lab.experiment.control import Trial, _die_with_parent
     from slm_lab.experiment.run_dir import RunDir
     from slm_lab.lib.errors import LabError, Preempted
     _die_with_parent()  # a trial never outlives its Ray worker
-    root, spec_name, index = argv[0], argv[1], int(argv[2])
+    line = sys.stdin.readline()
+    if not line:  # started ahead for a trial that never came
+        return 0
+    root, spec_name, index = json.loads(line)
     run_dir = RunDir(Path(root), spec_name)
+    log = os.open(run_dir.root / 'log' / f'{run_dir.prename(index)}_process.log', os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     spec = json.loads(run_dir.spec_path(index).read_text())
     resume = any(run_dir.ckpt_dir(index, s).exists() for s in range(spec['meta']['max_session']))
     try:
@@ -32,4 +41,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

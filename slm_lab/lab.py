@@ -250,17 +250,17 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
         ts = new_experiment_ts(data_dir, spec_name)
         spec['meta']['experiment_ts'] = ts
         run_dir = RunDir.for_spec(data_dir, spec_name, ts)
-        lock = create_run_dir(run_dir, None, write=lambda staging, _: write_json(staging.spec_path(), spec))
+        def write_search(staging, _):
+            write_json(staging.spec_path(), spec)
+            (staging.root / 'search').mkdir()  # what makes it a search's directory (resume.is_search_run)
+        lock = create_run_dir(run_dir, None, write=write_search)
         logger.info(f'run directory {run_dir.root}: search of {search_lib.total_trials(spec, params)} trial(s)')
     else:
         target = mode[len('search@'):]
-        run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
+        run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search')
         lock = resume_lib.lock_run(run_dir)
         try:
             old_spec = resume_lib.read_run_spec(run_dir)
-            if not old_spec.get('search'):
-                raise ModeError(f'{run_dir.root} is not a search (its spec has no search block); continue it with '
-                                f'train@{target}')
             spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
             preflight(spec)
             write_json(run_dir.spec_path(), spec)

@@ -36,32 +36,43 @@ def _is_dev_run(root: Path, spec_name: str) -> bool:
         return False
 
 
-def resolve_run_dir(target: str, spec_name: str, data_dir: str) -> RunDir:
-    """The run directory named by train@<target>: 'latest' (newest run of spec_name by the
-    timestamp in its name) or a path."""
+def is_search_run(root: Path) -> bool:
+    """A search's run directory has search/ (made with the directory itself)."""
+    return (root / 'search').is_dir()
+
+
+def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'train') -> RunDir:
+    """The run directory named by {mode}@<target>: 'latest' (newest run of spec_name of that
+    kind, by the timestamp in its name) or a path. train@ continues train runs and search@
+    searches; each refuses the other's run directory, which it would damage."""
+    search = mode == 'search'
     if target == 'latest':  # dev runs are debugging runs: resume them only by name
         runs = []
         for r in _runs_of(spec_name, data_dir):
             if not (r / f'{spec_name}_spec.json').is_file():
                 # killed while it was being created: it never started, so there is nothing to resume
-                logger.warning(f'train@latest: skipping {r}: it has no {spec_name}_spec.json (a run that never '
+                logger.warning(f'{mode}@latest: skipping {r}: it has no {spec_name}_spec.json (a run that never '
                                'started); remove it when no process is creating it')
-            elif not _is_dev_run(r, spec_name):
+            elif is_search_run(r) == search and not _is_dev_run(r, spec_name):
                 runs.append(r)
         if not runs:
-            raise ResumeError(f"train@latest: no run of spec '{spec_name}' in {data_dir}/; "
-                              f'start one with: python run_lab.py SPEC_FILE {spec_name} train')
+            raise ResumeError(f"{mode}@latest: no {'search' if search else 'run'} of spec '{spec_name}' in "
+                              f'{data_dir}/; start one with: python run_lab.py SPEC_FILE {spec_name} {mode}')
         root = runs[-1]
     else:
         root = Path(target.rstrip('/') or '/')
         if not root.is_dir():
             runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
-            raise ResumeError(f'train@{target}: no such run directory; runs of {spec_name}: {runs}')
+            raise ResumeError(f'{mode}@{target}: no such run directory; runs of {spec_name}: {runs}')
     run_dir = RunDir(root, spec_name)
     if not run_dir.spec_path().is_file():
         runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
-        raise ResumeError(f'train@{target}: {root} is not a run of spec {spec_name} '
+        raise ResumeError(f'{mode}@{target}: {root} is not a run of spec {spec_name} '
                           f'(no {run_dir.spec_path().name}); runs of {spec_name}: {runs}')
+    if is_search_run(root) != search:
+        other = 'train' if search else 'search'
+        raise ResumeError(f'{mode}@{target}: {root} is a {"train run" if search else "search"}, not a '
+                          f'{"search" if search else "train run"}; continue it with {other}@{target}')
     return run_dir
 
 

@@ -185,23 +185,40 @@ def check_ray_address(address: str) -> None:
 # Optuna: the draws, reproducible per trial
 
 def open_study(run_dir: RunDir):
+    """The search's Optuna study in search/optuna.journal. A write cut off by a kill leaves a last
+    line without its newline, which the next append would join into an unreadable line: it is cut
+    away first (every journal operation the lab makes is one line, see draw)."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = run_dir.root / 'search' / 'optuna.journal'
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        data = path.read_bytes()
+        if data and not data.endswith(b'\n'):
+            with open(path, 'r+b') as f:
+                f.truncate(data.rfind(b'\n') + 1)
     storage = JournalStorage(JournalFileBackend(str(path)))
     return optuna.create_study(study_name=STUDY, storage=storage, direction='maximize', load_if_exists=True)
 
 
 def draw(study, params: list[Param], seed: int, number: int, grid: dict):
-    """Ask trial `number` of the study with a sampler seeded from (seed, number): its draw depends
-    only on the seed, its number and the trials told before it."""
+    """Trial `number`'s values, drawn by a TPE sampler seeded from (seed, number) on an in-memory
+    copy of the finished trials, then written to the study as one journal line (a kill cannot
+    leave a trial with half its values). The draw depends only on the seed, the number and the
+    trials finished before it."""
     import optuna
-    study.sampler = optuna.samplers.TPESampler(seed=(seed * 7919 + number) % 2**32)
-    trial = study.ask({p.path: p.distribution() for p in params if not p.is_grid})
-    trial.set_user_attr('grid', grid)
+    from optuna.trial import TrialState, create_trial
+    scratch = optuna.create_study(direction='maximize',
+                                  sampler=optuna.samplers.TPESampler(seed=(seed * 7919 + number) % 2**32))
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):
+        scratch.add_trial(t)
+    distributions = {p.path: p.distribution() for p in params if not p.is_grid}
+    drawn = scratch.ask(distributions)
+    study.add_trial(create_trial(state=TrialState.RUNNING, params=drawn.params, distributions=distributions,
+                                 user_attrs={'grid': grid}))
+    (trial,) = [t for t in study.get_trials(deepcopy=False) if t.number == number]
     return trial
 
 
@@ -249,6 +266,19 @@ def trial_finished(run_dir: RunDir, index: int) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Ray Tune: the searcher and the trainable
 
+def stop_file(run_dir: RunDir, index: int | None = None) -> Path:
+    """search/stop/all (the whole search stops) or search/stop/{i} (trial i stops, e.g. by ASHA):
+    the trial's process watches for them (search_trial.py), on whichever node it runs, and stops
+    with a snapshot as on SIGTERM."""
+    return run_dir.root / 'search' / 'stop' / ('all' if index is None else str(index))
+
+
+def request_stop(run_dir: RunDir, index: int | None = None) -> None:
+    path = stop_file(run_dir, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, time.strftime('%Y-%m-%dT%H:%M:%S'))
+
+
 def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
     from ray.tune.search import Searcher
 
@@ -273,33 +303,54 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
             pass
 
         def suggest(self, trial_id: str):
-            trials = self.study.get_trials(deepcopy=False)
+            import optuna
             if self.given >= self.total or self.stopping:
                 return Searcher.FINISHED
             number = self.given
+            trials = self.study.get_trials(deepcopy=False)
             if number < len(trials):
                 ot = trials[number]
-                replay = ot.state.is_finished()
+                if ot.state == optuna.trial.TrialState.RUNNING and trial_finished(run_dir, number):
+                    self._tell(ot, None)  # it finished as the previous run of the search stopped
+                    ot = self.study.get_trials(deepcopy=False)[number]
             else:
                 ot = draw(self.study, params, self.seed, number, self.grid[number % len(self.grid)])
-                replay = False
             self.given += 1
             self.live[trial_id] = number
             values = values_of(ot, params)
+            replay = ot.state.is_finished()
             if not replay:
-                write_trial_specs(run_dir, spec, values, number)
-            return {'trial': number, 'values': values, 'replay': replay}
+                try:
+                    write_trial_specs(run_dir, spec, values, number)
+                except LabError as e:  # a drawn value the spec refuses (a normal's tail): this trial fails
+                    logger.warning(f'trial {number}: {e}')
+                    self.study._storage.set_trial_user_attr(ot._trial_id, 'error', str(e))
+                    self.study.tell(number, state=optuna.trial.TrialState.FAIL)
+                    replay = True
+            return {'trial': number, 'values': values, 'replay': replay,
+                    'until': ot.user_attrs.get('last_frame')}
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-            import optuna
             number = self.live.pop(trial_id, None)
             if number is None or self.stopping:
                 return  # stopped with the search: it continues when the search resumes
             ot = self.study.get_trials(deepcopy=False)[number]
             if ot.state.is_finished():
                 return  # replayed
-            reports = trial_reports(run_dir, number, spec['meta']['max_session'])
-            value = reports[-1][METRIC] if reports else float('nan')
+            if not error and not trial_finished(run_dir, number):
+                request_stop(run_dir, number)  # stopped by ASHA: its process stops with a snapshot
+            self._tell(ot, result, error)
+
+        def _tell(self, ot, result: dict | None, error: bool = False) -> None:
+            """Record a trial's outcome: the last value reported to Tune (and its frame, where the
+            experiment's records of the trial end), or the trial's last report on disk."""
+            import optuna
+            if result and TIME_ATTR in result:
+                frame, value = int(result[TIME_ATTR]), float(result.get(METRIC, float('nan')))
+            else:
+                reports = trial_reports(run_dir, ot.number, spec['meta']['max_session'])
+                frame, value = (reports[-1][TIME_ATTR], reports[-1][METRIC]) if reports else (0, float('nan'))
+            self.study._storage.set_trial_user_attr(ot._trial_id, 'last_frame', frame)
             if error or not math.isfinite(value):
                 self.study.tell(ot.number, state=optuna.trial.TrialState.FAIL)
             else:
@@ -320,9 +371,11 @@ def make_trainable():
             self.run_dir = RunDir(Path(run_root), spec_name)
             self.index, self.max_session, self.max_frame = config['trial'], max_session, max_frame
             self.reports = trial_reports(self.run_dir, self.index, max_session)  # replayed first
+            if config.get('until') is not None:  # where a trial stopped early ended
+                self.reports = [r for r in self.reports if r[TIME_ATTR] <= config['until']]
             self.reported = 0
             self.proc = None
-            if not config['replay']:
+            if not config['replay'] and not stop_file(self.run_dir).exists():
                 self.proc = start_trial_process(self.run_dir, self.index)
                 record_node(self.run_dir, self.index)
 
@@ -346,7 +399,6 @@ def make_trainable():
                     continue
                 if rc is not None:
                     self.proc = None
-                    forget_process(self.run_dir, self.index)
                     if rc != 0:
                         raise RuntimeError(f'trial {self.index} ended with exit code {rc}; see its log under '
                                            f'{self.run_dir.root / "log"}')
@@ -366,9 +418,7 @@ def make_trainable():
             return True
 
         def cleanup(self):
-            if self.proc is not None:
-                stop_process(self.proc)
-                forget_process(self.run_dir, self.index)
+            stop_process(self.proc)
             self.proc = None
 
     return LabTrainable
@@ -403,16 +453,8 @@ def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
     _SPARE = None
     proc.stdin.write((json.dumps([str(run_dir.root), run_dir.spec_name, index]) + '\n').encode())
     proc.stdin.close()
-    pids = run_dir.root / 'search' / 'pids'
-    pids.mkdir(parents=True, exist_ok=True)
-    (pids / str(index)).write_text(str(proc.pid))
     _SPARE = _spawn_trial_process()
     return proc
-
-
-def forget_process(run_dir: RunDir, index: int) -> None:
-    """search/pids/{i} names trial i's process while it runs (a stop signal reaches it there)."""
-    (run_dir.root / 'search' / 'pids' / str(index)).unlink(missing_ok=True)
 
 
 def stop_process(proc: subprocess.Popen | None, timeout: float = 60.0) -> None:
@@ -432,14 +474,19 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 60.0) -> None:
 # ---------------------------------------------------------------------------------------------
 # the experiment
 
+_OWN_TOKEN: str | None = None  # the RAY_AUTH_TOKEN this process made for its own local Ray
+
+
 def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None = None,
                keep: int | None = None) -> 'pd.DataFrame':
     """Run (or continue) the search in run_dir; returns the experiment dataframe."""
-    if not ray_address:
+    global _OWN_TOKEN
+    if not ray_address and 'RAY_AUTH_TOKEN' not in os.environ:
         # a loopback cluster of this process only, with token authentication whose token lives in
         # the environment rather than in ~/.ray; set before Ray is imported, which reads them once
+        # (a token the user exported is theirs: the lab uses it and never sweeps by it)
         os.environ.setdefault('RAY_AUTH_MODE', 'token')
-        os.environ.setdefault('RAY_AUTH_TOKEN', secrets.token_hex(32))
+        os.environ['RAY_AUTH_TOKEN'] = _OWN_TOKEN = secrets.token_hex(32)
     import ray
     from ray import tune
     from ray.tune.schedulers import AsyncHyperBandScheduler
@@ -459,7 +506,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
         reaper, marker = start_reaper()
         ray.init(num_cpus=os.cpu_count(), _temp_dir=temp_dir, _node_ip_address='127.0.0.1', **init)
     import shutil
-    shutil.rmtree(run_dir.root / 'search' / 'pids', ignore_errors=True)  # of a search that was killed
+    shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
     searcher = make_searcher(run_dir, spec, params)
     stop = _SearchStop(searcher, run_dir).install()
     try:
@@ -482,7 +529,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
         ray.shutdown()
         if reaper is not None:
             from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
-            sweep(marker, os.environ.get('RAY_AUTH_TOKEN'))  # whatever of the local Ray outlived its shutdown
+            sweep(marker, _OWN_TOKEN)  # whatever of the local Ray outlived its shutdown
             os.environ.pop(MARKER_VAR, None)
             reaper.kill()
             reaper.wait()
@@ -519,9 +566,10 @@ def start_reaper() -> tuple[subprocess.Popen, str]:
     they are marked through the environment they inherit from here."""
     from slm_lab.experiment.search_reaper import MARKER_VAR
     marker = secrets.token_hex(8)
-    env = {k: v for k, v in os.environ.items() if k != MARKER_VAR}
-    reaper = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_reaper', marker, str(os.getpid()),
-                               os.environ.get('RAY_AUTH_TOKEN', '')],
+    env = {k: v for k, v in os.environ.items() if k not in (MARKER_VAR, 'RAY_AUTH_TOKEN')}
+    if _OWN_TOKEN:
+        env['SLM_LAB_REAPER_TOKEN'] = _OWN_TOKEN  # not on its command line, which any user can read
+    reaper = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_reaper', marker, str(os.getpid())],
                               env=env, start_new_session=True, stdin=subprocess.DEVNULL)
     os.environ[MARKER_VAR] = marker
     return reaper, marker
@@ -578,12 +626,7 @@ class _SearchStop:
         self.searcher.stopping = True
         logger.warning(f'{signal.Signals(signum).name} received: stopping the running trials (each saves a '
                        'snapshot); continue with search@latest')
-        pids = self.run_dir.root / 'search' / 'pids'
-        for f in pids.glob('*') if pids.is_dir() else ():
-            try:
-                os.kill(int(f.read_text()), signal.SIGTERM)
-            except (ProcessLookupError, ValueError, OSError):
-                pass
+        request_stop(self.run_dir)  # each trial's process stops itself with a snapshot, on any node
         # each trial's trainable sees its process end and ends the trial; the searcher starts no
         # new one, so Tuner.fit returns once the running trials have saved their snapshots
 
@@ -601,16 +644,20 @@ def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, ke
         row = {'trial': i, **{p.path: json.dumps(v) if isinstance(v, (list, dict)) else v
                               for p, v in zip(params, values_of(ot, params).values())}}
         reports = trial_reports(run_dir, i, spec['meta']['max_session'])
+        stopped_at = ot.user_attrs.get('last_frame')
+        stopped = ot.state.name == 'COMPLETE' and stopped_at is not None and stopped_at < max_frame
+        if stopped:  # the trial's records end where ASHA stopped it (its process may have gone a little further)
+            reports = [r for r in reports if r[TIME_ATTR] <= stopped_at]
         row['frame'] = reports[-1][TIME_ATTR] if reports else 0
         row[METRIC] = reports[-1][METRIC] if reports else float('nan')
         scalar = {}
-        if trial_finished(run_dir, i):
-            scalar = json.loads(run_dir.trial_metrics_path(i).read_text()).get('scalar', {})
-            row['status'] = 'completed'
+        if stopped:
+            row['status'] = 'stopped early (ASHA)'
         elif ot.state.name == 'FAIL':
             row['status'] = 'error'
-        elif ot.state.is_finished() and row['frame'] < max_frame:
-            row['status'] = 'stopped early (ASHA)'
+        elif trial_finished(run_dir, i):
+            scalar = json.loads(run_dir.trial_metrics_path(i).read_text()).get('scalar', {})
+            row['status'] = 'completed'
         else:
             row['status'] = 'not finished'
         for key in ('final_return_ma', 'strength', 'max_strength', 'sample_efficiency', 'training_efficiency',

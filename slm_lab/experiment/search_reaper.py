@@ -4,7 +4,8 @@ behind. The marker is SLM_LAB_SEARCH_ID, which Ray's head processes, workers and
 processes inherit, or the search's own RAY_AUTH_TOKEN, which Ray passes to its agents (they get
 a fresh environment otherwise).
 
-python -m slm_lab.experiment.search_reaper MARKER PARENT_PID [TOKEN]   (Linux: /proc)
+python -m slm_lab.experiment.search_reaper MARKER PARENT_PID   (Linux: /proc; the token, when the
+search made its own, comes in SLM_LAB_REAPER_TOKEN)
 """
 from __future__ import annotations
 
@@ -58,4 +59,4 @@ def main(marker: str, parent: int, token: str | None = None) -> None:
 
 if __name__ == '__main__':
     os.environ.pop(MARKER_VAR, None)
-    main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:4])
+    main(sys.argv[1], int(sys.argv[2]), os.environ.get('SLM_LAB_REAPER_TOKEN') or None)

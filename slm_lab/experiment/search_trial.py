@@ -4,7 +4,9 @@ python -m slm_lab.experiment.search_trial, then one line on stdin: ["RUN_DIR", "
 The process imports the lab first and then waits for its trial, so a trainable can start it
 ahead of time (while the trial before trains). Given its trial, it writes its output to
 log/{name}_t{i}_process.log, reads the trial's spec from the run directory and runs it as train
-does, continuing from the sessions' snapshots when they have some. Exit codes: 0 done, 2 a
+does, continuing from the sessions' snapshots when they have some. It stops as on SIGTERM (each
+session saves a snapshot) when search/stop/all or search/stop/{i} appears: the search's stop, or
+ASHA's for this trial, which reach it that way on whichever node it runs. Exit codes: 0 done, 2 a
 LabError (its line printed), 130/143 stopped by SIGINT/SIGTERM after saving snapshots."""
 from __future__ import annotations
 
@@ -12,6 +14,21 @@ import json
 import os
 import sys
 from pathlib import Path
+
+
+def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
+    """A daemon thread that sends this process SIGTERM once a stop file for it exists."""
+    import signal
+    import threading
+    import time
+    stops = [run_dir.root / 'search' / 'stop' / 'all', run_dir.root / 'search' / 'stop' / str(index)]
+
+    def watch():
+        while not any(p.exists() for p in stops):
+            time.sleep(interval)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name='stop-files').start()
 
 
 def main() -> int:
@@ -27,6 +44,7 @@ def main() -> int:
     log = os.open(run_dir.root / 'log' / f'{run_dir.prename(index)}_process.log', os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)
+    watch_stop_files(run_dir, index)
     spec = json.loads(run_dir.spec_path(index).read_text())
     resume = any(run_dir.ckpt_dir(index, s).exists() for s in range(spec['meta']['max_session']))
     try:

@@ -214,6 +214,14 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
         time.sleep(0.2)
     assert not lab_processes(root), lab_processes(root)
     assert not (root / 'info' / f'{NAME}_experiment_df.csv').exists()
+    # train@ never takes a search's directory (it would continue trial 0 without what it drew)
+    refused = lab([spec_file, NAME, 'train@latest'], killed)
+    assert refused.returncode == 2 and 'train@latest: no run of spec' in refused.stderr, refused.stderr
+    refused = lab([spec_file, NAME, f'train@{root}'], killed)
+    assert refused.returncode == 2 and 'is a search, not a train run; continue it with search@' in refused.stderr
+    # a journal line cut off by the kill is cut away, not joined to the next one
+    with open(root / 'search' / 'optuna.journal', 'ab') as f:
+        f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 3, "param_na')
 
     result = lab([spec_file, NAME, 'search@latest'], killed)
     assert result.returncode == 0, result.stderr[-3000:]

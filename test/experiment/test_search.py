@@ -191,7 +191,7 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     SIGKILL while the third trial trains, search@latest: the same experiment_df.csv and the same
     trial records as a search run without interruption; nothing of the killed search's processes
     is left behind."""
-    spec_file = write(tmp_path, search_spec())
+    spec_file = write(tmp_path, search_spec(max_frame=2000))
     straight, killed = tmp_path / 'straight', tmp_path / 'killed'
     straight.mkdir()
     killed.mkdir()

@@ -180,15 +180,9 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     from slm_lab import resume as resume_lib
     from slm_lab.experiment.control import Trial, complete_finished_run
     from slm_lab.lib.errors import ResumeError
-    old_spec = resume_lib.fill_keys_added_later(resume_lib.read_run_spec(run_dir))
-    # the run's own -s overrides first, so a bare train@latest continues the run as it was started
-    overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
-    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    spec, old_spec = resume_lib.continuation_spec(spec_file, spec_name, overrides, resume_lib.read_run_spec(run_dir),
+                                                  f'train@{target}')
     meta = spec['meta']
-    if meta['random_seed'] is None:
-        meta['random_seed'] = old_spec['meta']['random_seed']
-    meta['experiment_ts'] = old_spec['meta']['experiment_ts']
-    meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), f'train@{target}'
     diff = resume_lib.check_edits(old_spec, spec, force)
     resume_lib.check_resume_logs(run_dir, max(old_spec['meta']['max_session'], meta['max_session']))
     # every session's newest intact snapshot, loaded now: nothing is written before all of them

@@ -347,3 +347,23 @@ def check_sessions_load(run_dir: RunDir, spec: dict, loaded: dict[int, tuple[dic
 def append_run_record(run_dir: RunDir, record: dict) -> None:
     """Append a record of this resume to the run's resume log."""
     append_json_list(run_dir.resume_log_path(), record)
+
+
+def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | None, old_spec: dict,
+                      mode: str) -> tuple[dict, dict]:
+    """The spec a run (or search) continues under: the spec file with the run's own -s overrides
+    first (so a bare train@latest continues the run as it was started), then these; keys the file
+    leaves out taken from the run's saved spec; its seed and timestamp kept. Returns (spec, the
+    saved spec filled with keys added later)."""
+    from slm_lab import __version__
+    from slm_lab.lib.version import git_sha
+    from slm_lab.spec import load_spec
+    old_spec = fill_keys_added_later(old_spec)
+    overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
+    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = old_spec['meta']['random_seed']
+    meta['experiment_ts'] = old_spec['meta']['experiment_ts']
+    meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), mode
+    return spec, old_spec

@@ -136,19 +136,11 @@ def resume_spec(spec_file: str, spec_name: str, overrides: list[str] | None, old
     """The spec a resumed search continues under: the spec file (with the search's own -s
     overrides, then these), keys it leaves out taken from the search's saved spec. Edits other
     than SEARCH_EDITS are refused with the list of them (unless force); max_trial cannot drop."""
-    from slm_lab import __version__
     from slm_lab import resume as resume_lib
     from slm_lab.lib.errors import ResumeError
-    from slm_lab.lib.version import git_sha
-    from slm_lab.spec import diff_specs, load_spec
-    old_spec = resume_lib.fill_keys_added_later(old_spec)
-    overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
-    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    from slm_lab.spec import diff_specs
+    spec, old_spec = resume_lib.continuation_spec(spec_file, spec_name, overrides, old_spec, mode)
     meta = spec['meta']
-    if meta['random_seed'] is None:
-        meta['random_seed'] = old_spec['meta']['random_seed']
-    meta['experiment_ts'] = old_spec['meta']['experiment_ts']
-    meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), mode
     diff = [d for d in diff_specs(old_spec, spec) if not d[0].startswith(resume_lib.IGNORED) and d[0] != 'name']
     if meta['random_seed'] != old_spec['meta']['random_seed']:
         diff.append(('meta.random_seed', old_spec['meta']['random_seed'], meta['random_seed']))

@@ -60,6 +60,19 @@ def experiment_df(cwd: Path) -> pd.DataFrame:
     return pd.read_csv(run_dir(cwd) / 'info' / f'{NAME}_experiment_df.csv')
 
 
+def search_until(spec_file: str, cwd: Path, trial: int, rows: int) -> subprocess.Popen:
+    """A search started in `cwd`, returned once its trial `trial` logged `rows` train rows (or it
+    ended, or 300 s passed)."""
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline, logged = time.time() + 300, 0
+    while time.time() < deadline and proc.poll() is None and logged < rows:
+        csv = list(cwd.glob(f'data/{NAME}_*/info/{NAME}_t{trial}_s0_session_df_train.csv'))
+        logged = len(csv[0].read_text().splitlines()) - 1 if csv else 0
+        time.sleep(0.05)
+    return proc
+
+
 def lab_processes(root: Path) -> list[str]:
     """Processes of a search under `root`: its trial processes (their command names the run) and
     Ray's (marked through the environment the search gave them)."""
@@ -198,14 +211,8 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     result = lab([spec_file, NAME, 'search'], straight)
     assert result.returncode == 0, result.stderr[-3000:]
 
-    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=killed,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline, rows = time.time() + 300, 0
-    while time.time() < deadline and proc.poll() is None and rows < 4:
-        csv = list(killed.glob(f'data/{NAME}_*/info/{NAME}_t2_s0_session_df_train.csv'))
-        rows = len(csv[0].read_text().splitlines()) - 1 if csv else 0
-        time.sleep(0.05)
-    assert proc.poll() is None and rows >= 4, 'the search should be training its third trial'
+    proc = search_until(spec_file, killed, trial=2, rows=4)
+    assert proc.poll() is None, 'the search should be training its third trial'
     proc.kill()
     proc.wait()
     root = run_dir(killed)
@@ -244,13 +251,7 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
 
 def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path):
     spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=2500))
-    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline, rows = time.time() + 300, 0
-    while time.time() < deadline and proc.poll() is None and rows < 3:
-        csv = list(tmp_path.glob(f'data/{NAME}_*/info/{NAME}_t0_s0_session_df_train.csv'))
-        rows = len(csv[0].read_text().splitlines()) - 1 if csv else 0
-        time.sleep(0.05)
+    proc = search_until(spec_file, tmp_path, trial=0, rows=3)
     assert proc.poll() is None, proc.stderr.read()
     proc.send_signal(__import__('signal').SIGTERM)
     t0 = time.time()

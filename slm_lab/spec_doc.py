@@ -403,11 +403,11 @@ spec in place of the spec's own value.
 | `uniform` | `[low, high]` | a float in [low, high] |
 | `quniform` | `[low, high, q]` | a multiple of q in [low, high] |
 | `loguniform` | `[low, high]` | a float in [low, high], uniform in log space; low > 0 |
-| `qloguniform` | `[low, high, q]` | loguniform, rounded to a multiple of q |
+| `qloguniform` | `[low, high, q]` | loguniform, rounded to the nearest multiple of q in [low, high] |
 | `randint` | `[low, high]` | an int in [low, high): high excluded (numpy's and Ray's rule) |
 | `qrandint` | `[low, high, q]` | a multiple of q in [low, high]: high included (Ray's rule) |
 | `lograndint` | `[low, high]` | an int in [low, high), uniform in log space; low >= 1 |
-| `qlograndint` | `[low, high, q]` | an int in [low, high] uniform in log space, rounded to a multiple of q |
+| `qlograndint` | `[low, high, q]` | an int in [low, high] uniform in log space, rounded to the nearest multiple of q in [low, high] |
 | `randn`, `normal` | `[mean, sd]` | a float from the normal distribution (`normal`: SLM-Lab v4's name) |
 | `qrandn` | `[mean, sd, q]` | randn, rounded to a multiple of q |
 | `choice` | `[v1, v2, ...]` | one of the values, each equally likely at first; any JSON values |

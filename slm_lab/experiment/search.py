@@ -449,7 +449,7 @@ def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
     return proc
 
 
-def stop_process(proc: subprocess.Popen | None, timeout: float = 60.0) -> None:
+def stop_process(proc: subprocess.Popen | None, timeout: float = 600.0) -> None:
     """SIGTERM a trial process (its sessions save snapshots) and wait for it; SIGKILL after timeout."""
     if proc is None or proc.poll() is not None:
         return

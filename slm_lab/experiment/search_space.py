@@ -8,11 +8,11 @@ Tune's (SLM-Lab v5 calls them by name) plus v4's `normal` and `grid_search`:
   uniform [low, high]            a float in [low, high]
   quniform [low, high, q]        a multiple of q in [low, high]
   loguniform [low, high]         a float in [low, high], uniform in log space (low > 0)
-  qloguniform [low, high, q]     loguniform, rounded to a multiple of q
+  qloguniform [low, high, q]     loguniform, rounded to the nearest multiple of q in [low, high]
   randint [low, high]            an int in [low, high) (high excluded, as numpy and Ray)
   qrandint [low, high, q]        a multiple of q in [low, high] (high included, as Ray)
   lograndint [low, high]         an int in [low, high), uniform in log space (low >= 1)
-  qlograndint [low, high, q]     lograndint with high included, rounded to a multiple of q
+  qlograndint [low, high, q]     lograndint with high included, rounded to the nearest multiple of q in [low, high]
   randn / normal [mean, sd]      a float from a normal distribution
   qrandn [mean, sd, q]           randn, rounded to a multiple of q
   choice [v1, v2, ...]           one of the values (any JSON: numbers, strings, lists, objects)
@@ -82,8 +82,9 @@ class Param:
             return a[raw]
         if s in ('quniform', 'qrandint'):
             return _multiple(raw * a[2], a[2])
-        if s in ('qloguniform', 'qlograndint'):
-            return _multiple(round(raw / a[2]) * a[2], a[2])
+        if s in ('qloguniform', 'qlograndint'):  # the nearest multiple of q within [low, high]
+            k = min(max(round(raw / a[2]), math.ceil(a[0] / a[2] - 1e-9)), math.floor(a[1] / a[2] + 1e-9))
+            return _multiple(k * a[2], a[2])
         if s in ('randn', 'normal', 'qrandn'):
             x = statistics.NormalDist(a[0], a[1]).inv_cdf(raw)
             return _multiple(round(x / a[2]) * a[2], a[2]) if s == 'qrandn' else x
@@ -172,7 +173,7 @@ def _check_args(key: str, space: str, args) -> tuple:
         q = args[2]
         if q <= 0:
             raise SpecError(f'{where}: the step q {q} must be > 0')
-        if space in ('quniform', 'qrandint') and math.floor(b / q + 1e-9) < math.ceil(a / q - 1e-9):
+        if space != 'qrandn' and math.floor(b / q + 1e-9) < math.ceil(a / q - 1e-9):
             raise SpecError(f'{where}: no multiple of {q} lies in [{a}, {b}]')
     return tuple(args)
 

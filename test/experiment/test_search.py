@@ -108,6 +108,8 @@ def draws(param: Param, n: int = 200) -> list:
     ('qrandint', [8, 64, 8], lambda v: isinstance(v, int) and v % 8 == 0 and 8 <= v <= 64),  # high included
     ('lograndint', [1, 100], lambda v: isinstance(v, int) and 1 <= v <= 99),
     ('qlograndint', [2, 64, 2], lambda v: isinstance(v, int) and v % 2 == 0),
+    ('qlograndint', [1, 64, 8], lambda v: isinstance(v, int) and v % 8 == 0 and 8 <= v <= 64),  # never 0
+    ('qloguniform', [0.001, 0.1, 0.05], lambda v: v in (0.05, 0.1)),
     ('normal', [10.0, 2.0], lambda v: math.isfinite(v)),
     ('qrandn', [10.0, 2.0, 0.5], lambda v: abs(v / 0.5 - round(v / 0.5)) < 1e-9),
     ('choice', [[64], [64, 64], 'x'], lambda v: v in ([64], [64, 64], 'x')),

@@ -494,7 +494,11 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     if ray_address:
         ray.init(address=ray_address, **init)
     else:
+        previous = run_dir.root / 'search' / 'ray_temp'
+        if previous.exists():  # the session files of a run of this search that was killed
+            keep_ray_logs(previous.read_text().strip(), run_dir)
         temp_dir = ray_temp_dir(run_dir)
+        atomic_write_text(previous, temp_dir)
         reaper, marker = start_reaper()
         ray.init(num_cpus=os.cpu_count(), _temp_dir=temp_dir, _node_ip_address='127.0.0.1', **init)
     import shutil
@@ -527,6 +531,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
             reaper.wait()
         if temp_dir is not None:
             keep_ray_logs(temp_dir, run_dir)
+            (run_dir.root / 'search' / 'ray_temp').unlink(missing_ok=True)
     if stop.signum is not None:
         from slm_lab.lib.errors import Preempted
         raise Preempted(stop.signum, None, 'with the running trials saved in snapshots')
@@ -582,10 +587,11 @@ def ray_temp_dir(run_dir: RunDir) -> str:
 
 
 def keep_ray_logs(temp_dir: str, run_dir: RunDir) -> None:
-    """Ray's session logs into search/ray/ of the run directory when they had to live elsewhere."""
+    """Ray's session logs into search/ray/ of the run directory when they had to live elsewhere
+    (a short directory under /tmp, see ray_temp_dir), and that directory removed."""
     import shutil
     dest = (run_dir.root / 'search' / 'ray').resolve()
-    if Path(temp_dir).resolve() == dest:
+    if not Path(temp_dir).is_dir() or Path(temp_dir).resolve() == dest:
         return
     for session in Path(temp_dir).glob('session_2*'):
         logs = session / 'logs'

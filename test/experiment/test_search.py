@@ -232,8 +232,12 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     with open(root / 'search' / 'optuna.journal', 'ab') as f:
         f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 3, "param_na')
 
+    ray_temp = Path((root / 'search' / 'ray_temp').read_text().strip())
+    assert ray_temp.is_dir()  # Ray's session files of the killed search, outside the run directory
+
     result = lab([spec_file, NAME, 'search@latest'], killed)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert not ray_temp.exists() and list((root / 'search' / 'ray').glob('session_*/logs'))  # moved in
     a, b = experiment_df(straight), experiment_df(killed)
     pd.testing.assert_frame_equal(a, b)
     assert set(a['status']) <= {'completed', 'stopped early (ASHA)'} and len(a) == 4

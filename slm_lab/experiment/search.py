@@ -19,7 +19,6 @@ their CSVs (ASHA sees the same history) and the unfinished ones continue from th
 from __future__ import annotations
 
 import csv
-import functools
 import json
 import math
 import os
@@ -30,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from slm_lab.experiment.control import StopSignal
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.experiment.search_space import Param, grid_points, parse_search
 from slm_lab.lib import logger as lab_logger
@@ -65,11 +65,6 @@ UNREAD_SEARCH_KEYS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
-def _warn_once(message: str) -> None:
-    logger.warning(message)
-
-
 def search_params(spec: dict) -> list[Param]:
     """The searched keys of a validated spec, each value they can take checked against the spec."""
     if spec.get('search') is None:
@@ -78,7 +73,7 @@ def search_params(spec: dict) -> list[Param]:
     params = []
     for p in parse_search(spec['search']):
         if p.path in UNREAD_SEARCH_KEYS:
-            _warn_once(f'search.{p.key}: {p.path} is {UNREAD_SEARCH_KEYS[p.path]}, which SLM-Lab v4 and v5 do not read '
+            lab_logger.warn_once('slm_lab.search', f'search.{p.key}: {p.path} is {UNREAD_SEARCH_KEYS[p.path]}, which SLM-Lab v4 and v5 do not read '
                        'either (searching it changed nothing there); this search leaves it out')
         else:
             params.append(p)
@@ -251,6 +246,13 @@ def trial_reports(run_dir: RunDir, index: int, max_session: int) -> list[dict]:
     return out
 
 
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
 def trial_finished(run_dir: RunDir, index: int) -> bool:
     return run_dir.trial_metrics_path(index).exists()
 
@@ -366,6 +368,7 @@ def make_trainable():
             if config.get('until') is not None:  # where a trial stopped early ended
                 self.reports = [r for r in self.reports if r[TIME_ATTR] <= config['until']]
             self.reported = 0
+            self.seen = None  # the train CSVs' modification times when last read
             self.proc = None
             if not config['replay'] and not stop_file(self.run_dir).exists():
                 self.proc = start_trial_process(self.run_dir, self.index)
@@ -381,6 +384,11 @@ def make_trainable():
                     return {**(self.reports[-1] if self.reports else {TIME_ATTR: 0, METRIC: float('nan')}),
                             'done': True}
                 rc = self.proc.poll()
+                stamp = [_mtime(self.run_dir.session_df_path(self.index, s, 'train')) for s in range(self.max_session)]
+                if rc is None and stamp == self.seen:  # no new row yet: nothing to read
+                    time.sleep(0.1)
+                    continue
+                self.seen = stamp
                 fresh = trial_reports(self.run_dir, self.index, self.max_session)
                 last = self.reports[-1][TIME_ATTR] if self.reports else -1
                 # the report at max_frame waits for the trial's end: ASHA stops a trial that reaches
@@ -600,33 +608,19 @@ def keep_ray_logs(temp_dir: str, run_dir: RunDir) -> None:
     shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-class _SearchStop:
-    """SIGTERM / SIGINT during a search: every running trial process gets SIGTERM (its sessions
-    save snapshots), then the search ends; search@ continues it."""
+class _SearchStop(StopSignal):
+    """SIGTERM / SIGINT during a search (a second one exits at once, as StopSignal): the searcher
+    starts no new trial and every running trial's process stops itself with a snapshot when the
+    stop file appears, on any node; Tuner.fit then returns and search@ continues the search."""
 
     def __init__(self, searcher, run_dir: RunDir):
-        self.searcher, self.run_dir, self.signum, self._previous = searcher, run_dir, None, {}
+        super().__init__()
+        self.searcher, self.run_dir = searcher, run_dir
 
-    def install(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def uninstall(self):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _handle(self, signum, _frame):
-        from slm_lab.lib.errors import EXIT_CODES
-        if self.signum is not None:
-            os._exit(EXIT_CODES.get(signum, 1))
-        self.signum = signum
+    def _handle(self, signum, frame):
+        super()._handle(signum, frame)
         self.searcher.stopping = True
-        logger.warning(f'{signal.Signals(signum).name} received: stopping the running trials (each saves a '
-                       'snapshot); continue with search@latest')
-        request_stop(self.run_dir)  # each trial's process stops itself with a snapshot, on any node
-        # each trial's trainable sees its process end and ends the trial; the searcher starts no
-        # new one, so Tuner.fit returns once the running trials have saved their snapshots
+        request_stop(self.run_dir)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Logging: one logger for the lab, printing to the console and to the session's log file."""
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 
@@ -39,3 +40,10 @@ def remove_handler(handler: logging.Handler) -> None:
     """Detach and close a handler added by add_file_handler."""
     _root.removeHandler(handler)
     handler.close()
+
+
+@functools.lru_cache(maxsize=None)
+def warn_once(name: str, message: str) -> None:
+    """Log `message` as a warning on logger `name` once per process (a spec is validated more than
+    once per run; its warnings are said once). Tests clear it with warn_once.cache_clear()."""
+    get_logger(name).warning(message)

@@ -140,8 +140,8 @@ def test_ppo_on_episodes_resumes_exactly(tmp_path):
 def test_ppo_with_self_imitation_keys_runs_as_slm_lab_ran_it_and_points_to_pposil(caplog):
     # SLM-Lab's lunar_pg.json names PPO with SIL's keys (its ppo_sil_* specs); SLM-Lab's PPO does
     # not read them, so they trained plain PPO: they run so here too, with a warning naming PPOSIL
-    from slm_lab.agent.algorithm import ppo
-    ppo._warn_once.cache_clear()  # one warning per process
+    from slm_lab.lib.logger import warn_once
+    warn_once.cache_clear()  # one warning per process
     spec = ppo_spec(sil_policy_loss_coef=0.5)
     spec['agent']['memory']['sil_replay_name'] = 'Replay'
     with caplog.at_level('WARNING'):
@@ -149,7 +149,7 @@ def test_ppo_with_self_imitation_keys_runs_as_slm_lab_ran_it_and_points_to_pposi
     assert validated['agent']['algorithm']['sil_policy_loss_coef'] == 0.5
     (line,) = [r.getMessage() for r in caplog.records if 'self-imitation' in r.getMessage()]
     assert line.startswith('agent.algorithm.sil_policy_loss_coef, agent.memory.sil_replay_name: ') and '"PPOSIL"' in line
-    ppo._warn_once.cache_clear()
+    warn_once.cache_clear()
     with caplog.at_level('WARNING'):
         validate_spec(ppo_spec())
     assert len([r for r in caplog.records if 'self-imitation' in r.getMessage()]) == 1  # none without the keys

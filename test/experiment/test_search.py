@@ -153,9 +153,10 @@ def test_a_bad_search_block_is_one_line_naming_the_entry(block, message):
 
 
 def test_keys_slm_lab_does_not_read_are_left_out_with_a_warning_and_an_empty_block_searches_seeds(caplog):
-    from slm_lab.experiment.search import _warn_once, search_params
+    from slm_lab.experiment.search import search_params
+    from slm_lab.lib.logger import warn_once
     from slm_lab.spec import validate_spec
-    _warn_once.cache_clear()
+    warn_once.cache_clear()
     spec = search_spec()
     spec['search'] = {'agent.algorithm.clip_eps__uniform': [0.1, 0.3], 'agent.algorithm.gamma__uniform': [0.9, 0.99]}
     spec = {**validate_spec(spec), 'name': NAME}

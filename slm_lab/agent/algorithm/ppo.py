@@ -22,8 +22,6 @@ max(1, P95 - P5), P5 and P95 moving averages of the minibatches' 5th and 95th pe
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
@@ -36,7 +34,6 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import OMIT, Field, ignored_field
 
-logger = lab_logger.get_logger('slm_lab.agent')
 
 
 def ppo_policy_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
@@ -61,11 +58,6 @@ def ppo_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torc
     """
     clipped = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
     return torch.max(sample_loss(values, returns), sample_loss(clipped, returns)).mean()
-
-
-@functools.lru_cache(maxsize=None)
-def _warn_once(message: str) -> None:
-    logger.warning(message)
 
 
 SIL_KEYS = ('sil_policy_loss_coef', 'sil_val_loss_coef', 'training_batch_iter')
@@ -177,9 +169,10 @@ class PPO(ActorCritic):
         stray += [f'agent.memory.{k}' for k in (spec['agent'].get('memory') or {})
                   if cls.memory_schema.get(k) is STRAY_SIL_MEMORY_FIELDS.get(k, 0)]
         if stray:
-            _warn_once(f'{", ".join(stray)}: self-imitation keys, which {cls.__name__} does not read (nor did '
-                       f'SLM-Lab\'s PPO): this trains plain PPO; set agent.algorithm.name to "PPOSIL" for PPO with '
-                       'self-imitation learning')
+            lab_logger.warn_once('slm_lab.agent',
+                                 f'{", ".join(stray)}: self-imitation keys, which {cls.__name__} does not read (nor '
+                                 f'did SLM-Lab\'s PPO): this trains plain PPO; set agent.algorithm.name to "PPOSIL" '
+                                 'for PPO with self-imitation learning')
         way = algo.get('normalize_advantages')
         if way is not None and not algo['normalize_advantage']:
             raise SpecError(f'agent.algorithm.normalize_advantages: "{way}" contradicts normalize_advantage: '

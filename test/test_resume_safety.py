@@ -336,12 +336,12 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
 
 
 def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path):
-    with tmpfs(tmp_path / 'data', '6m') as data:
+    with tmpfs(tmp_path / 'data', '3m') as data:
         spec = json.loads(json.dumps(DQN))
         spec['agent']['memory']['max_size'] = 100000
         spec['meta'].update({'log_frequency': 1000, 'keep_checkpoints': 3})
         spec_file = write_spec(tmp_path, 'full', spec)
-        done = cli([spec_file, 'full', 'train', '-s', 'env.max_frame=40000'], cwd=tmp_path)
+        done = cli([spec_file, 'full', 'train', '-s', 'env.max_frame=20000'], cwd=tmp_path)
         assert done.returncode == 2, done.stderr
         assert one_line_error(done).startswith('error: disk full:'), done.stderr
         assert not [p for p in data.rglob('*') if '.tmp' in p.name], 'partial files left behind'
@@ -349,7 +349,7 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
         done = cli([spec_file, 'full', 'train@latest'], cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         (run,) = run_dirs(data, 'full')
-        assert train_csv(run, 'full')['frame'].iloc[-1] == 40000
+        assert train_csv(run, 'full')['frame'].iloc[-1] == 20000
 
 
 def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):

@@ -22,45 +22,14 @@ from slm_lab.env.snapshot import (env_state_dict, load_env_state_dict, load_vect
                                   vector_env_state_dict)
 from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.run_dir import RunDir
+from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import EXIT_CODES, LabError, Preempted, ResumeError, TrainingDiverged
+from slm_lab.lib.errors import LabError, Preempted, ResumeError, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text, atomic_write_with, write_json
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
 
-
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
-
-
-class StopSignal:
-    """Turns the first SIGTERM/SIGINT into a request to stop after the current step (so the
-    session can save a snapshot); a second one exits at once."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous = {}
-
-    def install(self) -> 'StopSignal':
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def uninstall(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous = {}
-
-    def _handle(self, signum, _frame) -> None:
-        if self.signum is not None:
-            os._exit(EXIT_CODES.get(signum, 1))
-        self.signum = signum
-        logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
-                       '(send it again to exit at once)')
-
-    @property
-    def requested(self) -> bool:
-        return self.signum is not None
 
 
 def session_seed(spec: dict, trial: int, session: int) -> int:
@@ -588,21 +557,11 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         lab_logger.remove_handler(handler)
 
 
-def _die_with_parent() -> None:
-    """Linux: have the kernel kill this process if the lab's process dies (even by SIGKILL)."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL('libc.so.6', use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _session_worker(args, queue, lab_pid: int) -> None:
     # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
     # session to stop exactly once
     os.setpgrp()
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != lab_pid:  # the lab died while this process started: the death signal missed it
         os._exit(1)
     session = args[4]

@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from slm_lab.experiment.control import StopSignal
 from slm_lab.experiment.run_dir import RunDir
 from slm_lab.experiment.search_space import Param, grid_points, parse_search
+from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, SpecError
 from slm_lab.lib.io import atomic_write_text, write_json

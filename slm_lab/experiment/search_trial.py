@@ -32,10 +32,11 @@ def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
 
 
 def main() -> int:
-    from slm_lab.experiment.control import Trial, _die_with_parent
+    from slm_lab.experiment.control import Trial
+    from slm_lab.experiment.signals import die_with_parent
     from slm_lab.experiment.run_dir import RunDir
     from slm_lab.lib.errors import LabError, Preempted
-    _die_with_parent()  # a trial never outlives its Ray worker
+    die_with_parent()  # a trial never outlives its Ray worker
     line = sys.stdin.readline()
     if not line:  # started ahead for a trial that never came
         return 0

@@ -1,0 +1,52 @@
+"""Stop signals and process lifetime, shared by the lab's processes (sessions, search trials, the
+search driver). No torch here: Ray's workers import this through the search without paying for it."""
+from __future__ import annotations
+
+import os
+import signal
+
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import EXIT_CODES
+
+logger = lab_logger.get_logger('slm_lab.session')
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+class StopSignal:
+    """Turns the first SIGTERM/SIGINT into a request to stop after the current step (so the
+    session can save a snapshot); a second one exits at once."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous = {}
+
+    def install(self) -> 'StopSignal':
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+    def _handle(self, signum, _frame) -> None:
+        if self.signum is not None:
+            os._exit(EXIT_CODES.get(signum, 1))
+        self.signum = signum
+        logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
+                       '(send it again to exit at once)')
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+def die_with_parent() -> None:
+    """Linux: have the kernel kill this process if the lab's process dies (even by SIGKILL)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL('libc.so.6', use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass

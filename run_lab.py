@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
@@ -137,4 +138,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    code = main()
+    if parse_args(sys.argv[1:]).mode.startswith('search'):
+        # a search's driver is done with Ray, torch and its files (each written atomically, closed):
+        # skip the interpreter's teardown of those modules (about 0.8 s)
+        import logging
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

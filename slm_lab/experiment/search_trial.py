@@ -31,12 +31,23 @@ def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
     threading.Thread(target=watch, daemon=True, name='stop-files').start()
 
 
+def warm_up() -> None:
+    """What a trial pays once per process beyond the imports, paid while this process waits for its
+    trial: torch imports its compiler (torch._dynamo, over a second) at the first optimizer it
+    builds, plotly loads its validators at the first graph."""
+    import torch._dynamo  # noqa: F401
+
+    from slm_lab.experiment import viz
+    viz.warm_up()
+
+
 def main() -> int:
     from slm_lab.experiment.control import Trial
     from slm_lab.experiment.signals import die_with_parent
     from slm_lab.experiment.run_dir import RunDir
     from slm_lab.lib.errors import LabError, Preempted
     die_with_parent()  # a trial never outlives its Ray worker
+    warm_up()
     line = sys.stdin.readline()
     if not line:  # started ahead for a trial that never came
         return 0
@@ -60,4 +71,11 @@ def main() -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    code = main()
+    # the trial's files are written (each atomically) and its logs are flushed here: skip the
+    # interpreter's teardown (torch's, about 0.6 s), which the search would wait for
+    import logging
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

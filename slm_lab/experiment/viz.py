@@ -127,11 +127,7 @@ def _write_fig(fig: go.Figure, path_prefix: str, png: bool) -> list[str]:
     return paths
 
 
-def plot_session(session_df: pd.DataFrame, title: str, path_prefix: str, *, png: bool = True) -> list[str]:
-    """Plot one session: top, total_reward (thin) and total_reward_ma (bold) vs frame; bottom,
-    loss vs frame (shared x axis). Writes `{path_prefix}_session_graph.html`, plus `.png` when
-    `png` is true and png_available(). Returns the paths written. Empty or all-NaN data gives
-    empty axes."""
+def _session_figure(session_df: pd.DataFrame | None, title: str) -> go.Figure:
     df = session_df if session_df is not None else pd.DataFrame()
     frame = _column(df, 'frame')
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
@@ -147,6 +143,23 @@ def plot_session(session_df: pd.DataFrame, title: str, path_prefix: str, *, png:
     fig.update_xaxes(title_text='frame', row=2, col=1)
     fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
                       legend={'orientation': 'h', 'y': -0.12})
+    return fig
+
+
+def warm_up() -> None:
+    """Pay plotly's first-graph costs (its lazily loaded validators, the plotly.js bundle) now, in a
+    process started ahead of its work (a search's next trial), rather than at its first graph."""
+    _plotly_js()
+    pio.to_html(_session_figure(pd.DataFrame({'frame': [0.0], 'total_reward': [0.0], 'total_reward_ma': [0.0],
+                                              'loss': [0.0]}), 'warm-up'), include_plotlyjs=False)
+
+
+def plot_session(session_df: pd.DataFrame, title: str, path_prefix: str, *, png: bool = True) -> list[str]:
+    """Plot one session: top, total_reward (thin) and total_reward_ma (bold) vs frame; bottom,
+    loss vs frame (shared x axis). Writes `{path_prefix}_session_graph.html`, plus `.png` when
+    `png` is true and png_available(). Returns the paths written. Empty or all-NaN data gives
+    empty axes."""
+    fig = _session_figure(session_df, title)
     return _write_fig(fig, f'{path_prefix}_session_graph', png)
 
 

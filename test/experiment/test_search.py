@@ -211,33 +211,38 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     straight, killed = tmp_path / 'straight', tmp_path / 'killed'
     straight.mkdir()
     killed.mkdir()
-    result = lab([spec_file, NAME, 'search'], straight)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # the uninterrupted search runs beside the one that is killed and resumed (its own local Ray)
+    reference = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=straight,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = search_until(spec_file, killed, trial=2, rows=4)
+        assert proc.poll() is None, 'the search should be training its third trial'
+        proc.kill()
+        proc.wait()
+        root = run_dir(killed)
+        deadline = time.time() + 20
+        while lab_processes(root) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not lab_processes(root), lab_processes(root)
+        assert not (root / 'info' / f'{NAME}_experiment_df.csv').exists()
+        # train@ never takes a search's directory (it would continue trial 0 without what it drew)
+        refused = lab([spec_file, NAME, 'train@latest'], killed)
+        assert refused.returncode == 2 and 'train@latest: no run of spec' in refused.stderr, refused.stderr
+        refused = lab([spec_file, NAME, f'train@{root}'], killed)
+        assert refused.returncode == 2 and 'is a search, not a train run; continue it with search@' in refused.stderr
+        # a journal line cut off by the kill is cut away, not joined to the next one
+        with open(root / 'search' / 'optuna.journal', 'ab') as f:
+            f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 3, "param_na')
 
-    proc = search_until(spec_file, killed, trial=2, rows=4)
-    assert proc.poll() is None, 'the search should be training its third trial'
-    proc.kill()
-    proc.wait()
-    root = run_dir(killed)
-    deadline = time.time() + 20
-    while lab_processes(root) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not lab_processes(root), lab_processes(root)
-    assert not (root / 'info' / f'{NAME}_experiment_df.csv').exists()
-    # train@ never takes a search's directory (it would continue trial 0 without what it drew)
-    refused = lab([spec_file, NAME, 'train@latest'], killed)
-    assert refused.returncode == 2 and 'train@latest: no run of spec' in refused.stderr, refused.stderr
-    refused = lab([spec_file, NAME, f'train@{root}'], killed)
-    assert refused.returncode == 2 and 'is a search, not a train run; continue it with search@' in refused.stderr
-    # a journal line cut off by the kill is cut away, not joined to the next one
-    with open(root / 'search' / 'optuna.journal', 'ab') as f:
-        f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 3, "param_na')
+        ray_temp = Path((root / 'search' / 'ray_temp').read_text().strip())
+        assert ray_temp.is_dir()  # Ray's session files of the killed search, outside the run directory
 
-    ray_temp = Path((root / 'search' / 'ray_temp').read_text().strip())
-    assert ray_temp.is_dir()  # Ray's session files of the killed search, outside the run directory
-
-    result = lab([spec_file, NAME, 'search@latest'], killed)
-    assert result.returncode == 0, result.stderr[-3000:]
+        result = lab([spec_file, NAME, 'search@latest'], killed)
+        assert result.returncode == 0, result.stderr[-3000:]
+        _, err = reference.communicate(timeout=300)
+    finally:
+        reference.kill()
+    assert reference.returncode == 0, err[-3000:]
     assert not ray_temp.exists() and list((root / 'search' / 'ray').glob('session_*/logs'))  # moved in
     a, b = experiment_df(straight), experiment_df(killed)
     pd.testing.assert_frame_equal(a, b)

@@ -422,7 +422,10 @@ Checked before a search starts, each a one-line error naming the entry (`search.
 unknown space, arguments that do not fit it (`low > high`, an empty list, non-integers for the
 int spaces, `low <= 0` on a log scale), and every searched key with both ends of its range and
 each of its values set in the spec, which must then validate (so an unknown key path, or a value
-out of a key's range, is named with the spec's own message). Searched keys that SLM-Lab's older
+out of a key's range, is named with the spec's own message); a value that fails alone is kept when
+it validates with one other searched key at one of its own ends or values (an entropy schedule's
+`start_step` past the spec's `end_step`, searched beside `end_step`), and a trial that draws a
+combination the spec refuses fails alone, with its line in the search's log. Searched keys that SLM-Lab's older
 versions had and neither v4 nor v5 reads (`agent.algorithm.clip_eps`, `agent.algorithm.entropy_coef`,
 `agent.net.lr_decay_frequency`, `agent.net.lr_anneal_timestep`, in some of its experimental search
 specs) are left out of the search with a warning: searching them changed nothing in SLM-Lab either.

@@ -78,11 +78,22 @@ def search_params(spec: dict) -> list[Param]:
         else:
             params.append(p)
     for p in params:
+        # a value is refused when it fits neither the spec as it is nor with any one other searched
+        # key at one of its extremes: a start_step searched beside its end_step may pass the spec's
+        # end_step (SLM-Lab's pendulum.json does); a trial that draws a pair that does not fit fails
+        # alone, with its line in the search's log
+        others = [{}] + [{q.path: v} for q in params if q is not p for v in q.extremes()]
         for value in p.extremes():
-            try:
-                trial_spec(spec, {p.path: value}, 0)
-            except SpecError as e:
-                raise SpecError(f'search.{p.key}: the value {json.dumps(value)} does not fit the spec: {e}') from None
+            error = None
+            for other in others:
+                try:
+                    trial_spec(spec, {**other, p.path: value}, 0)
+                    error = None
+                    break
+                except SpecError as e:
+                    error = error or e
+            if error is not None:
+                raise SpecError(f'search.{p.key}: the value {json.dumps(value)} does not fit the spec: {error}')
     return params
 
 

@@ -169,6 +169,26 @@ def test_keys_slm_lab_does_not_read_are_left_out_with_a_warning_and_an_empty_blo
     assert search_params(spec) == []
 
 
+def test_a_value_that_fits_beside_another_searched_key_is_kept_and_one_that_fits_nothing_is_refused():
+    """SLM-Lab's pendulum.json searches an entropy schedule's start_step and end_step together: a
+    start_step past the spec's own end_step fits with a drawn end_step, so the search starts (a
+    trial drawing a pair that does not fit fails alone); a start_step past every end_step is refused."""
+    from slm_lab.experiment.search import search_params
+    from slm_lab.spec import validate_spec
+    spec = search_spec()
+    spec['agent']['algorithm']['entropy_coef_spec'] = {'name': 'linear_decay', 'start_val': 0.01, 'end_val': 0.001,
+                                                       'start_step': 0, 'end_step': 200}
+    decay = {'start_step__choice': [100, 300], 'end_step__choice': [300, 400]}
+    spec['search'] = {'agent': {'algorithm': {'entropy_coef_spec': decay}}}
+    spec = {**validate_spec(spec), 'name': NAME}
+    assert [p.path for p in search_params(spec)] == ['agent.algorithm.entropy_coef_spec.start_step',
+                                                     'agent.algorithm.entropy_coef_spec.end_step']
+    spec['search']['agent']['algorithm']['entropy_coef_spec']['start_step__choice'] = [100, 500]
+    with pytest.raises(SpecError, match=r'^search\.agent\.algorithm\.entropy_coef_spec\.start_step__choice: the value 500 '
+                                        r'does not fit the spec: .*end_step'):
+        search_params(spec)
+
+
 # --- the lab's search mode ------------------------------------------------------------------------
 
 @pytest.mark.parametrize('edit, message', [

@@ -241,11 +241,20 @@ def test_latest_skips_a_run_directory_that_never_got_its_spec(tmp_path):
     assert train_csv(run, 'half')['frame'].iloc[-1] == 1500
 
 
+@pytest.fixture(scope='module')
+def badspec_run(tmp_path_factory) -> Path:
+    """A finished 500-frame PPO run, trained once and copied by each test that damages it."""
+    root = tmp_path_factory.mktemp('badspec')
+    lab.run(write_spec(root, 'badspec', PPO), 'badspec', 'train', ['env.max_frame=500'], data_dir=str(root / 'data'))
+    (run,) = run_dirs(root / 'data', 'badspec')
+    return run
+
+
 @pytest.mark.parametrize('content', ['[]', '{}', '{"agent": {}, "env": {}, "meta": 5}', 'not json'])
-def test_a_damaged_run_spec_is_one_line(tmp_path, content):
+def test_a_damaged_run_spec_is_one_line(tmp_path, badspec_run, content):
     spec_file = write_spec(tmp_path, 'badspec', PPO)
-    assert cli([spec_file, 'badspec', 'train', '-s', 'env.max_frame=500'], cwd=tmp_path).returncode == 0
-    (run,) = run_dirs(tmp_path / 'data', 'badspec')
+    run = tmp_path / 'data' / badspec_run.name
+    shutil.copytree(badspec_run, run)
     (run / 'badspec_spec.json').write_text(content)
     before = tree_digest(run)
     done = cli([spec_file, 'badspec', 'train@latest', '-s', 'env.max_frame=1000'], cwd=tmp_path)

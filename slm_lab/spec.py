@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import OMIT, Field, check_finite, check_object, ignored_field, not_available, suggest
+from slm_lab.lib.schema import OMIT, Field, accepts, check_finite, check_object, ignored_field, not_available, suggest
 
 PLACEHOLDER_RE = re.compile(r'\$\{([A-Za-z0-9_.\-]+)\}')
 TRAILING_COMMA_RE = re.compile(r',\s*[}\]]')  # a quick test before the character scan
@@ -54,12 +54,13 @@ ENV_SCHEMA = {
     'frame_op': Field((str,), OMIT, nullable=True, choices=('concat',), planned={
         'stack': "frame stacking into (frame_op_len, ...) sequences, for SLM-Lab's RecurrentNet"},
         doc='(SLM-Lab v4) "concat": each observation is the last frame_op_len observations of its env joined '
-            'end to end (the first of an episode repeated to fill), for vector observations; null: none'),
+            'end to end (the first of an episode repeated to fill), for vector observations; for Atari frames, '
+            'the last frame_op_len 84x84 frames stacked (frame_op_len, 84, 84) (zeros before the first); null: '
+            'none (Atari: 4 frames for ALE/ ids, 1 for the older ids)'),
     'frame_op_len': Field((int,), OMIT, nullable=True, min=1,
                           doc='(SLM-Lab v4) how many observations frame_op joins; needed with frame_op'),
-    'image_downsize': Field((list,), OMIT, nullable=True, check=lambda v, p: _refuse_unless_null(
-        v, p, "image preprocessing (SLM-Lab v4's image_downsize, for ConvNet)"),
-        doc='(SLM-Lab v4) only null: image preprocessing for ConvNet is not available yet'),
+    'image_downsize': Field((list,), OMIT, nullable=True, item_type=int, check=lambda v, p: _check_downsize(v, p),
+                            doc='(SLM-Lab v4) Atari: the [width, height] frames are resized to (null: 84 x 84)'),
     'clip_obs': Field((float,), OMIT, nullable=True, min=0, min_exclusive=True,
                       doc='(SLM-Lab v5) clip observations to [-clip_obs, clip_obs], after normalize_obs when that '
                           'is on (absent: 10 with normalize_obs, else null; null: no clipping)'),
@@ -522,9 +523,10 @@ def check_frame_op(env: dict) -> None:
                         'observations to join (SLM-Lab used 4); set it, or set frame_op to null')
 
 
-def _refuse_unless_null(value, path: str, what: str) -> None:
-    if value is not None:
-        raise not_available(path, what, '; use null')
+@accepts('[width, height], each >= 1')
+def _check_downsize(value, path):
+    if len(value) != 2 or min(value) < 1:
+        raise SpecError(f'{path}: {value!r} is not a frame size; give [width, height], e.g. [84, 84]')
 
 
 def env_constructor_args(name: str) -> list[str] | None:

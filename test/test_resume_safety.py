@@ -345,7 +345,7 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
 
 
 def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path):
-    with tmpfs(tmp_path / 'data', '3m') as data:
+    with tmpfs(tmp_path / 'data', '6m') as data:
         spec = json.loads(json.dumps(DQN))
         spec['agent']['memory']['max_size'] = 100000
         spec['meta'].update({'log_frequency': 1000, 'keep_checkpoints': 3})
@@ -353,6 +353,7 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
         done = cli([spec_file, 'full', 'train', '-s', 'env.max_frame=20000'], cwd=tmp_path)
         assert done.returncode == 2, done.stderr
         assert one_line_error(done).startswith('error: disk full:'), done.stderr
+        assert 'snapshot' in one_line_error(done), done.stderr  # the disk filled up mid-run, at a snapshot
         assert not [p for p in data.rglob('*') if '.tmp' in p.name], 'partial files left behind'
         subprocess.run(['mount', '-o', 'remount,size=64m', str(data)], check=True)
         done = cli([spec_file, 'full', 'train@latest'], cwd=tmp_path)

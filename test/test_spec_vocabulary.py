@@ -125,15 +125,13 @@ VALUES = {
 # key paths a later component reads -> a name the refusal must contain
 WAITS_FOR = {
     'agent.net.cell_type': 'RecurrentNet',
-    'agent.net.conv_hid_layers': 'ConvNet',
-    'agent.net.fc_hid_layers': 'ConvNet',
     'agent.net.rnn_hidden_size': 'RecurrentNet',
     'agent.net.rnn_num_layers': 'RecurrentNet',
     'agent.net.seq_len': 'RecurrentNet',
-    'env.image_downsize': 'ConvNet',
     'env.life_loss_info': 'Atari',
     'env.unity': 'Unity',
 }
+CONV_KEYS = ('agent.net.conv_hid_layers', 'agent.net.fc_hid_layers')
 # key paths whose value is an object the spec gives whole: its own rows are covered by it
 OBJECT_KEYS = ('agent.algorithm.clip_eps_spec', 'agent.algorithm.entropy_coef_spec', 'agent.algorithm.explore_var_spec',
                'agent.net.actor_optim_spec', 'agent.net.critic_optim_spec', 'agent.net.optim_spec',
@@ -154,7 +152,7 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
     'agent.algorithm.name': {'HydraDQN'},
-    'agent.net.type': {'ConvNet', 'DuelingConvNet', 'HydraMLPNet', 'RecurrentNet'},
+    'agent.net.type': {'HydraMLPNet', 'RecurrentNet'},
     'agent.net.cell_type': {'GRU'},
     'meta.distributed': {'synced', 'shared'},
 }
@@ -204,6 +202,8 @@ def spec_with(path: str, value, base: str) -> dict:
         spec['env']['name'] = 'ALE/Pong-v5'
     if path == 'env.frame_op':  # SLM-Lab's specs give both
         spec['env']['frame_op_len'] = 4
+    if path in CONV_KEYS:  # keys of ConvNet, which SLM-Lab's specs give with it
+        spec['agent']['net'] = {'type': 'ConvNet', 'conv_hid_layers': [[8, 8, 4]]}
     if path in ('body', 'spec_params'):
         spec[path] = copy.deepcopy(value)
         return spec
@@ -306,6 +306,8 @@ def test_every_named_value_is_accepted_or_waits_for_its_component(path, value):
     if path == 'agent.algorithm.action_policy' and value == 'default':
         base = 'Reinforce'
     spec = spec_with(key, value_to_set, base)
+    if path == 'agent.net.type' and 'Conv' in value:  # an image net has fc_hid_layers, not hid_layers
+        spec['agent']['net'].pop('hid_layers', None)
     if value == 'Normal':
         spec['env']['name'] = 'Pendulum-v1'
     result = outcome(spec)

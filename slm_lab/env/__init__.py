@@ -53,6 +53,7 @@ class EnvFamily:
     title: str
     module: str
     requirements: tuple[str, ...]
+    also_needs: tuple[str, ...] = ()  # further modules its envs import (Atari's preprocessing: cv2)
 
     @property
     def install_command(self) -> str:
@@ -63,7 +64,8 @@ class EnvFamily:
 ENV_FAMILIES = {
     'box2d': EnvFamily('Box2D', 'Box2D', ('gymnasium[box2d]==1.4.0', 'box2d==2.3.10')),
     'mujoco': EnvFamily('MuJoCo', 'mujoco', ('gymnasium[mujoco]==1.4.0', 'mujoco==3.14.0')),
-    'atari': EnvFamily('Atari', 'ale_py', ('gymnasium[atari]==1.4.0', 'ale-py==0.12.1')),
+    'atari': EnvFamily('Atari', 'ale_py', ('gymnasium[atari]==1.4.0', 'ale-py==0.12.1',
+                                           'opencv-python-headless==5.0.0.93'), also_needs=('cv2',)),
 }
 ALL_FAMILIES_COMMAND = 'pip install -r requirements-envs.txt'
 
@@ -186,7 +188,8 @@ def ensure_env_registered(name: str, path: str = 'env.name') -> None:
     if family is None:
         return
     try:
-        importlib.import_module(family.module)
+        for module in (family.module, *family.also_needs):
+            importlib.import_module(module)
     except ImportError as e:
         raise SpecError(f"{path}: '{name}' is a {family.title} env and its package is not installed "
                         f'({type(e).__name__}: {e}); install it with: {family.install_command} '
@@ -234,6 +237,8 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     if env_spec.get('normalize_reward'):
         env = gym.wrappers.vector.NormalizeReward(env, gamma=gamma)
     clip_reward = env_spec.get('clip_reward')
+    if clip_reward is None and 'clip_reward' not in env_spec and is_ale_v5(env_spec['name']):
+        clip_reward = 1.0  # SLM-Lab v5 trains on ALE/ games with rewards clipped to [-1, 1]
     if clip_reward is not None:  # after normalize_reward, as in SLM-Lab v5
         low, high = clip_reward if isinstance(clip_reward, list) else (-clip_reward, clip_reward)
         env = gym.wrappers.vector.ClipReward(env, min_reward=low, max_reward=high)
@@ -248,9 +253,35 @@ def _raw_obs_wrappers(env_spec: dict) -> list | None:
     bound = env_spec.get('clip_obs')
     if bound is not None and not env_spec.get('normalize_obs'):
         wrappers.append(lambda env: clip_observation(env, bound))
-    if env_spec.get('frame_op'):
+    if env_family(env_spec['name']) is ENV_FAMILIES['atari']:
+        # as SLM-Lab: frame_op_len frames when frame_op is given (v4's Atari specs), else v5's 4
+        # for ALE/ ids and one frame for the older ids
+        stack = env_spec['frame_op_len'] if env_spec.get('frame_op') else (4 if is_ale_v5(env_spec['name']) else 1)
+        size = tuple(env_spec.get('image_downsize') or (84, 84))
+        wrappers.append(lambda env: atari_preprocessing(env, stack, size) if len(env.observation_space.shape) > 1
+                        else concat_frames(env, stack) if env_spec.get('frame_op') else env)  # RAM: a vector
+    elif env_spec.get('frame_op'):
         wrappers.append(lambda env: concat_frames(env, env_spec['frame_op_len']))
     return wrappers or None
+
+
+def is_ale_v5(name: str) -> bool:
+    """An id of ale-py's own namespace (ALE/Pong-v5), which SLM-Lab v5's Atari specs use."""
+    return name.startswith('ALE/')
+
+
+def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 84)) -> gym.Env:
+    """The Atari preprocessing of SLM-Lab (and of the DQN papers), with gymnasium's wrappers: up to
+    30 no-op actions at reset, 4 frames per step (by the env itself for ALE/ ids and the older ids
+    with their own frame skip, else by AtariPreprocessing, with the max of the last two frames),
+    greyscale uint8 frames resized to `size` (width, height; SLM-Lab v4's image_downsize, else 84x84),
+    the last `stack` of them as a (stack, height, width) observation (zeros before an episode's
+    first frame). Values stay 0-255 uint8 (in memory and in replay): a net with
+    `normalize` scales the batch."""
+    frame_skip = 4 if getattr(env.unwrapped, '_frameskip', None) == 1 else 1
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=frame_skip, screen_size=size,
+                                          terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    return gym.wrappers.FrameStackObservation(env, stack, padding_type='zero')
 
 
 def concat_frames(env: gym.Env, n: int) -> gym.Env:
@@ -260,8 +291,9 @@ def concat_frames(env: gym.Env, n: int) -> gym.Env:
     snapshot keeps it), FlattenObservation joins them."""
     space = env.observation_space
     if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
-        raise not_available('env.frame_op', f'frame stacking of {space.shape} observations (images, for '
-                            "SLM-Lab's ConvNet)", '; frame_op "concat" joins vector observations only, use null')
+        raise not_available('env.frame_op', f'frame stacking of {space.shape} observations (images other than '
+                            "Atari's, whose frames the lab stacks)", '; frame_op "concat" joins vector observations '
+                            'and Atari frames only, use null')
     env = gym.wrappers.FrameStackObservation(env, n, padding_type='reset')
     return gym.wrappers.FlattenObservation(env)
 

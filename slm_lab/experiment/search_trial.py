@@ -47,7 +47,10 @@ def main() -> int:
     from slm_lab.experiment.run_dir import RunDir
     from slm_lab.lib.errors import LabError, Preempted
     die_with_parent()  # a trial never outlives its Ray worker
-    warm_up()
+    try:
+        warm_up()
+    except Exception:  # noqa: BLE001  (its error, if real, comes again in the trial, into the trial's log)
+        pass
     line = sys.stdin.readline()
     if not line:  # started ahead for a trial that never came
         return 0

@@ -138,13 +138,16 @@ def test_an_env_that_cannot_run_here_is_one_line_naming_its_package_and_makes_no
 @pytest.mark.parametrize('family, name', [
     ('box2d', 'LunarLander-v3'), ('box2d', 'LunarLander-v2'), ('mujoco', 'InvertedPendulum-v5'),
     ('mujoco', 'HalfCheetah-v2'), ('atari', 'ALE/Pong-v5'), ('atari', 'PongNoFrameskip-v4'),
+    ('atari:cv2', 'ALE/Pong-v5'),
 ])
 def test_a_missing_env_family_is_one_line_naming_its_install_command(family, name, tmp_path, make_spec):
-    """run_lab.py in a process where the family's module cannot be imported (as when the package is
-    not installed): one error line with the pinned install command, exit 2, no run directory."""
+    """run_lab.py in a process where the family's module (or after the colon, another module its
+    envs need) cannot be imported (as when the package is not installed): one error line with the
+    pinned install command, exit 2, no run directory."""
     spec_path = tmp_path / 'spec.json'
     spec_path.write_text(json.dumps({'fam': make_spec('Random', env=name, max_frame=100)}))
-    module = ENV_FAMILIES[family].module
+    family, _, module = family.partition(':')
+    module = module or ENV_FAMILIES[family].module
     blocked = ('import runpy, sys\n'
                f'sys.path.insert(0, {str(ROOT)!r})\n'
                f'sys.modules[{module!r}] = None  # import {module} raises ImportError, as when it is not installed\n'
@@ -218,15 +221,6 @@ def test_a_box2d_run_resumes_with_fresh_episodes_and_says_so(tmp_path, make_spec
     record = json.loads((run / 'walker_resumes.json').read_text())[-1]
     assert record['approximate']['0'], record
     assert train_frames(run, 'walker')[-1] == 256
-
-
-@needs('atari')
-def test_atari_with_slm_labs_convnet_waits_for_convnet(make_spec):
-    spec = make_spec('DQN', env='ALE/Pong-v5')
-    spec['agent']['net'] = {'type': 'ConvNet', 'conv_hid_layers': [[32, 8, 4, 0, 1]], 'fc_hid_layers': [256],
-                            'hid_layers_activation': 'relu'}
-    with pytest.raises(SpecError, match=r"agent\.net\.type: .*'ConvNet' is not available yet"):
-        validate_spec(spec)
 
 
 @needs('atari')

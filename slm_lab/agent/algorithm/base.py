@@ -91,6 +91,7 @@ class Algorithm:
         self.entropy_coef = Schedule(self.algorithm_spec.get('entropy_coef_spec'))
         self.pdtype = policy_util.check_action_space(action_space, self.algorithm_spec, type(self).__name__,
                                                      self.continuous_ok)
+        self.in_shape = tuple(obs_space.shape)  # what the nets take (image nets keep the shape)
         self.in_dim = int(np.prod(obs_space.shape))
         self.act_dim = policy_util.action_dim(action_space)
         # where the nets live: the spec's net.gpu / net.cuda_id (an algorithm without a net acts on the cpu)
@@ -138,6 +139,8 @@ class Algorithm:
         return frame // frequency > self.clock.frame // frequency
 
     def tensor(self, x: np.ndarray) -> torch.Tensor:
+        if isinstance(x, np.ndarray) and x.dtype == np.uint8:  # frames: moved as bytes, made float on the device
+            return torch.as_tensor(x, device=self.device).float()
         return torch.as_tensor(x, dtype=torch.float32, device=self.device)
 
     def clip_groups(self) -> list[list[torch.Tensor]]:

@@ -86,7 +86,7 @@ class VanillaDQN(Algorithm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         spec, net_spec = self.algorithm_spec, self.net_spec
-        self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
+        self.net = build_net(net_spec, self.in_shape, self.act_dim).to(self.device)
         self.head = policy_util.PolicyHead(self.pdtype, self.act_dim)  # boltzmann / default sampling
         self.target_net = copy.deepcopy(self.net) if self.uses_target_net else None
         if self.target_net is not None:

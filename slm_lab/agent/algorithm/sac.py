@@ -228,9 +228,9 @@ class SoftActorCritic(Algorithm):
             self.head = policy_util.PolicyHead('GumbelSoftmax', self.act_dim)
             q_in, q_out = self.in_dim + self.act_dim, 1
         elif self.discrete:
-            self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
+            self.net = build_net(net_spec, self.in_shape, self.act_dim).to(self.device)
             self.head = policy_util.PolicyHead('Categorical', self.act_dim)  # epsilon_greedy / boltzmann acting
-            q_in, q_out = self.in_dim, self.act_dim
+            q_in, q_out = self.in_shape, self.act_dim
         else:
             self.net = GaussianPolicy(net_spec, self.in_dim, self.act_dim).to(self.device)
             # the env's own bounds (the Agent gets the space under ClipAction, see env.agent_action_space)

@@ -86,7 +86,7 @@ class SARSA(Algorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.net = build_net(self.net_spec, self.in_dim, self.act_dim).to(self.device)
+        self.net = build_net(self.net_spec, self.in_shape, self.act_dim).to(self.device)
         self.head = policy_util.PolicyHead(self.pdtype, self.act_dim)
         self.optimizers = {'net': net_util.make_optimizer(self.net.parameters(), self.net_spec['optim_spec'])}
         sched = net_util.make_lr_scheduler(self.optimizers['net'], self.net_spec['lr_scheduler_spec'], self.clock)

@@ -1,26 +1,32 @@
 """Networks, registered by the name a spec gives in agent.net.type, and built by `build_net`.
 
-An algorithm asks for a net with `build_net(net_spec, in_dim, out_dims)`; it never imports a net
-class. Every net class takes `(net_spec, in_dim, out_dims, out_gains=None)`, flattens its input
-(B, *obs_shape) with prod(obs_shape) = in_dim, and returns a tensor (B, out_dim) for one output
-head or a list of them for several; it has a `spec_schema` for validation. `out_gains` are the
+An algorithm asks for a net with `build_net(net_spec, in_dim, out_dims)`, in_dim being the
+observation's shape (or a flat width); it never imports a net class. Every net class takes
+`(net_spec, in_dim, out_dims, out_gains=None)` and returns a tensor (B, out_dim) for one output
+head or a list of them for several; it has a `spec_schema` for validation. The flat nets (MLPNet,
+DuelingMLPNet, TorchArcNet) get in_dim as the width prod(obs_shape) and flatten their input
+(B, *obs_shape); the image nets (ConvNet, DuelingConvNet, `takes_image`) get the shape. `out_gains` are the
 gains of the output layers' orthogonal init under `init_fn` (e.g. 0.01 for a policy head).
 """
 from __future__ import annotations
 
 import torch.nn as nn
 
+import math
+
+from slm_lab.agent.net.conv import ConvNet, DuelingConvNet
 from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
 from slm_lab.agent.net.torcharc_net import TorchArcNet
 
-NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet, 'TorchArcNet': TorchArcNet}
+NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet, 'TorchArcNet': TorchArcNet, 'ConvNet': ConvNet,
+        'DuelingConvNet': DuelingConvNet}
+IMAGE_NETS = (ConvNet, DuelingConvNet)
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_NETS = ('ConvNet', 'RecurrentNet', 'DuelingConvNet', 'HydraMLPNet')
+PLANNED_NETS = ('RecurrentNet', 'HydraMLPNet')
 # keys SLM-Lab reads only in nets of a later version, and what they are
 PLANNED_KEYS = {
-    'conv_hid_layers': "convolutional layers (SLM-Lab's ConvNet)",
-    'fc_hid_layers': "the dense layers of SLM-Lab's ConvNet and RecurrentNet",
+    'fc_hid_layers': "the dense layers of SLM-Lab's RecurrentNet",
     'cell_type': "recurrent nets (SLM-Lab's RecurrentNet)",
     'rnn_hidden_size': "recurrent nets (SLM-Lab's RecurrentNet)",
     'rnn_num_layers': "recurrent nets (SLM-Lab's RecurrentNet)",
@@ -31,7 +37,11 @@ PLANNED_KEYS = {
 }
 
 
-def build_net(net_spec: dict, in_dim: int, out_dims: int | list[int], out_gains: list[float] | None = None) -> nn.Module:
-    """The net that net_spec['type'] names (a validated net spec), with one output head per
-    entry of out_dims."""
-    return NETS[net_spec['type']](net_spec, in_dim, out_dims, out_gains=out_gains)
+def build_net(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | list[int],
+              out_gains: list[float] | None = None) -> nn.Module:
+    """The net that net_spec['type'] names (a validated net spec), for inputs of shape in_dim (or
+    of that flat width), with one output head per entry of out_dims."""
+    cls = NETS[net_spec['type']]
+    if isinstance(in_dim, (tuple, list)) and not issubclass(cls, IMAGE_NETS):
+        in_dim = math.prod(in_dim)
+    return cls(net_spec, in_dim, out_dims, out_gains=out_gains)

@@ -14,7 +14,7 @@ class ActorCriticNet(nn.Module):
     parameters, such as a state-independent log std, train with the actor).
     """
 
-    def __init__(self, net_spec: dict, in_dim: int, pd_dim: int, head: nn.Module):
+    def __init__(self, net_spec: dict, in_dim: int | tuple[int, ...], pd_dim: int, head: nn.Module):
         from slm_lab.agent.net import build_net
         super().__init__()
         self.shared = net_spec['shared']

@@ -1,0 +1,133 @@
+"""ConvNet and DuelingConvNet on image observations, and the Atari envs they are for."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from slm_lab.agent.net import build_net
+from slm_lab.agent.net.conv import NATURE_CONV
+from slm_lab.lib.errors import SpecError
+from slm_lab.spec import validate_spec
+
+pytest.importorskip('ale_py', reason='the Atari extra is not installed')
+pytest.importorskip('cv2', reason='the Atari extra is not installed')
+
+
+def net_spec(net_type: str = 'ConvNet', **keys) -> dict:
+    """A validated net spec of `net_type` (through a whole spec, as a user's file is read)."""
+    spec = {'agent': {'name': 'DQN', 'algorithm': {'name': 'DQN'}, 'memory': {'name': 'Replay'},
+                      'net': {'type': net_type, **keys}},
+            'env': {'name': 'ALE/Pong-v5', 'max_frame': 100}, 'meta': {}}
+    return validate_spec(spec)['agent']['net']
+
+
+def test_convnet_has_slm_labs_layers_in_order():
+    net = build_net(net_spec(conv_hid_layers=NATURE_CONV, fc_hid_layers=[512], batch_norm=True), (4, 84, 84), 6)
+    kinds = [type(m).__name__ for m in net.conv]
+    # BatchNorm2d after the activation of every conv layer but the first, as SLM-Lab's ConvNet
+    assert kinds == ['Conv2d', 'ReLU', 'Conv2d', 'ReLU', 'BatchNorm2d', 'Conv2d', 'ReLU', 'BatchNorm2d']
+    assert [m.out_features for m in net.fc if isinstance(m, torch.nn.Linear)] == [512]
+    assert net.fc[0].in_features == 64 * 7 * 7  # 84 -> 20 -> 9 -> 7
+    assert net(torch.zeros(3, 4, 84, 84, dtype=torch.uint8)).shape == (3, 6)
+
+
+def test_normalize_scales_uint8_frames_by_255_and_a_missing_channel_axis_is_one_channel():
+    torch.manual_seed(0)
+    raw = build_net(net_spec(conv_hid_layers=[[8, 4, 2]], fc_hid_layers=[16], batch_norm=False), (1, 20, 20), 3)
+    scaled = build_net(net_spec(conv_hid_layers=[[8, 4, 2]], fc_hid_layers=[16], batch_norm=False, normalize=True),
+                       (1, 20, 20), 3)
+    scaled.load_state_dict(raw.state_dict())
+    frames = torch.randint(0, 256, (5, 1, 20, 20), dtype=torch.uint8)
+    torch.testing.assert_close(scaled(frames), raw(frames.float() / 255.0))
+    assert torch.equal(raw(frames[:, 0]), raw(frames))  # (B, H, W) is one channel
+
+
+def test_dueling_convnet_is_value_plus_centred_advantage():
+    net = build_net(net_spec('DuelingConvNet', conv_hid_layers=[[4, 3, 1]], fc_hid_layers=[8]), (2, 6, 6), 4)
+    x = torch.rand(7, 2, 6, 6)
+    h = net.features(x)
+    value, advantage = net.heads[0](h), net.heads[1](h)
+    torch.testing.assert_close(net(x), value + advantage - advantage.mean(dim=1, keepdim=True))
+
+
+@pytest.mark.parametrize('layers, message', [
+    ([[32]], r'conv_hid_layers\[0\]: \[32\] is not a conv layer'),
+    ([[0, 3]], r'conv_hid_layers\[0\]\[0\]: out_channels 0'),
+    ([[16, 3, 0]], r'conv_hid_layers\[0\]\[2\]: stride 0 must be an int >= 1'),
+    ([[16, [3, 'x']]], r'conv_hid_layers\[0\]\[1\]: kernel_size'),
+])
+def test_a_bad_conv_layer_is_one_line_naming_it(layers, message):
+    with pytest.raises(SpecError, match=message):
+        net_spec(conv_hid_layers=layers)
+
+
+def test_layers_that_do_not_fit_the_observation_and_vector_observations_are_one_line():
+    with pytest.raises(SpecError, match=r'conv_hid_layers: these layers do not fit an observation of shape \(4, 10, 10\)'):
+        build_net(net_spec(conv_hid_layers=NATURE_CONV), (4, 10, 10), 2)
+    with pytest.raises(SpecError, match=r'ConvNet takes image observations .* shape \(4,\); use MLPNet'):
+        build_net(net_spec(), (4,), 2)
+
+
+def atari_spec(algorithm: str, net: dict, env: dict, **meta) -> dict:
+    algos = {
+        'PPO': ({'name': 'PPO', 'time_horizon': 32, 'minibatch_size': 32, 'training_epoch': 1},
+                {'name': 'OnPolicyBatchReplay'}),
+        'DoubleDQN': ({'name': 'DoubleDQN', 'training_frequency': 4, 'training_start_step': 32,
+                       'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1,
+                                            'start_step': 0, 'end_step': 200}},
+                      {'name': 'Replay', 'batch_size': 16, 'max_size': 1000}),
+    }
+    algo, memory = algos[algorithm]
+    return {'agent': {'name': algorithm, 'algorithm': algo, 'memory': memory,
+                      'net': {'conv_hid_layers': [[8, 8, 4, 0, 1], [16, 4, 2, 0, 1]], 'fc_hid_layers': [32],
+                              'batch_norm': False, 'normalize': True, **net}},
+            'env': {'num_envs': 2, 'max_frame': 256, **env},
+            'meta': {'log_frequency': 128, 'random_seed': 3, **meta}}
+
+
+def test_ppo_with_a_shared_convnet_trains_on_pong_and_continues(lab_run, tmp_path):
+    """ALE/Pong-v5 as SLM-Lab v5 runs it: 4 stacked 84x84 greyscale uint8 frames, rewards clipped
+    for training; a resume continues the run (Atari episodes start afresh, and it says so)."""
+    spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True}, {'name': 'ALE/Pong-v5'})
+    _, run = lab_run(spec, 'ppo_pong')
+    df = lambda: __import__('pandas').read_csv(run / 'info' / 'ppo_pong_t0_s0_session_df_train.csv')  # noqa: E731
+    assert df()['frame'].tolist() == [128, 256] and np.isfinite(df()['loss']).all()
+    from slm_lab import lab
+    lab.run(str(tmp_path / 'spec' / 'ppo_pong.json'), 'ppo_pong', 'train@latest', ['env.max_frame=512'],
+            data_dir=str(tmp_path / 'data'))
+    assert df()['frame'].tolist() == [128, 256, 384, 512]
+    resume = json.loads((run / 'info' / 'ppo_pong_t0_s0_resumes.json').read_text())[-1]
+    assert not resume['exact'] and 'fresh episodes' in resume['approximate'][0], resume
+
+
+def test_dueling_double_dqn_on_a_v4_atari_id_stores_uint8_frames(lab_run):
+    """SLM-Lab v4's Atari layout: PongNoFrameskip-v4 with frame_op concat of 4 frames (frame skip
+    by the preprocessing) and rewards by their sign; the replay holds the frames as uint8."""
+    from slm_lab.env import make_env
+    env_spec = {'name': 'PongNoFrameskip-v4', 'frame_op': 'concat', 'frame_op_len': 4, 'reward_scale': 'sign'}
+    spec = atari_spec('DoubleDQN', {'type': 'DuelingConvNet'}, env_spec)
+    _, run = lab_run(spec, 'ddqn_pong')
+    rows = __import__('pandas').read_csv(run / 'info' / 'ddqn_pong_t0_s0_session_df_train.csv')
+    assert rows['frame'].iloc[-1] == 256 and rows['opt_step'].iloc[-1] > 0
+    env = make_env(validate_spec(spec)['env'])
+    try:
+        assert env.single_observation_space.shape == (4, 84, 84) and env.single_observation_space.dtype == np.uint8
+    finally:
+        env.close()
+
+
+def test_image_downsize_sets_the_frame_size_and_a_bad_one_is_one_line():
+    from slm_lab.env import make_env
+    spec = atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'image_downsize': [64, 48]})
+    env = make_env(validate_spec(spec)['env'])
+    try:
+        obs, _ = env.reset(seed=0)
+        assert obs.shape == (2, 4, 48, 64) and obs.dtype == np.uint8  # [width, height], as SLM-Lab v4
+    finally:
+        env.close()
+    spec['env']['image_downsize'] = [64]
+    with pytest.raises(SpecError, match=r'^env\.image_downsize: \[64\] is not a frame size'):
+        validate_spec(spec)

@@ -206,7 +206,29 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
         kwargs['max_episode_steps'] = env_spec['max_t']
     if render_mode:
         kwargs['render_mode'] = render_mode
+    if atari_frames(env_spec) is not None:  # the lab's wrappers skip frames and make actions sticky
+        kwargs.update(frameskip=1, repeat_action_probability=0.0)
     return kwargs
+
+
+def atari_frames(env_spec: dict) -> tuple[int, float] | None:
+    """(frame skip, sticky-action probability) that the lab's wrappers apply to an Atari game whose
+    frame skip is a fixed number (ALE/ ids: 4, and the NoFrameskip ids, skipped 4 as SLM-Lab v4 did),
+    with the sticky-action probability of the id or of the spec (`repeat_action_probability`), or
+    None for other envs, RAM observations and the ids whose frame skip ALE draws at random.
+
+    ALE's own sticky actions keep the last action it executed outside the state it clones, so a
+    resumed game would act differently for its first steps; emulated one frame at a time under
+    gymnasium's StickyAction, which keeps that action in plain attributes, a snapshot holds it."""
+    if env_family(env_spec['name']) is not ENV_FAMILIES['atari']:
+        return None
+    registered = gym.envs.registry.get(env_spec['name'])
+    given = {k: v for k, v in env_spec.items() if k in ('frameskip', 'repeat_action_probability', 'obs_type')}
+    kwargs = {**(registered.kwargs if registered is not None else {}), **given, **(env_spec.get('make_kwargs') or {})}
+    frameskip = kwargs.get('frameskip', 4)
+    if kwargs.get('obs_type', 'rgb') == 'ram' or isinstance(frameskip, bool) or not isinstance(frameskip, int):
+        return None
+    return (4 if frameskip == 1 else frameskip), float(kwargs.get('repeat_action_probability', 0.25))
 
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
@@ -258,7 +280,9 @@ def _raw_obs_wrappers(env_spec: dict) -> list | None:
         # for ALE/ ids and one frame for the older ids
         stack = env_spec['frame_op_len'] if env_spec.get('frame_op') else (4 if is_ale_v5(env_spec['name']) else 1)
         size = tuple(env_spec.get('image_downsize') or (84, 84))
-        wrappers.append(lambda env: atari_preprocessing(env, stack, size) if len(env.observation_space.shape) > 1
+        frame_skip, sticky = atari_frames(env_spec) or (1, 0.0)  # (1, 0): ALE skips frames, sticks actions
+        wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky)
+                        if len(env.observation_space.shape) > 1
                         else concat_frames(env, stack) if env_spec.get('frame_op') else env)  # RAM: a vector
     elif env_spec.get('frame_op'):
         wrappers.append(lambda env: concat_frames(env, env_spec['frame_op_len']))
@@ -270,15 +294,18 @@ def is_ale_v5(name: str) -> bool:
     return name.startswith('ALE/')
 
 
-def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 84)) -> gym.Env:
-    """The Atari preprocessing of SLM-Lab (and of the DQN papers), with gymnasium's wrappers: up to
-    30 no-op actions at reset, 4 frames per step (by the env itself for ALE/ ids and the older ids
-    with their own frame skip, else by AtariPreprocessing, with the max of the last two frames),
-    greyscale uint8 frames resized to `size` (width, height; SLM-Lab v4's image_downsize, else 84x84),
-    the last `stack` of them as a (stack, height, width) observation (zeros before an episode's
-    first frame). Values stay 0-255 uint8 (in memory and in replay): a net with
+def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 84), frame_skip: int = 4,
+                        sticky: float = 0.0) -> gym.Env:
+    """The Atari preprocessing of SLM-Lab (and of the DQN papers), with gymnasium's wrappers: each
+    emulator frame's action repeats the previous one with probability `sticky` (StickyAction, as
+    ALE's sticky actions do per frame), up to 30 no-op actions at reset, `frame_skip` frames per
+    step with the max of the last two (AtariPreprocessing; 1 where ALE skips frames itself),
+    greyscale uint8 frames resized to `size` (width, height; SLM-Lab v4's image_downsize, else
+    84x84), the last `stack` of them as a (stack, height, width) observation (zeros before an
+    episode's first frame). Values stay 0-255 uint8 (in memory and in replay): a net with
     `normalize` scales the batch."""
-    frame_skip = 4 if getattr(env.unwrapped, '_frameskip', None) == 1 else 1
+    if sticky > 0:
+        env = gym.wrappers.StickyAction(env, repeat_action_probability=sticky)
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=frame_skip, screen_size=size,
                                           terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
     return gym.wrappers.FrameStackObservation(env, stack, padding_type='zero')

@@ -6,19 +6,23 @@ numpy random generators (as their bit-generator state). Restoring sets the same 
 freshly built env of the same spec.
 
 Whether the in-progress episodes can be continued exactly depends on the env: gymnasium's
-classic-control and toy-text envs keep all their dynamics in such attributes; physics engines
-(Box2D, MuJoCo) and ALE keep theirs in native objects, so for those only the wrappers' state
-(normalisation statistics, episode counters) is restored and fresh episodes are started.
+classic-control and toy-text envs keep all their dynamics in such attributes; ALE's games keep
+theirs in the emulator, whose whole state (RAM, CPU, the sticky-action RNG) ALE clones to bytes
+(`cloneState(include_rng=True)`, about 14 KB) and restores. Physics engines (Box2D, MuJoCo) keep
+theirs in native objects, so for those only the wrappers' state (normalisation statistics,
+episode counters) is restored and fresh episodes are started.
 """
 from __future__ import annotations
 
+import copy
 from collections import deque
 
 import gymnasium as gym
 import numpy as np
 
 # envs whose whole dynamics state lives in plain attributes
-EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text')
+EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text', 'ale_py')
+ALE_KEY = '__ale_state__'  # an ALE game's emulator state, as the bytes of ALEState.serialize()
 SKIP_ATTRS = {'env', 'envs', 'unwrapped', 'spec', '_cached_spec', 'screen', 'clock', 'isopen', 'render_mode',
               'viewer', 'window', 'metadata', '_metadata', '_saved_kwargs', 'action_space', 'observation_space',
               'single_action_space', 'single_observation_space', '_action_space', '_observation_space',
@@ -45,7 +49,7 @@ def _encode(value):
     if isinstance(value, np.ndarray):
         return value.copy()
     if _is_plain(value):
-        return value
+        return copy.deepcopy(value) if isinstance(value, (list, tuple)) else value  # (lists of frame buffers)
     return _SKIP
 
 
@@ -54,6 +58,9 @@ _SKIP = object()
 
 def _layer_state(layer) -> dict:
     state = {}
+    if type(layer).__module__.startswith('ale_py') and hasattr(layer, 'ale'):
+        serialized = layer.ale.cloneState(include_rng=True).serialize()
+        state[ALE_KEY] = np.frombuffer(serialized, dtype=np.uint8).copy()
     for key, value in vars(layer).items():
         if key in SKIP_ATTRS:
             continue
@@ -65,6 +72,10 @@ def _layer_state(layer) -> dict:
 
 def _load_layer_state(layer, state: dict) -> None:
     for key, enc in state.items():
+        if key == ALE_KEY:
+            import ale_py
+            layer.ale.restoreState(ale_py.ALEState(np.asarray(enc, dtype=np.uint8).tobytes()))
+            continue
         # attributes an env creates only in reset() (e.g. Pendulum's `state`) are set too
         current = getattr(layer, key, None)
         if isinstance(enc, dict) and '__rng__' in enc:
@@ -102,8 +113,12 @@ def _chain(env) -> list:
 
 
 def is_exact(env: gym.Env) -> bool:
-    """Whether this single env's dynamics can be snapshotted exactly."""
+    """Whether this single env's dynamics can be snapshotted exactly: an ALE game only without
+    ALE's own sticky actions (the lab's Atari wrappers make them with StickyAction instead), whose
+    memory of the last action is not in the state ALE clones."""
     module = type(env.unwrapped).__module__
+    if module.startswith('ale_py'):
+        return env.unwrapped.ale.getFloat('repeat_action_probability') == 0.0
     return module.startswith(EXACT_ENV_MODULES)
 
 

@@ -1,8 +1,6 @@
 """ConvNet and DuelingConvNet on image observations, and the Atari envs they are for."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -88,19 +86,42 @@ def atari_spec(algorithm: str, net: dict, env: dict, **meta) -> dict:
             'meta': {'log_frequency': 128, 'random_seed': 3, **meta}}
 
 
-def test_ppo_with_a_shared_convnet_trains_on_pong_and_continues(lab_run, tmp_path):
-    """ALE/Pong-v5 as SLM-Lab v5 runs it: 4 stacked 84x84 greyscale uint8 frames, rewards clipped
-    for training; a resume continues the run (Atari episodes start afresh, and it says so)."""
+def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
+    """ALE/Pong-v5 as SLM-Lab v5 runs it (4 stacked 84x84 greyscale uint8 frames, sticky actions,
+    rewards clipped for training): stopped at F by max_frame and resumed to 2F, mid-episode, gives
+    the CSV cells and weights of a run of 2F that never stopped."""
+    from test_resume import check_resume_after_max_frame
     spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True}, {'name': 'ALE/Pong-v5'})
-    _, run = lab_run(spec, 'ppo_pong')
-    df = lambda: __import__('pandas').read_csv(run / 'info' / 'ppo_pong_t0_s0_session_df_train.csv')  # noqa: E731
-    assert df()['frame'].tolist() == [128, 256] and np.isfinite(df()['loss']).all()
-    from slm_lab import lab
-    lab.run(str(tmp_path / 'spec' / 'ppo_pong.json'), 'ppo_pong', 'train@latest', ['env.max_frame=512'],
-            data_dir=str(tmp_path / 'data'))
-    assert df()['frame'].tolist() == [128, 256, 384, 512]
-    resume = json.loads((run / 'info' / 'ppo_pong_t0_s0_resumes.json').read_text())[-1]
-    assert not resume['exact'] and 'fresh episodes' in resume['approximate'][0], resume
+    check_resume_after_max_frame(tmp_path, 'ppo_pong', spec)
+
+
+@pytest.mark.parametrize('name, extra, exact', [
+    ('ALE/Breakout-v5', {'repeat_action_probability': 0.5}, True),  # the lab's StickyAction: in the snapshot
+    ('PongNoFrameskip-v4', {'frame_op': 'concat', 'frame_op_len': 4}, True),
+    ('Pong-v0', {}, False),  # ALE's own sticky actions and frame skip: fresh episodes on resume
+])
+def test_an_atari_game_continues_from_its_snapshot_exactly_unless_ale_makes_its_actions_sticky(name, extra, exact):
+    import pickle
+
+    from slm_lab.env import make_env
+    from slm_lab.env.snapshot import load_vector_env_state_dict, vector_env_state_dict
+    spec = {'name': name, 'num_envs': 2, 'max_frame': 1000, **extra}
+    a, b = make_env(spec), make_env(spec)
+    try:
+        a.reset(seed=5)
+        b.reset(seed=6)
+        actions = np.random.default_rng(0).integers(0, a.single_action_space.n, size=(400, 2))
+        for action in actions[:100]:
+            a.step(action)
+        assert load_vector_env_state_dict(b, pickle.loads(pickle.dumps(vector_env_state_dict(a)))) is exact
+        if exact:
+            for action in actions[100:]:
+                for x, y in zip(a.step(action), b.step(action)):
+                    if isinstance(x, np.ndarray):
+                        np.testing.assert_array_equal(x, y)
+    finally:
+        a.close()
+        b.close()
 
 
 def test_dueling_double_dqn_on_a_v4_atari_id_stores_uint8_frames(lab_run):

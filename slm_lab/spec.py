@@ -70,9 +70,9 @@ ENV_SCHEMA = {
                              "null: no clipping); the recorded returns stay the env's own"),
     'device': ignored_field("(SLM-Lab v5) the device of SLM-Lab's MuJoCo Playground envs; ignored for gymnasium "
                             'envs, as in SLM-Lab'),
-    'life_loss_info': Field((bool,), OMIT, planned={
-        True: "life-loss signals of SLM-Lab v5's Atari vector env, for ConvNet"},
-        doc='(SLM-Lab v5) only false'),
+    'life_loss_info': Field((bool,), OMIT,
+                            doc='(SLM-Lab v5) Atari: a lost life ends the agent\'s episode (terminated) while the game '
+                                'goes on, and the records count whole games\' returns; evaluation plays whole games'),
 }
 # env keys SLM-Lab reads for env families this lab does not have
 ENV_PLANNED_KEYS = {'unity': "Unity environments (SLM-Lab v4's env.unity)"}
@@ -517,10 +517,16 @@ def fill_env_clip_defaults(env: dict) -> dict:
 
 
 def check_frame_op(env: dict) -> None:
-    """frame_op needs frame_op_len (SLM-Lab v4 gives both or neither)."""
+    """frame_op needs frame_op_len (SLM-Lab v4 gives both or neither); life_loss_info is for the
+    frames of an Atari game."""
     if env.get('frame_op') and env.get('frame_op_len') is None:
         raise SpecError(f'env.frame_op_len: env.frame_op "{env["frame_op"]}" needs frame_op_len, the number of '
                         'observations to join (SLM-Lab used 4); set it, or set frame_op to null')
+    if env.get('life_loss_info'):
+        from slm_lab.env import atari_frames
+        if atari_frames(env) is None:
+            raise SpecError(f"env.life_loss_info: true is for Atari games with image observations and a fixed frame "
+                            f"skip (ALE/*-v5, *NoFrameskip-v4), not {env['name']!r}; remove it or set it to false")
 
 
 @accepts('[width, height], each >= 1')

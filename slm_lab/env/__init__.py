@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
-from slm_lab.env.wrappers import NormalizeObservation, clip_observation
+from slm_lab.env.wrappers import LifeLossTermination, NormalizeObservation, clip_observation
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import not_available
@@ -267,10 +267,11 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     return env
 
 
-def _raw_obs_wrappers(env_spec: dict) -> list | None:
+def _raw_obs_wrappers(env_spec: dict, whole_games: bool = False) -> list | None:
     """Wrappers of each sub-env, applied before the vector env's own: env.clip_obs without
     normalize_obs (with it, the normalisation clips), then env.frame_op's frame stacking; per
-    sub-env, so the final observation of an episode is clipped and stacked too."""
+    sub-env, so the final observation of an episode is clipped and stacked too. whole_games: no
+    env.life_loss_info (an evaluation or a replay plays whole games)."""
     wrappers = []
     bound = env_spec.get('clip_obs')
     if bound is not None and not env_spec.get('normalize_obs'):
@@ -281,7 +282,8 @@ def _raw_obs_wrappers(env_spec: dict) -> list | None:
         stack = env_spec['frame_op_len'] if env_spec.get('frame_op') else (4 if is_ale_v5(env_spec['name']) else 1)
         size = tuple(env_spec.get('image_downsize') or (84, 84))
         frame_skip, sticky = atari_frames(env_spec) or (1, 0.0)  # (1, 0): ALE skips frames, sticks actions
-        wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky)
+        life_loss = bool(env_spec.get('life_loss_info')) and not whole_games
+        wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky, life_loss)
                         if len(env.observation_space.shape) > 1
                         else concat_frames(env, stack) if env_spec.get('frame_op') else env)  # RAM: a vector
     elif env_spec.get('frame_op'):
@@ -295,7 +297,7 @@ def is_ale_v5(name: str) -> bool:
 
 
 def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 84), frame_skip: int = 4,
-                        sticky: float = 0.0) -> gym.Env:
+                        sticky: float = 0.0, life_loss: bool = False) -> gym.Env:
     """The Atari preprocessing of SLM-Lab (and of the DQN papers), with gymnasium's wrappers: each
     emulator frame's action repeats the previous one with probability `sticky` (StickyAction, as
     ALE's sticky actions do per frame), up to 30 no-op actions at reset, `frame_skip` frames per
@@ -303,11 +305,14 @@ def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 8
     greyscale uint8 frames resized to `size` (width, height; SLM-Lab v4's image_downsize, else
     84x84), the last `stack` of them as a (stack, height, width) observation (zeros before an
     episode's first frame). Values stay 0-255 uint8 (in memory and in replay): a net with
-    `normalize` scales the batch."""
+    `normalize` scales the batch. life_loss: a lost life ends the episode, not the game
+    (LifeLossTermination, env.life_loss_info)."""
     if sticky > 0:
         env = gym.wrappers.StickyAction(env, repeat_action_probability=sticky)
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=frame_skip, screen_size=size,
                                           terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
+    if life_loss:
+        env = LifeLossTermination(env)
     return gym.wrappers.FrameStackObservation(env, stack, padding_type='zero')
 
 
@@ -339,7 +344,7 @@ def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
     """One plain gymnasium env (for evaluation and replay)."""
     ensure_env_registered(env_spec['name'])
     env = gym.make(env_spec['name'], **_make_kwargs(env_spec, render_mode))
-    for wrap in _raw_obs_wrappers(env_spec) or ():
+    for wrap in _raw_obs_wrappers(env_spec, whole_games=True) or ():
         env = wrap(env)
     if isinstance(env.action_space, gym.spaces.Box):
         env = gym.wrappers.ClipAction(env)

@@ -64,3 +64,43 @@ def clip_observation(env: gym.Env, bound: float) -> gym.Env:
     normalize_obs). Applied to each sub-env of a vector env, so final_obs is clipped too."""
     return gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -bound, bound).astype(obs.dtype),
                                              env.observation_space)
+
+
+class LifeLossTermination(gym.Wrapper):
+    """SLM-Lab v5's env.life_loss_info for an Atari game: losing a life ends the agent's episode
+    (terminated, so no value is bootstrapped past it) while the game goes on: the reset that
+    follows (the vector env's autoreset) takes one no-op step instead of restarting the game, and
+    only a game over resets it. The whole game's return (the env's own rewards) is reported in
+    info['game_return'] at the step that ends the game, for the records, which count whole games.
+
+    State (plain attributes, so a snapshot continues exactly): lives, game_over, game_return.
+    A game that ends on the no-op step of a continuation (rare) is restarted unrecorded."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+        self.game_return = 0.0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_return += float(reward)
+        self.game_over = bool(terminated or truncated)
+        lives = self.env.unwrapped.ale.lives()
+        if self.game_over:
+            info = {**info, 'game_return': self.game_return}
+        elif lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if not self.game_over:
+            obs, reward, terminated, truncated, info = self.env.step(0)  # the game goes on after a lost life
+            self.game_return += float(reward)
+            self.game_over = bool(terminated or truncated)
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+            self.game_over, self.game_return = False, 0.0
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info

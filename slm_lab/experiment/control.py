@@ -55,6 +55,18 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def finished_returns(info: dict, whole_games: bool = False) -> np.ndarray:
+    """The returns of the episodes that ended in a vector step, from its info: the vector
+    RecordEpisodeStatistics' ('episode'), or with env.life_loss_info, where an episode is a life,
+    those of the games that ended (LifeLossTermination's 'game_return', in the final step's info)."""
+    if not whole_games:
+        return info['episode']['r'][info['_episode']]
+    final = info.get('final_info') or {}
+    if '_game_return' not in final:
+        return np.zeros(0)
+    return np.asarray(final['game_return'])[final['_game_return']]
+
+
 def rows_to_csv(rows: list[dict]) -> str:
     """CSV text of record rows (NaN as empty), fast enough to rewrite at every log point."""
     lines = [','.join(COLUMNS)]
@@ -83,6 +95,7 @@ class Session:
         set_global_seeds(self.seed)
         self.env = make_env(env_spec, gamma=spec['agent']['algorithm']['gamma'])
         self.num_envs = self.env.num_envs
+        self.whole_games = bool(env_spec.get('life_loss_info'))  # an episode is a life; records count games
         self.clock = Clock(env_spec['max_frame'], self.num_envs)
         self.agent = Agent(spec, self.env.single_observation_space, agent_action_space(self.env), self.num_envs,
                            self.clock, self.seed)
@@ -255,7 +268,7 @@ class Session:
                     true_next_obs = next_obs.copy()
                     mask = info['_final_obs']
                     true_next_obs[mask] = np.stack(info['final_obs'][mask])
-                    body.track_episodes(info['episode']['r'][info['_episode']])
+                    body.track_episodes(finished_returns(info, self.whole_games))
                 metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
                 if metrics is not None:
                     if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):

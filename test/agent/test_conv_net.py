@@ -98,6 +98,7 @@ def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
 @pytest.mark.parametrize('name, extra, exact', [
     ('ALE/Breakout-v5', {'repeat_action_probability': 0.5}, True),  # the lab's StickyAction: in the snapshot
     ('PongNoFrameskip-v4', {'frame_op': 'concat', 'frame_op_len': 4}, True),
+    ('ALE/Breakout-v5', {'life_loss_info': True}, True),  # the lives and the game's return so far too
     ('Pong-v0', {}, False),  # ALE's own sticky actions and frame skip: fresh episodes on resume
 ])
 def test_an_atari_game_continues_from_its_snapshot_exactly_unless_ale_makes_its_actions_sticky(name, extra, exact):
@@ -152,3 +153,30 @@ def test_image_downsize_sets_the_frame_size_and_a_bad_one_is_one_line():
     spec['env']['image_downsize'] = [64]
     with pytest.raises(SpecError, match=r'^env\.image_downsize: \[64\] is not a frame size'):
         validate_spec(spec)
+
+
+def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
+    """SLM-Lab v5's life_loss_info on Breakout (5 lives): every lost life is a terminated episode
+    for the agent, the game goes on, and the records get one return per whole game (the sum of
+    its lives' rewards, unclipped)."""
+    from slm_lab.env import make_env
+    from slm_lab.experiment.control import finished_returns
+    spec = validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'life_loss_info': True}))
+    env = make_env(spec['env'])
+    try:
+        env.reset(seed=1)
+        rng = np.random.default_rng(0)
+        lives, games, life_rewards = 0, [], 0.0
+        for _ in range(1500):
+            _, reward, terminated, truncated, info = env.step(rng.integers(0, 4, size=2))
+            life_rewards += float(np.abs(reward).sum())
+            lives += int((terminated | truncated).sum())
+            games += list(finished_returns(info, whole_games=True))
+    finally:
+        env.close()
+    assert len(games) >= 2 and lives >= 5 * len(games)
+    assert not finished_returns({'final_info': {}}, whole_games=True).size
+    for bad in ('CartPole-v1', 'Pong-v0'):
+        bad_spec = atari_spec('PPO', {'type': 'ConvNet'}, {'name': bad, 'life_loss_info': True})
+        with pytest.raises(SpecError, match=r"^env\.life_loss_info: true is for Atari games .* not '" + bad):
+            validate_spec(bad_spec)

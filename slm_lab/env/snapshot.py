@@ -8,9 +8,12 @@ freshly built env of the same spec.
 Whether the in-progress episodes can be continued exactly depends on the env: gymnasium's
 classic-control and toy-text envs keep all their dynamics in such attributes; ALE's games keep
 theirs in the emulator, whose whole state (RAM, CPU, the sticky-action RNG) ALE clones to bytes
-(`cloneState(include_rng=True)`, about 14 KB) and restores. Physics engines (Box2D, MuJoCo) keep
-theirs in native objects, so for those only the wrappers' state (normalisation statistics,
-episode counters) is restored and fresh episodes are started.
+(`cloneState(include_rng=True)`, about 14 KB) and restores; MuJoCo's integration state
+(`mj_getState(..., mjSTATE_INTEGRATION)`: time, positions, velocities, actuator activations,
+warm-start accelerations, controls) is an array that `mj_setState` restores, after which
+`mj_forward` recomputes the quantities derived from it. Box2D keeps its world in native objects
+that cannot be read back, so for it only the wrappers' state (normalisation statistics, episode
+counters) is restored and fresh episodes are started.
 """
 from __future__ import annotations
 
@@ -21,8 +24,17 @@ import gymnasium as gym
 import numpy as np
 
 # envs whose whole dynamics state lives in plain attributes
-EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text', 'ale_py')
+EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text', 'ale_py', 'gymnasium.envs.mujoco')
 ALE_KEY = '__ale_state__'  # an ALE game's emulator state, as the bytes of ALEState.serialize()
+MUJOCO_KEY = '__mujoco_state__'  # a MuJoCo env's mjSTATE_INTEGRATION array
+MUJOCO_DERIVED_KEY = '__mujoco_derived__'  # and the derived quantities envs read between steps
+# mjData's quantities computed from the state, which gymnasium's MuJoCo envs read (positions of
+# bodies and sites, forces, tendons): after mj_step they belong to the start of its last substep,
+# which mj_forward on the restored state would not reproduce (Ant's and Humanoid's rewards read
+# them before stepping), so they are kept as they were
+MUJOCO_DERIVED = ('xpos', 'xquat', 'xmat', 'xipos', 'ximat', 'subtree_com', 'site_xpos', 'site_xmat', 'geom_xpos',
+                  'geom_xmat', 'cinert', 'cvel', 'cacc', 'cfrc_ext', 'cfrc_int', 'ten_length', 'ten_velocity',
+                  'qfrc_actuator', 'qfrc_constraint', 'qfrc_bias', 'qfrc_passive', 'actuator_force', 'sensordata')
 SKIP_ATTRS = {'env', 'envs', 'unwrapped', 'spec', '_cached_spec', 'screen', 'clock', 'isopen', 'render_mode',
               'viewer', 'window', 'metadata', '_metadata', '_saved_kwargs', 'action_space', 'observation_space',
               'single_action_space', 'single_observation_space', '_action_space', '_observation_space',
@@ -61,6 +73,13 @@ def _layer_state(layer) -> dict:
     if type(layer).__module__.startswith('ale_py') and hasattr(layer, 'ale'):
         serialized = layer.ale.cloneState(include_rng=True).serialize()
         state[ALE_KEY] = np.frombuffer(serialized, dtype=np.uint8).copy()
+    if type(layer).__module__.startswith('gymnasium.envs.mujoco') and hasattr(layer, 'model') and hasattr(layer, 'data'):
+        import mujoco
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        array = np.empty(mujoco.mj_stateSize(layer.model, spec))
+        mujoco.mj_getState(layer.model, layer.data, array, spec)
+        state[MUJOCO_KEY] = array
+        state[MUJOCO_DERIVED_KEY] = {f: np.array(getattr(layer.data, f)) for f in MUJOCO_DERIVED}
     for key, value in vars(layer).items():
         if key in SKIP_ATTRS:
             continue
@@ -75,6 +94,16 @@ def _load_layer_state(layer, state: dict) -> None:
         if key == ALE_KEY:
             import ale_py
             layer.ale.restoreState(ale_py.ALEState(np.asarray(enc, dtype=np.uint8).tobytes()))
+            continue
+        if key == MUJOCO_KEY:
+            import mujoco
+            mujoco.mj_setState(layer.model, layer.data, np.asarray(enc, dtype=np.float64),
+                               mujoco.mjtState.mjSTATE_INTEGRATION)
+            mujoco.mj_forward(layer.model, layer.data)
+            continue
+        if key == MUJOCO_DERIVED_KEY:  # after MUJOCO_KEY (dicts keep their order): as they were
+            for field, value in enc.items():
+                getattr(layer.data, field)[...] = value
             continue
         # attributes an env creates only in reset() (e.g. Pendulum's `state`) are set too
         current = getattr(layer, key, None)

@@ -272,6 +272,13 @@ def resume_spec(env: str, **algo) -> dict:
     return spec
 
 
+def test_sac_on_a_mujoco_env_resumes_exactly_mid_episode(tmp_path):
+    """Hopper-v5 (MuJoCo's integration state and derived quantities in the snapshot), SAC's
+    replay in the snapshot: stopped at F and resumed to 2F == a straight run of 2F."""
+    pytest.importorskip('mujoco', reason='the MuJoCo extra is not installed')
+    check_resume_after_max_frame(tmp_path, 'sac_hopper', resume_spec('Hopper-v5'))
+
+
 def test_continuous_sac_resumes_exactly_after_max_frame(tmp_path):
     # 126 trainings before the stop, not a multiple of policy_delay: a resume that lost the
     # count of critic steps would step the policy at other times

@@ -7,7 +7,8 @@
 DIR is a copy of SLM-Lab's spec directory at some version (e.g. `git archive v4.2.4 slm_lab/spec`
 of https://github.com/kengz/SLM-Lab, unpacked; this repository ships none of SLM-Lab's files).
 Every `*.json` / `*.yaml` file under DIR whose name does not start with `_` is read; each spec is
-validated with its `${var}` placeholders filled (`env` with CartPole-v1, anything else with 10000),
+validated with its `${var}` placeholders filled (`env` with CartPole-v1, or ALE/Pong-v5 for an Atari spec,
+anything else with 10000),
 as `-s var=...` would. Outcomes:
 
   ok          the spec validates (with --train: and trains --frames frames, exit code 0)
@@ -33,8 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 
 def placeholder_overrides(spec: dict) -> list[str]:
-    holes = sorted(set(re.findall(r'\$\{(\w+)\}', json.dumps(spec))))
-    return [f'{h}=CartPole-v1' if h == 'env' else f'{h}=10000' for h in holes]
+    """-s values for a spec's ${var} placeholders: `env` an Atari game for a spec of Atari's
+    (a ConvNet, life_loss_info, sticky actions), else CartPole-v1; anything else 10000."""
+    text = json.dumps(spec)
+    holes = sorted(set(re.findall(r'\$\{(\w+)\}', text)))
+    atari = any(k in text for k in ('ConvNet', 'life_loss_info', 'repeat_action_probability', 'conv2d', 'Conv2d'))
+    env = 'ALE/Pong-v5' if atari else 'CartPole-v1'
+    return [f'{h}={env}' if h == 'env' else f'{h}=10000' for h in holes]
 
 
 def main() -> None:

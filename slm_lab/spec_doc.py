@@ -46,7 +46,7 @@ CHECK_NOTES = {
 KEY_NOTES = {
     ('env', 'reward_scale'): 'a number, `"sign"` or null',
     ('env', 'clip_reward'): 'a bound > 0, `[min, max]` with min < max, or null',
-    ('env', 'image_downsize'): 'only null: [not available yet](#slm-lab-keys)',
+    ('env', 'image_downsize'): '`[width, height]`, each >= 1, or null',
 }
 
 
@@ -374,7 +374,20 @@ ENV_INTRO = """\
 
 Every env is a `gymnasium.vector` env, also when `num_envs` is 1; sub-envs that finish an
 episode are reset in the same step. Episode returns in the records are the env's own rewards,
-before any reward normalisation."""
+before any reward normalisation.
+
+Atari games (the Atari extra; `ALE/*-v5` ids as in SLM-Lab v5, the older `*NoFrameskip-v4` and
+`-v0`/`-v4` ids as in v4) are preprocessed as SLM-Lab preprocesses them, with gymnasium's wrappers:
+up to 30 no-op actions at reset, 4 frames per step with the maximum of the last two, 84x84
+greyscale uint8 frames (`image_downsize` sets the size), the last frames stacked into a
+(stack, height, width) observation: `frame_op_len` of them when `frame_op` is set, else 4 for
+`ALE/` ids and 1 for the older ones. Actions are sticky with the id's probability (0.25 for
+`ALE/` ids, 0 for `NoFrameskip` ones) or the spec's `repeat_action_probability`, one emulator frame
+at a time, as ALE makes them; the lab applies them (gymnasium's `StickyAction`) so that a snapshot
+holds them. `ALE/` ids train on rewards clipped to [-1, 1] (unless `clip_reward` is given), the
+older ids on `reward_scale` as their specs say. Frames stay uint8 in memory and replay; a net with
+`normalize` divides the batch by 255. `"make_kwargs": {"obs_type": "ram"}` gives the 128 bytes of
+RAM instead, for an MLP."""
 
 META_INTRO = """\
 ## `meta`

@@ -685,8 +685,15 @@ def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, ke
 
 
 def prune_models(run_dir: RunDir, df, keep: int) -> None:
-    """--keep N: delete the model files of all trials but the N best (by final total_reward_ma)."""
+    """--keep N: delete the model files and the session snapshots (ckpt/) of all trials but the N
+    best (by final total_reward_ma). Every trial has ended by then (a search that stopped early
+    writes no records and prunes nothing), so no snapshot is needed to continue one; the records
+    (info/, graph/, log/) and the trials' specs stay."""
+    import shutil
     order = df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()
     for i in order[keep:]:
-        for f in (run_dir.root / 'model').glob(f'{run_dir.prename(int(i))}_*'):
+        prename = run_dir.prename(int(i))
+        for f in (run_dir.root / 'model').glob(f'{prename}_*'):
             f.unlink()
+        for d in (run_dir.root / 'ckpt').glob(f'{prename}_s*'):
+            shutil.rmtree(d, ignore_errors=True)

@@ -77,6 +77,9 @@ def atari_spec(algorithm: str, net: dict, env: dict, **meta) -> dict:
                        'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1,
                                             'start_step': 0, 'end_step': 200}},
                       {'name': 'Replay', 'batch_size': 16, 'max_size': 1000}),
+        'SoftActorCritic': ({'name': 'SoftActorCritic', 'action_pdtype': 'GumbelSoftmax', 'training_frequency': 4,
+                             'training_start_step': 32},
+                            {'name': 'Replay', 'batch_size': 16, 'max_size': 1000}),
     }
     algo, memory = algos[algorithm]
     return {'agent': {'name': algorithm, 'algorithm': algo, 'memory': memory,
@@ -180,3 +183,16 @@ def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
         bad_spec = atari_spec('PPO', {'type': 'ConvNet'}, {'name': bad, 'life_loss_info': True})
         with pytest.raises(SpecError, match=r"^env\.life_loss_info: true is for Atari games .* not '" + bad):
             validate_spec(bad_spec)
+
+
+def test_v4_discrete_sac_joins_the_action_to_the_conv_features_of_its_critics(lab_run):
+    """SLM-Lab v4's SAC on Pong (GumbelSoftmax, critics of (s, one_hot(a))): a ConvNet critic
+    takes the image and joins the action to its convolutions' features, as v4's QConvNet."""
+    spec = atari_spec('SoftActorCritic', {'type': 'ConvNet'},
+                      {'name': 'PongNoFrameskip-v4', 'frame_op': 'concat', 'frame_op_len': 4, 'reward_scale': 'sign'})
+    _, run = lab_run(spec, 'sac_pong')
+    rows = __import__('pandas').read_csv(run / 'info' / 'sac_pong_t0_s0_session_df_train.csv')
+    assert rows['frame'].iloc[-1] == 256 and rows['opt_step'].iloc[-1] > 0 and np.isfinite(rows['loss']).all()
+    critic = build_net(net_spec(conv_hid_layers=[[4, 8, 4]], fc_hid_layers=[8]), (4, 84, 84), 1, extra_dim=6)
+    frames, actions = torch.zeros(3, 4, 84, 84), torch.eye(6)[:3]
+    assert critic.fc[0].in_features == 4 * 20 * 20 + 6 and critic(frames, actions).shape == (3, 1)

@@ -311,6 +311,8 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     best = int(df.sort_values('total_reward_ma', ascending=False)['trial'].iloc[0])
     models = {p.name.split('_s0_')[0] for p in (root / 'model').iterdir()}
     assert models == {f'{NAME}_t{best}'}, models
+    assert [p.name for p in (root / 'ckpt').iterdir()] == [f'{NAME}_t{best}_s0']  # the others' snapshots too
+    assert (root / 'info' / f'{NAME}_t{1 - best}_s0_session_df_train.csv').exists()  # records stay
     resumes = json.loads((root / 'info' / f'{NAME}_t0_s0_resumes.json').read_text())
     assert resumes, 'trial 0 continued from its snapshot'
 

@@ -72,10 +72,10 @@ class CrossQ(SoftActorCritic):
     pdtypes = ('default', 'Categorical', 'Normal')  # SLM-Lab v5's CrossQ: no v4 GumbelSoftmax variant
     uses_critic_net = True  # agent.critic_net: validated by spec.py with the schema of its net type
 
-    def build_critic(self, in_dim: int, out_dim: int) -> nn.Module:
+    def build_critic(self, in_dim: int | tuple[int, ...], out_dim: int, extra_dim: int = 0) -> nn.Module:
         """The critic net spec's Q net, with critic_batch_renorm's layers inserted before the
         optimizers are built (an optimizer such as Lookahead copies its parameters when made)."""
-        q_net = super().build_critic(in_dim, out_dim)
+        q_net = super().build_critic(in_dim, out_dim, extra_dim)
         brn = self.algorithm_spec['critic_batch_renorm']
         if brn is not None and insert_batch_renorm(q_net, brn) == 0:
             raise SpecError(f"agent.algorithm.critic_batch_renorm: the critic net ({self.critic_spec['type']}) has "

@@ -41,7 +41,7 @@ from torch import distributions as D
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.algorithm.ppo import symlog
-from slm_lab.agent.net import build_net, net_util
+from slm_lab.agent.net import IMAGE_NETS, build_net, net_util
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, accepts
 
@@ -115,7 +115,7 @@ class GaussianPolicy(nn.Module):
     deviation is one state-independent parameter per action dimension instead (SLM-Lab's
     CleanRL-style option). The log standard deviation is clamped to [-5, 2]."""
 
-    def __init__(self, net_spec: dict, in_dim: int, act_dim: int):
+    def __init__(self, net_spec: dict, in_dim: int | tuple[int, ...], act_dim: int):
         super().__init__()
         log_std_init = net_spec.get('log_std_init')
         self.body = build_net(net_spec, in_dim, act_dim if log_std_init is not None else [act_dim, act_dim])
@@ -224,15 +224,15 @@ class SoftActorCritic(Algorithm):
         self.relaxed = self.pdtype == 'GumbelSoftmax'  # SLM-Lab v4's discrete SAC: critics of (s, one_hot(a))
         self.critic_spec = self.critic_net_spec(self.agent_spec)
         if self.relaxed:
-            self.net = build_net(net_spec, self.in_dim, self.act_dim).to(self.device)
+            self.net = build_net(net_spec, self.in_shape, self.act_dim).to(self.device)
             self.head = policy_util.PolicyHead('GumbelSoftmax', self.act_dim)
-            q_in, q_out = self.in_dim + self.act_dim, 1
+            q_in, q_out, q_extra = self.in_shape, 1, self.act_dim
         elif self.discrete:
             self.net = build_net(net_spec, self.in_shape, self.act_dim).to(self.device)
             self.head = policy_util.PolicyHead('Categorical', self.act_dim)  # epsilon_greedy / boltzmann acting
-            q_in, q_out = self.in_shape, self.act_dim
+            q_in, q_out, q_extra = self.in_shape, self.act_dim, 0
         else:
-            self.net = GaussianPolicy(net_spec, self.in_dim, self.act_dim).to(self.device)
+            self.net = GaussianPolicy(net_spec, self.in_shape, self.act_dim).to(self.device)
             # the env's own bounds (the Agent gets the space under ClipAction, see env.agent_action_space)
             low, high = (self.action_space.low.astype(np.float64).reshape(-1),
                          self.action_space.high.astype(np.float64).reshape(-1))
@@ -241,9 +241,9 @@ class SoftActorCritic(Algorithm):
                                 f'action space, and {self.env_spec["name"]} has infinite bounds ({low}, {high}); use an env '
                                 'with finite action bounds')
             self.action_center, self.action_half = (high + low) / 2, (high - low) / 2
-            q_in, q_out = self.in_dim + self.act_dim, 1
-        self.q1_net = self.build_critic(q_in, q_out).to(self.device)
-        self.q2_net = self.build_critic(q_in, q_out).to(self.device)
+            q_in, q_out, q_extra = self.in_shape, 1, self.act_dim
+        self.q1_net = self.build_critic(q_in, q_out, q_extra).to(self.device)
+        self.q2_net = self.build_critic(q_in, q_out, q_extra).to(self.device)
         self.target_q1_net = self.target_q2_net = None
         if self.uses_target_nets:
             self.target_q1_net = copy.deepcopy(self.q1_net).requires_grad_(False)
@@ -281,10 +281,11 @@ class SoftActorCritic(Algorithm):
     # --- the pieces CrossQ changes ------------------------------------------------------------
     critic_path = 'agent.net'
 
-    def build_critic(self, in_dim: int, out_dim: int) -> nn.Module:
-        """One Q net of the critic net spec, before any optimizer sees its parameters (a subclass
-        that adds layers does it here)."""
-        return build_net(self.critic_spec, in_dim, out_dim)
+    def build_critic(self, in_dim: int | tuple[int, ...], out_dim: int, extra_dim: int = 0) -> nn.Module:
+        """One Q net of the critic net spec for states of shape in_dim (and actions of width
+        extra_dim joined to them), before any optimizer sees its parameters (a subclass that adds
+        layers does it here)."""
+        return build_net(self.critic_spec, in_dim, out_dim, extra_dim=extra_dim)
 
     def critic_net_spec(self, agent_spec: dict) -> dict:
         """The net spec the critics are built from: agent.net (SAC)."""
@@ -365,6 +366,8 @@ class SoftActorCritic(Algorithm):
         ones and for GumbelSoftmax's one-hot actions (B, n_actions)."""
         if self.discrete and not self.relaxed:
             return q_net(states)
+        if isinstance(q_net, IMAGE_NETS):  # the action joins the image's features
+            return q_net(states, actions).squeeze(-1)
         return q_net(torch.cat([states.flatten(start_dim=1), actions], dim=-1)).squeeze(-1)
 
     def critic_values(self, states, actions, next_states, rewards, terminateds, alpha):

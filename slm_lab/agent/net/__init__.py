@@ -38,10 +38,15 @@ PLANNED_KEYS = {
 
 
 def build_net(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | list[int],
-              out_gains: list[float] | None = None) -> nn.Module:
+              out_gains: list[float] | None = None, extra_dim: int = 0) -> nn.Module:
     """The net that net_spec['type'] names (a validated net spec), for inputs of shape in_dim (or
-    of that flat width), with one output head per entry of out_dims."""
+    of that flat width), with one output head per entry of out_dims. extra_dim: the width of a
+    second input joined to the first (a critic's action): a flat net takes both joined, as
+    (B, prod(in_dim) + extra_dim); an image net takes `net(x, extra)` and joins the extra input
+    to its convolutions' features, as SLM-Lab v4's QConvNet."""
     cls = NETS[net_spec['type']]
-    if isinstance(in_dim, (tuple, list)) and not issubclass(cls, IMAGE_NETS):
+    if issubclass(cls, IMAGE_NETS):
+        return cls(net_spec, in_dim, out_dims, out_gains=out_gains, extra_dim=extra_dim)
+    if isinstance(in_dim, (tuple, list)):
         in_dim = math.prod(in_dim)
-    return cls(net_spec, in_dim, out_dims, out_gains=out_gains)
+    return cls(net_spec, in_dim + extra_dim, out_dims, out_gains=out_gains)

@@ -86,7 +86,8 @@ class ConvNet(net_util.HeadedNet):
 
     spec_schema = CONV_SCHEMA
 
-    def __init__(self, net_spec: dict, in_dim, out_dims: int | list[int], out_gains: list[float] | None = None):
+    def __init__(self, net_spec: dict, in_dim, out_dims: int | list[int], out_gains: list[float] | None = None,
+                 extra_dim: int = 0):
         super().__init__()
         self.net_spec = net_spec
         self.in_shape = image_shape(in_dim, net_spec['type'])
@@ -111,7 +112,8 @@ class ConvNet(net_util.HeadedNet):
                 raise SpecError(f'agent.net.conv_hid_layers: these layers do not fit an observation of shape '
                                 f'{self.in_shape} ({str(e).splitlines()[0]}); use smaller kernels or strides') from None
         self.conv.train()
-        dense, dim = [], flat
+        self.extra_dim = extra_dim
+        dense, dim = [], flat + extra_dim
         for width in net_spec['fc_hid_layers']:
             linear = nn.Linear(dim, width)
             net_util.init_layer(linear, net_spec['init_fn'], gain, activation)
@@ -120,16 +122,19 @@ class ConvNet(net_util.HeadedNet):
         self.fc = nn.Sequential(*dense)
         self.add_heads(net_spec, dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
-    def features(self, x: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         x = x.float()
         if self.normalize:
             x = x / 255.0
         if x.dim() == 3:  # (B, H, W): one channel
             x = x.unsqueeze(1)
-        return self.fc(self.conv(x).flatten(start_dim=1))
+        h = self.conv(x).flatten(start_dim=1)
+        if self.extra_dim:  # a critic's action (B, extra_dim), joined to the image's features
+            h = torch.cat([h, extra.float()], dim=-1)
+        return self.fc(h)
 
-    def forward(self, x: torch.Tensor):
-        return self.apply_heads(self.features(x))
+    def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None):
+        return self.apply_heads(self.features(x, extra))
 
 
 class DuelingConvNet(ConvNet):
@@ -138,15 +143,17 @@ class DuelingConvNet(ConvNet):
 
     spec_schema = DUELING_CONV_SCHEMA
 
-    def __init__(self, net_spec: dict, in_dim, out_dims: int | list[int], out_gains: list[float] | None = None):
+    def __init__(self, net_spec: dict, in_dim, out_dims: int | list[int], out_gains: list[float] | None = None,
+                 extra_dim: int = 0):
         dims = [out_dims] if isinstance(out_dims, int) else list(out_dims)
         if len(dims) != 1:
             raise SpecError('agent.net.type: DuelingConvNet is a Q net with one output; this algorithm needs '
                             f'{len(dims)} output heads; use ConvNet')
         gain = (out_gains or [1.0])[0]
-        super().__init__({**net_spec, 'out_layer_activation': None}, in_dim, [1, dims[0]], out_gains=[gain, gain])
+        super().__init__({**net_spec, 'out_layer_activation': None}, in_dim, [1, dims[0]], out_gains=[gain, gain],
+                         extra_dim=extra_dim)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.features(x)
+    def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.features(x, extra)
         value_head, advantage_head = self.heads
         return dueling_q(value_head(h), advantage_head(h))

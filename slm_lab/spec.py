@@ -510,9 +510,10 @@ def _is_number(value) -> bool:
 def fill_env_clip_defaults(env: dict) -> dict:
     """SLM-Lab v5's defaults of clip_obs and clip_reward, written into the validated env spec so
     the saved spec says what ran: 10 when the matching normalisation is on, else null (an explicit
-    null, kept, turns clipping off)."""
+    null, kept, turns clipping off); rewards of ALE/ games (SLM-Lab v5's Atari ids) clipped to 1."""
     env.setdefault('clip_obs', 10.0 if env['normalize_obs'] else None)
-    env.setdefault('clip_reward', 10.0 if env['normalize_reward'] else None)
+    ale = isinstance(env.get('name'), str) and env['name'].startswith('ALE/')
+    env.setdefault('clip_reward', 1.0 if ale else 10.0 if env['normalize_reward'] else None)
     return env
 
 
@@ -522,11 +523,13 @@ def check_frame_op(env: dict) -> None:
     if env.get('frame_op') and env.get('frame_op_len') is None:
         raise SpecError(f'env.frame_op_len: env.frame_op "{env["frame_op"]}" needs frame_op_len, the number of '
                         'observations to join (SLM-Lab used 4); set it, or set frame_op to null')
-    if env.get('life_loss_info'):
-        from slm_lab.env import atari_frames
-        if atari_frames(env) is None:
-            raise SpecError(f"env.life_loss_info: true is for Atari games with image observations and a fixed frame "
-                            f"skip (ALE/*-v5, *NoFrameskip-v4), not {env['name']!r}; remove it or set it to false")
+    from slm_lab.env import ENV_FAMILIES, atari_frames, env_family
+    if env.get('life_loss_info') and atari_frames(env) is None:
+        raise SpecError(f"env.life_loss_info: true is for Atari games with image observations and a fixed frame "
+                        f"skip (ALE/*-v5, *NoFrameskip-v4), not {env['name']!r}; remove it or set it to false")
+    if env.get('image_downsize') and env_family(env['name']) is not ENV_FAMILIES['atari']:
+        raise SpecError(f"env.image_downsize: resizes Atari frames, and {env['name']!r} is not an Atari game; remove "
+                        'it or set it to null')
 
 
 @accepts('[width, height], each >= 1')

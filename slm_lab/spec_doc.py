@@ -384,8 +384,13 @@ greyscale uint8 frames (`image_downsize` sets the size), the last frames stacked
 `ALE/` ids and 1 for the older ones. Actions are sticky with the id's probability (0.25 for
 `ALE/` ids, 0 for `NoFrameskip` ones) or the spec's `repeat_action_probability`, one emulator frame
 at a time, as ALE makes them; the lab applies them (gymnasium's `StickyAction`) so that a snapshot
-holds them. `ALE/` ids train on rewards clipped to [-1, 1] (unless `clip_reward` is given), the
-older ids on `reward_scale` as their specs say. Frames stay uint8 in memory and replay; a net with
+holds them. FIRE is pressed at each game's start in the games that have it (as SLM-Lab's wrappers
+did); `max_t` counts agent steps. `ALE/` ids train on rewards clipped to [-1, 1] (`clip_reward`
+defaults to 1 for them, recorded in the saved spec; null turns it off), the older ids on
+`reward_scale` as their specs say. A lost life ends the agent's episode while the game goes on
+(its frames as they were) with `life_loss_info: true` (SLM-Lab v5), and by default for the older
+ids (SLM-Lab v4 trained them so; `life_loss_info: false` turns it off); the records then count
+whole games, and evaluation plays whole games. Frames stay uint8 in memory and replay; a net with
 `normalize` divides the batch by 255. `"make_kwargs": {"obs_type": "ram"}` gives the 128 bytes of
 RAM instead, for an MLP."""
 

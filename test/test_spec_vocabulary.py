@@ -197,7 +197,7 @@ def spec_with(path: str, value, base: str) -> dict:
         spec['agent']['memory']['name'] = MEMORY_OF[path]
     if path.startswith('env.continuous'):
         spec['env']['name'] = 'LunarLander-v3'
-    if path.startswith(('env.repeat_action_probability', 'env.life_loss_info')):
+    if path.startswith(('env.repeat_action_probability', 'env.life_loss_info', 'env.image_downsize')):
         spec['env']['name'] = 'ALE/Pong-v5'
     if path == 'env.frame_op':  # SLM-Lab's specs give both
         spec['env']['frame_op_len'] = 4
@@ -248,7 +248,7 @@ def test_every_slm_lab_key_path_is_accepted_or_waits_for_its_component(path):
     assert key is not None, f'{path}: no value to test it with; add one to VALUES'
     if path == 'env.continuous':
         pytest.importorskip('Box2D', reason='LunarLander needs the box2d extra')
-    if path in ('env.repeat_action_probability', 'env.life_loss_info'):
+    if path in ('env.repeat_action_probability', 'env.life_loss_info', 'env.image_downsize'):
         pytest.importorskip('ale_py', reason='ALE games need the atari extra')
     base, value = VALUES[key]
     result = outcome(spec_with(key, value, base))

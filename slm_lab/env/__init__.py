@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
-from slm_lab.env.wrappers import LifeLossTermination, NormalizeObservation, clip_observation
+from slm_lab.env.wrappers import FireReset, LifeLossTermination, NormalizeObservation, clip_observation
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import not_available
@@ -208,6 +208,7 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
         kwargs['render_mode'] = render_mode
     if atari_frames(env_spec) is not None:  # the lab's wrappers skip frames and make actions sticky
         kwargs.update(frameskip=1, repeat_action_probability=0.0)
+        kwargs.pop('max_episode_steps', None)  # counted in agent steps by the lab's wrappers, not in frames
     return kwargs
 
 
@@ -228,7 +229,9 @@ def atari_frames(env_spec: dict) -> tuple[int, float] | None:
     frameskip = kwargs.get('frameskip', 4)
     if kwargs.get('obs_type', 'rgb') == 'ram' or isinstance(frameskip, bool) or not isinstance(frameskip, int):
         return None
-    return (4 if frameskip == 1 else frameskip), float(kwargs.get('repeat_action_probability', 0.25))
+    if 'NoFrameskip' in env_spec['name'] and 'frameskip' not in given and 'frameskip' not in (env_spec.get('make_kwargs') or {}):
+        frameskip = 4  # SLM-Lab v4 skipped 4 frames of these ids itself (its MaxAndSkipEnv)
+    return frameskip, float(kwargs.get('repeat_action_probability', 0.25))
 
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
@@ -258,9 +261,7 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         env = NormalizeObservation(env, clip=env_spec.get('clip_obs'))
     if env_spec.get('normalize_reward'):
         env = gym.wrappers.vector.NormalizeReward(env, gamma=gamma)
-    clip_reward = env_spec.get('clip_reward')
-    if clip_reward is None and 'clip_reward' not in env_spec and is_ale_v5(env_spec['name']):
-        clip_reward = 1.0  # SLM-Lab v5 trains on ALE/ games with rewards clipped to [-1, 1]
+    clip_reward = env_spec.get('clip_reward')  # 1 for ALE/ games unless the spec says (spec.fill_env_clip_defaults)
     if clip_reward is not None:  # after normalize_reward, as in SLM-Lab v5
         low, high = clip_reward if isinstance(clip_reward, list) else (-clip_reward, clip_reward)
         env = gym.wrappers.vector.ClipReward(env, min_reward=low, max_reward=high)
@@ -282,8 +283,13 @@ def _raw_obs_wrappers(env_spec: dict, whole_games: bool = False) -> list | None:
         stack = env_spec['frame_op_len'] if env_spec.get('frame_op') else (4 if is_ale_v5(env_spec['name']) else 1)
         size = tuple(env_spec.get('image_downsize') or (84, 84))
         frame_skip, sticky = atari_frames(env_spec) or (1, 0.0)  # (1, 0): ALE skips frames, sticks actions
-        life_loss = bool(env_spec.get('life_loss_info')) and not whole_games
-        wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky, life_loss)
+        # a lost life ends the episode in training: life_loss_info (v5), always for the older ids (v4
+        # trained them under its EpisodicLifeEnv)
+        life_loss = not whole_games and (bool(env_spec.get('life_loss_info')) or (
+            not is_ale_v5(env_spec['name']) and env_spec.get('life_loss_info') is not False and
+            atari_frames(env_spec) is not None))
+        max_t = env_spec.get('max_t') if atari_frames(env_spec) is not None else None
+        wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky, life_loss, max_t)
                         if len(env.observation_space.shape) > 1
                         else concat_frames(env, stack) if env_spec.get('frame_op') else env)  # RAM: a vector
     elif env_spec.get('frame_op'):
@@ -297,7 +303,7 @@ def is_ale_v5(name: str) -> bool:
 
 
 def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 84), frame_skip: int = 4,
-                        sticky: float = 0.0, life_loss: bool = False) -> gym.Env:
+                        sticky: float = 0.0, life_loss: bool = False, max_t: int | None = None) -> gym.Env:
     """The Atari preprocessing of SLM-Lab (and of the DQN papers), with gymnasium's wrappers: each
     emulator frame's action repeats the previous one with probability `sticky` (StickyAction, as
     ALE's sticky actions do per frame), up to 30 no-op actions at reset, `frame_skip` frames per
@@ -305,15 +311,18 @@ def atari_preprocessing(env: gym.Env, stack: int, size: tuple[int, int] = (84, 8
     greyscale uint8 frames resized to `size` (width, height; SLM-Lab v4's image_downsize, else
     84x84), the last `stack` of them as a (stack, height, width) observation (zeros before an
     episode's first frame). Values stay 0-255 uint8 (in memory and in replay): a net with
-    `normalize` scales the batch. life_loss: a lost life ends the episode, not the game
-    (LifeLossTermination, env.life_loss_info)."""
+    `normalize` scales the batch. FIRE is pressed at each game's start in the games that need it
+    (FireReset, as SLM-Lab v4's wrappers and v5's Atari vector env do). life_loss: a lost life ends
+    the episode, not the game (LifeLossTermination). max_t: env.max_t in agent steps."""
     if sticky > 0:
         env = gym.wrappers.StickyAction(env, repeat_action_probability=sticky)
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=frame_skip, screen_size=size,
                                           terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
-    if life_loss:
-        env = LifeLossTermination(env)
-    return gym.wrappers.FrameStackObservation(env, stack, padding_type='zero')
+    env = FireReset(env)
+    if max_t:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps=max_t)
+    env = gym.wrappers.FrameStackObservation(env, stack, padding_type='zero')
+    return LifeLossTermination(env) if life_loss else env
 
 
 def concat_frames(env: gym.Env, n: int) -> gym.Env:

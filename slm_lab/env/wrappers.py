@@ -66,21 +66,42 @@ def clip_observation(env: gym.Env, bound: float) -> gym.Env:
                                              env.observation_space)
 
 
-class LifeLossTermination(gym.Wrapper):
-    """SLM-Lab v5's env.life_loss_info for an Atari game: losing a life ends the agent's episode
-    (terminated, so no value is bootstrapped past it) while the game goes on: the reset that
-    follows (the vector env's autoreset) takes one no-op step instead of restarting the game, and
-    only a game over resets it. The whole game's return (the env's own rewards) is reported in
-    info['game_return'] at the step that ends the game, for the records, which count whole games.
+class FireReset(gym.Wrapper):
+    """Presses FIRE once after each reset of a game whose action set has it (Breakout, Pong, ...),
+    which some games need to start, as SLM-Lab v4's FireResetEnv and v5's Atari vector env do; the
+    step's reward (none in those games) is dropped. No state of its own."""
 
-    State (plain attributes, so a snapshot continues exactly): lives, game_over, game_return.
-    A game that ends on the no-op step of a continuation (rare) is restarted unrecorded."""
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire = meanings.index('FIRE') if 'FIRE' in meanings else None
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        if self.fire is not None:
+            obs, _, terminated, truncated, info = self.env.step(self.fire)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class LifeLossTermination(gym.Wrapper):
+    """A lost life ends the agent's episode (terminated, so no value is bootstrapped past it)
+    while the game goes on: SLM-Lab v5's env.life_loss_info, and how SLM-Lab v4 trained Atari
+    (its EpisodicLifeEnv). The reset that follows (the vector env's autoreset) returns the last
+    observation as it is, so the game, its frame stack included, continues from the agent's next
+    action (as ALE's vector env does); only a game over resets it. The whole game's return (the
+    env's own rewards) is in info['game_return'] at the step that ends the game, for the records,
+    which count whole games.
+
+    State (plain attributes, so a snapshot continues exactly): lives, game_over, game_return, last_obs."""
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self.lives = 0
         self.game_over = True
         self.game_return = 0.0
+        self.last_obs = None
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
@@ -89,18 +110,17 @@ class LifeLossTermination(gym.Wrapper):
         lives = self.env.unwrapped.ale.lives()
         if self.game_over:
             info = {**info, 'game_return': self.game_return}
-        elif lives < self.lives:
+        elif 0 < lives < self.lives:
             terminated = True
         self.lives = lives
+        self.last_obs = obs
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs):
-        if not self.game_over:
-            obs, reward, terminated, truncated, info = self.env.step(0)  # the game goes on after a lost life
-            self.game_return += float(reward)
-            self.game_over = bool(terminated or truncated)
-        if self.game_over:
+        if self.game_over or self.last_obs is None:
             obs, info = self.env.reset(**kwargs)
             self.game_over, self.game_return = False, 0.0
-        self.lives = self.env.unwrapped.ale.lives()
-        return obs, info
+            self.lives = self.env.unwrapped.ale.lives()
+            self.last_obs = obs
+            return obs, info
+        return self.last_obs.copy(), {'lives': self.lives}

@@ -196,3 +196,50 @@ def test_v4_discrete_sac_joins_the_action_to_the_conv_features_of_its_critics(la
     critic = build_net(net_spec(conv_hid_layers=[[4, 8, 4]], fc_hid_layers=[8]), (4, 84, 84), 1, extra_dim=6)
     frames, actions = torch.zeros(3, 4, 84, 84), torch.eye(6)[:3]
     assert critic.fc[0].in_features == 4 * 20 * 20 + 6 and critic(frames, actions).shape == (3, 1)
+
+
+def test_ale_rewards_are_clipped_by_default_and_the_older_ids_keep_their_own():
+    spec = atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/SpaceInvaders-v5'})
+    assert validate_spec(spec)['env']['clip_reward'] == 1.0  # SLM-Lab v5; recorded in the saved spec
+    spec['env']['clip_reward'] = None  # an explicit null turns it off
+    assert validate_spec(spec)['env']['clip_reward'] is None
+    old = atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'SpaceInvadersNoFrameskip-v4', 'reward_scale': 'sign'})
+    assert validate_spec(old)['env']['clip_reward'] is None
+
+
+def test_fire_starts_the_game_max_t_counts_agent_steps_and_a_lost_life_continues_the_game():
+    """Breakout needs FIRE to launch the ball: with FIRE pressed at reset, a policy that never
+    presses it still loses lives; max_t counts the agent's steps (4 frames each); with
+    life_loss_info (and always for the older ids, as SLM-Lab v4 trained them) a lost life ends
+    the episode and the reset that follows returns the frames as they were, the game going on."""
+    from slm_lab.env import make_env, make_single_env
+    env = make_single_env({'name': 'ALE/Breakout-v5'})
+    try:
+        env.reset(seed=0)
+        lives = [env.step(0)[4]['lives'] for _ in range(400)]
+        assert min(lives) < 5
+    finally:
+        env.close()
+    env = make_env(validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'max_t': 50}))['env'])
+    try:
+        env.reset(seed=0)
+        ends = [i for i in range(120) if env.step(np.zeros(2, dtype=int))[3].all()]
+        assert ends[:2] == [49, 99]
+    finally:
+        env.close()
+    env = make_env(validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'BreakoutNoFrameskip-v4'}))['env'])
+    try:
+        env.reset(seed=0)
+        for _ in range(400):
+            obs, _, terminated, truncated, info = env.step(np.zeros(2, dtype=int))
+            if terminated[0]:
+                break
+        assert terminated[0] and info['final_info']['lives'][0] == 4  # a life, not the game
+        np.testing.assert_array_equal(obs[0], info['final_obs'][0])  # the game goes on from where it was
+    finally:
+        env.close()
+
+
+def test_a_convnet_on_channels_last_images_is_not_available_yet():
+    with pytest.raises(SpecError, match=r'^agent\.net\.type: ConvNet on channels-last images \(96, 96, 3\).*not available yet'):
+        build_net(net_spec(), (96, 96, 3), 5)

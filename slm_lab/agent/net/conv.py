@@ -71,6 +71,11 @@ def image_shape(in_dim, net_type: str) -> tuple[int, int, int]:
     if len(shape) != 3:
         raise SpecError(f'agent.net.type: {net_type} takes image observations (channels, height, width); this '
                         f'env observes shape {shape}; use MLPNet')
+    if shape[-1] in (1, 3, 4) and shape[0] > 4:
+        from slm_lab.lib.schema import not_available
+        raise not_available('agent.net.type', f'{net_type} on channels-last images {shape} (height, width, '
+                            "channels: SLM-Lab v4 transposed them; the lab's Atari frames are channels-first)",
+                            '; Atari games work as they are')
     return shape
 
 

@@ -19,18 +19,32 @@ MARKER_VAR = 'SLM_LAB_SEARCH_ID'
 
 def marked_pids(marker: str, token: str | None = None) -> list[int]:
     """Processes whose environment holds MARKER_VAR=marker or RAY_AUTH_TOKEN=token (other than
-    this one)."""
+    this one), and their descendants: Ray starts its dashboard and runtime-env agents with a fresh
+    environment (no marker, and no token either when the cluster came from `ray start`), as
+    children of the raylet."""
     needles = {f'{MARKER_VAR}={marker}'.encode()} | ({f'RAY_AUTH_TOKEN={token}'.encode()} if token else set())
-    found = []
+    found, parent = [], {}
     for entry in os.listdir('/proc'):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f'/proc/{entry}/environ', 'rb') as f:
-                if needles & set(f.read().split(b'\0')):
-                    found.append(int(entry))
-        except OSError:
+                env = set(f.read().split(b'\0'))
+            with open(f'/proc/{entry}/stat', 'rb') as f:
+                parent[int(entry)] = int(f.read().rsplit(b')', 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
+        if needles & env:
+            found.append(int(entry))
+    marked = set(found)
+    grew = True
+    while grew:  # descendants, however deep
+        grew = False
+        for pid, ppid in parent.items():
+            if ppid in marked and pid not in marked and pid != os.getpid():
+                marked.add(pid)
+                found.append(pid)
+                grew = True
     return found
 
 

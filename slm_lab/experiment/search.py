@@ -381,6 +381,11 @@ def make_trainable():
             self.reported = 0
             self.seen = None  # the train CSVs' modification times when last read
             self.proc = None
+            if not config['replay']:
+                # a trial that continues holds back its row at max_frame until its process ends, as
+                # step() does: it may have been stopped there before writing its final records, and
+                # reported to Tune (which stops a trial at max_t) it would be stopped unfinished
+                self.reports = [r for r in self.reports if r[TIME_ATTR] < max_frame]
             if not config['replay'] and not stop_file(self.run_dir).exists():
                 self.proc = start_trial_process(self.run_dir, self.index)
                 record_node(self.run_dir, self.index)

@@ -222,12 +222,15 @@ def test_search_options_belong_to_search(tmp_path):
     assert result.returncode == 2 and '--keep only applies to search' in result.stderr
 
 
+ROWS = 4  # of 8: the middle of the third trial
+
+
 def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_stopped(tmp_path):
     """Point 7 of the search issue: 4 trials one at a time (each reserves every core), ASHA on,
     SIGKILL while the third trial trains, search@latest: the same experiment_df.csv and the same
     trial records as a search run without interruption; nothing of the killed search's processes
     is left behind."""
-    spec_file = write(tmp_path, search_spec(max_frame=1500))
+    spec_file = write(tmp_path, search_spec(max_frame=2000))
     straight, killed = tmp_path / 'straight', tmp_path / 'killed'
     straight.mkdir()
     killed.mkdir()
@@ -235,7 +238,7 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     reference = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=straight,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        proc = search_until(spec_file, killed, trial=2, rows=4)
+        proc = search_until(spec_file, killed, trial=2, rows=ROWS)
         assert proc.poll() is None, 'the search should be training its third trial'
         proc.kill()
         proc.wait()

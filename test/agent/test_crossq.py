@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_agent
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
+from test_resume import check_resume_after_max_frame
 from test_sac import fill
 
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d, batch_renorm, renorm_limits
@@ -170,6 +170,3 @@ def test_crossq_resumes_exactly_after_max_frame(tmp_path):
 def test_discrete_crossq_resumes_exactly_after_max_frame(tmp_path):
     check_resume_after_max_frame(tmp_path, 'crossq_cartpole', resume_spec('CartPole-v1'))
 
-
-def test_crossq_resumes_exactly_after_sigterm(tmp_path):
-    check_resume_after_sigterm(tmp_path, 'crossq_pendulum', resume_spec('Pendulum-v1', policy_delay=2))

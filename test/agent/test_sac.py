@@ -311,6 +311,3 @@ def test_sac_gives_prioritized_replay_its_td_errors():
 def test_continuous_sac_resumes_exactly_after_sigterm(tmp_path):
     check_resume_after_sigterm(tmp_path, 'sac_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
 
-
-def test_discrete_sac_resumes_exactly_after_sigterm(tmp_path):
-    check_resume_after_sigterm(tmp_path, 'sac_cartpole', resume_spec('CartPole-v1'))

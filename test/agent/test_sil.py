@@ -17,7 +17,7 @@ from slm_lab.agent.algorithm.sil import (PrioritizedSILReplay, SILReplay, episod
                                          sil_returns)
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm, run_dirs, write_spec
+from test_resume import check_resume_after_max_frame, run_dirs, write_spec
 
 NET = {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
        'optim_spec': {'name': 'Adam', 'lr': 1e-3}}
@@ -394,9 +394,6 @@ def test_sil_with_a_prioritized_replay_resumes_exactly_after_max_frame(tmp_path)
     spec['agent']['memory'].update(sil_replay_name='PrioritizedReplay', beta=0.4)
     check_resume_after_max_frame(tmp_path, 'silper', spec)
 
-
-def test_pposil_resumes_exactly_after_sigterm(tmp_path):
-    check_resume_after_sigterm(tmp_path, 'pposil', PPOSIL)
 
 
 def test_a_resume_without_the_sil_replay_says_it_is_approximate(tmp_path):

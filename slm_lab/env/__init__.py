@@ -224,12 +224,13 @@ def atari_frames(env_spec: dict) -> tuple[int, float] | None:
     if env_family(env_spec['name']) is not ENV_FAMILIES['atari']:
         return None
     registered = gym.envs.registry.get(env_spec['name'])
-    given = {k: v for k, v in env_spec.items() if k in ('frameskip', 'repeat_action_probability', 'obs_type')}
-    kwargs = {**(registered.kwargs if registered is not None else {}), **given, **(env_spec.get('make_kwargs') or {})}
+    given = {**{k: v for k, v in env_spec.items() if k in ('frameskip', 'repeat_action_probability', 'obs_type')},
+             **(env_spec.get('make_kwargs') or {})}
+    kwargs = {**(registered.kwargs if registered is not None else {}), **given}
     frameskip = kwargs.get('frameskip', 4)
     if kwargs.get('obs_type', 'rgb') == 'ram' or isinstance(frameskip, bool) or not isinstance(frameskip, int):
         return None
-    if 'NoFrameskip' in env_spec['name'] and 'frameskip' not in given and 'frameskip' not in (env_spec.get('make_kwargs') or {}):
+    if 'NoFrameskip' in env_spec['name'] and 'frameskip' not in given:
         frameskip = 4  # SLM-Lab v4 skipped 4 frames of these ids itself (its MaxAndSkipEnv)
     return frameskip, float(kwargs.get('repeat_action_probability', 0.25))
 
@@ -282,13 +283,13 @@ def _raw_obs_wrappers(env_spec: dict, whole_games: bool = False) -> list | None:
         # for ALE/ ids and one frame for the older ids
         stack = env_spec['frame_op_len'] if env_spec.get('frame_op') else (4 if is_ale_v5(env_spec['name']) else 1)
         size = tuple(env_spec.get('image_downsize') or (84, 84))
-        frame_skip, sticky = atari_frames(env_spec) or (1, 0.0)  # (1, 0): ALE skips frames, sticks actions
+        frames = atari_frames(env_spec)  # None: ALE skips frames and sticks actions itself
+        frame_skip, sticky = frames or (1, 0.0)
         # a lost life ends the episode in training: life_loss_info (v5), always for the older ids (v4
         # trained them under its EpisodicLifeEnv)
         life_loss = not whole_games and (bool(env_spec.get('life_loss_info')) or (
-            not is_ale_v5(env_spec['name']) and env_spec.get('life_loss_info') is not False and
-            atari_frames(env_spec) is not None))
-        max_t = env_spec.get('max_t') if atari_frames(env_spec) is not None else None
+            not is_ale_v5(env_spec['name']) and env_spec.get('life_loss_info') is not False and frames is not None))
+        max_t = env_spec.get('max_t') if frames is not None else None
         wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky, life_loss, max_t)
                         if len(env.observation_space.shape) > 1
                         else concat_frames(env, stack) if env_spec.get('frame_op') else env)  # RAM: a vector

@@ -101,7 +101,6 @@ def test_unknown_net_type_lists_the_valid_ones(dqn, spec_file):
 @pytest.mark.parametrize('section, key, name', [
     ('algorithm', 'name', 'HydraDQN'),
     ('net', 'type', 'HydraMLPNet'),
-    ('net', 'type', 'RecurrentNet'),
 ])
 def test_slm_lab_names_not_implemented_yet_say_so(dqn, spec_file, section, key, name):
     dqn['agent'][section][key] = name

@@ -124,13 +124,11 @@ VALUES = {
 }
 # key paths a later component reads -> a name the refusal must contain
 WAITS_FOR = {
-    'agent.net.cell_type': 'RecurrentNet',
-    'agent.net.rnn_hidden_size': 'RecurrentNet',
-    'agent.net.rnn_num_layers': 'RecurrentNet',
-    'agent.net.seq_len': 'RecurrentNet',
     'env.unity': 'Unity',
 }
 CONV_KEYS = ('agent.net.conv_hid_layers', 'agent.net.fc_hid_layers')
+RECURRENT_KEYS = ('agent.net.cell_type', 'agent.net.rnn_hidden_size', 'agent.net.rnn_num_layers', 'agent.net.seq_len',
+                  'agent.net.bidirectional')
 # key paths whose value is an object the spec gives whole: its own rows are covered by it
 OBJECT_KEYS = ('agent.algorithm.clip_eps_spec', 'agent.algorithm.entropy_coef_spec', 'agent.algorithm.explore_var_spec',
                'agent.net.actor_optim_spec', 'agent.net.critic_optim_spec', 'agent.net.optim_spec',
@@ -151,8 +149,7 @@ NAMED_VALUE_KEYS = {  # named-value key path -> the key path of VALUES that sets
 LATER_NAMES = {  # named values that wait for a later component (the refusal names the value)
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
     'agent.algorithm.name': {'HydraDQN'},
-    'agent.net.type': {'HydraMLPNet', 'RecurrentNet'},
-    'agent.net.cell_type': {'GRU'},
+    'agent.net.type': {'HydraMLPNet'},
     'meta.distributed': {'synced', 'shared'},
 }
 
@@ -203,6 +200,8 @@ def spec_with(path: str, value, base: str) -> dict:
         spec['env']['frame_op_len'] = 4
     if path in CONV_KEYS:  # keys of ConvNet, which SLM-Lab's specs give with it
         spec['agent']['net'] = {'type': 'ConvNet', 'conv_hid_layers': [[8, 8, 4]]}
+    if path in RECURRENT_KEYS:  # keys of RecurrentNet
+        spec['agent']['net'] = {'type': 'RecurrentNet', 'shared': True}
     if path in ('body', 'spec_params'):
         spec[path] = copy.deepcopy(value)
         return spec
@@ -305,14 +304,13 @@ def test_every_named_value_is_accepted_or_waits_for_its_component(path, value):
     if path == 'agent.algorithm.action_policy' and value == 'default':
         base = 'Reinforce'
     spec = spec_with(key, value_to_set, base)
-    if path == 'agent.net.type' and 'Conv' in value:  # an image net has fc_hid_layers, not hid_layers
+    if path == 'agent.net.type' and ('Conv' in value or value == 'RecurrentNet'):  # fc_hid_layers, not hid_layers
         spec['agent']['net'].pop('hid_layers', None)
     if value == 'Normal':
         spec['env']['name'] = 'Pendulum-v1'
     result = outcome(spec)
     if value in LATER_NAMES.get(path, ()):
-        named = 'RecurrentNet' if path == 'agent.net.cell_type' else value  # the key itself waits for it
-        assert isinstance(result, str) and LATER in result and named in result, result
+        assert isinstance(result, str) and LATER in result and value in result, result
     else:
         assert isinstance(result, dict), f'{path} = {value}: refused: {result}'
 
@@ -401,7 +399,7 @@ CODE_READ = {
     'agent.net.actor_init_std': ('PPO', 0.01, 'slm_lab/agent/net/mlp.py (HEAD, MLPNet)', None),
     'agent.net.critic_init_std': ('PPO', 1.0, 'slm_lab/agent/net/mlp.py (HEAD, MLPNet)', None),
     'agent.net.cuda_id': ('DQN', 0, 'slm_lab/agent/net/base.py (v4.2.4 and HEAD, Net)', None),
-    'agent.net.bidirectional': ('PPO', True, 'slm_lab/agent/net/recurrent.py (v4.2.4 and HEAD)', 'RecurrentNet'),
+    'agent.net.bidirectional': ('PPO', False, 'slm_lab/agent/net/recurrent.py (v4.2.4 and HEAD)', None),
     # agent.net.arc and arc_file: TorchArcNet's own keys (test/agent/test_torcharc_net.py)
     'agent.algorithm.symlog': ('PPO', True, 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),
     'agent.algorithm.normalize_advantages': ('PPO', 'standardize', 'slm_lab/agent/algorithm/ppo.py (HEAD, PPO)', None),

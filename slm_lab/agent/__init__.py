@@ -1,12 +1,15 @@
 """Agent = algorithm + memory + net, built from the agent spec."""
 from __future__ import annotations
 
+import contextlib
+
 import gymnasium as gym
 import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import ALGORITHMS
 from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay, Replay
+from slm_lab.agent.net import recurrent
 from slm_lab.lib.errors import SpecError
 
 
@@ -22,6 +25,19 @@ class Agent:
         agent_spec = spec['agent']
         self.name = agent_spec['name']
         algo_spec, memory_spec = agent_spec['algorithm'], agent_spec['memory']
+        algo_cls = ALGORITHMS[algo_spec['name']]
+        net_spec = agent_spec.get('net') or {}
+        self.seq = self.greedy_seq = None
+        layout = None
+        if net_spec.get('type') == 'RecurrentNet':
+            # the algorithm and its memory see contexts in place of observations (net/recurrent.py)
+            if obs_space.dtype == np.uint8 or len(obs_space.shape) > 1:
+                raise SpecError(f'agent.net.type: RecurrentNet takes vector observations, and {spec["env"]["name"]} '
+                                f'gives {"images" if obs_space.dtype == np.uint8 else "arrays"} of shape '
+                                f'{obs_space.shape}; use ConvNet for images')
+            layout = recurrent.SeqLayout(net_spec['seq_len'], int(np.prod(obs_space.shape)),
+                                         recurrent.state_size(net_spec), algo_cls.recurrent_slots(agent_spec))
+            obs_space = gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)
         self.memory = None
         if memory_spec is not None:
             memory_cls = MEMORIES[memory_spec['name']]
@@ -31,22 +47,48 @@ class Agent:
             if issubclass(memory_cls, Replay):
                 kwargs['persist'] = spec['meta'].get('snapshot_replay', False)
             self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1], **kwargs)
-        algo_cls = ALGORITHMS[algo_spec['name']]
-        self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
-                                  self.memory, seed=[seed, 2],
-                                  persist_replay=spec['meta'].get('snapshot_replay', False))
+        with recurrent.building(layout) if layout else contextlib.nullcontext():
+            self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
+                                      self.memory, seed=[seed, 2],
+                                      persist_replay=spec['meta'].get('snapshot_replay', False))
+        if layout:
+            self.seq_nets = _recurrent_nets(self.algorithm, layout)
+            self.seq = recurrent.SeqContext(layout, self.seq_nets, num_envs, self.algorithm.device)
+            self._context = None  # the contexts of the step being acted on
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Training actions for a batch of observations."""
-        return self.algorithm.act(obs)
+        if self.seq is None:
+            return self.algorithm.act(obs)
+        self._context = self.seq.observe(obs)
+        action = self.algorithm.act(self._context)
+        self.seq.advance()
+        return action
+
+    def start_greedy_episode(self) -> None:
+        """A greedy episode (eval, replay) starts: a recurrent agent's greedy hidden state goes back
+        to zero (it is apart from the training episodes' ones)."""
+        self.greedy_seq = None
 
     def act_greedy(self, obs: np.ndarray) -> np.ndarray:
-        """Greedy actions (eval, replay)."""
-        return self.algorithm.act_greedy(obs)
+        """Greedy actions (eval, replay); a recurrent agent carries its hidden state from the
+        last start_greedy_episode()."""
+        if self.seq is None:
+            return self.algorithm.act_greedy(obs)
+        if self.greedy_seq is None or self.greedy_seq.num_envs != len(obs):
+            self.greedy_seq = recurrent.SeqContext(self.seq.layout, self.seq_nets, len(obs), self.algorithm.device)
+        action = self.algorithm.act_greedy(self.greedy_seq.observe(obs))
+        self.greedy_seq.advance()
+        return action
 
     def update(self, obs, action, reward, next_obs, terminated, truncated) -> dict | None:
         """Store a vector step and train when due; training metrics or None."""
-        return self.algorithm.update(obs, action, reward, next_obs, terminated, truncated)
+        if self.seq is None:
+            return self.algorithm.update(obs, action, reward, next_obs, terminated, truncated)
+        next_context = self.seq.peek(next_obs)
+        metrics = self.algorithm.update(self._context, action, reward, next_context, terminated, truncated)
+        self.seq.end_episodes(np.logical_or(terminated, truncated))
+        return metrics
 
     def parameters_snapshot(self) -> list[torch.Tensor]:
         """Copies of every trainable parameter (for dev mode's did-anything-learn check)."""
@@ -59,10 +101,36 @@ class Agent:
         return {k: state[k] for k in ('nets', 'optimizers', 'lr_schedulers')}
 
     def state_dict(self) -> dict:
-        return {'algorithm': self.algorithm.state_dict(),
-                'memory': self.memory.state_dict() if self.memory is not None else None}
+        state = {'algorithm': self.algorithm.state_dict(),
+                 'memory': self.memory.state_dict() if self.memory is not None else None}
+        if self.seq is not None:
+            state['recurrent'] = self.seq.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.algorithm.load_state_dict(state['algorithm'])
         if self.memory is not None:
             self.memory.load_state_dict(state['memory'])
+        if self.seq is not None:
+            if 'recurrent' not in state:
+                from slm_lab.lib.errors import ResumeError
+                raise ResumeError('snapshot: it holds no recurrent hidden states, and this spec has a RecurrentNet; '
+                                  'resume with the spec the run was made with')
+            self.seq.load_state_dict(state['recurrent'])
+
+
+def _recurrent_nets(algorithm, layout) -> list:
+    """The RecurrentNet that owns each context slot: the trained one where a copy (a target net)
+    shares its slot."""
+    owners = [None] * layout.slots
+    for net in algorithm.nets().values():
+        for module in net.modules():
+            if isinstance(module, recurrent.RecurrentNet):
+                trained = any(p.requires_grad for p in module.parameters())
+                if owners[module.slot] is None or (trained and not any(
+                        p.requires_grad for p in owners[module.slot].parameters())):
+                    owners[module.slot] = module
+    if any(net is None for net in owners):
+        raise RuntimeError(f'{type(algorithm).__name__}: recurrent_slots says {layout.slots} recurrent nets, and it '
+                           f'built {sum(net is not None for net in owners)}')
+    return owners

@@ -364,6 +364,7 @@ class Session:
             else:
                 obs, _ = self.eval_env.reset()
             total, done = 0.0, False
+            self.agent.start_greedy_episode()
             while not done:
                 o = obs[None].astype(np.float32)
                 action = self.agent.act_greedy(normalize(o) if normalize else o)[0]

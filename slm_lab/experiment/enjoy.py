@@ -204,6 +204,7 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
         for i in range(episodes):
             obs, _ = env.reset(seed=seed + i)
             total, done = 0.0, False
+            agent.start_greedy_episode()
             while not done:
                 o = np.asarray(obs, dtype=np.float32)[None]
                 action = agent.act_greedy(normalize(o) if normalize else o)[0]

@@ -212,6 +212,11 @@ class ActorCritic(Algorithm):
     samples_from_policy = True
 
     @classmethod
+    def recurrent_slots(cls, agent_spec: dict) -> int:
+        """Separate actor and critic nets each carry a hidden state."""
+        return 1 if agent_spec['net']['shared'] else 2
+
+    @classmethod
     def batch_steps(cls, algo_spec: dict) -> int:
         """SLM-Lab trains n-step A2C (num_step_returns without lam) every num_step_returns vector
         steps, whatever training_frequency says."""

@@ -66,6 +66,12 @@ class Algorithm:
                                 f'; available: {", ".join(policy_util.PDTYPES)}')
 
     @classmethod
+    def recurrent_slots(cls, agent_spec: dict) -> int:
+        """How many RecurrentNets that read observations this algorithm builds from a RecurrentNet
+        spec (each carries its own hidden state; see net/recurrent.py): one by default."""
+        return 1
+
+    @classmethod
     def batch_steps(cls, algo_spec: dict) -> int:
         """Vector steps an OnPolicyBatchReplay holds for this algorithm's update: its time_horizon,
         else its training_frequency (override when the algorithm decides otherwise)."""

@@ -17,21 +17,16 @@ import math
 from slm_lab.agent.net.conv import ConvNet, DuelingConvNet
 from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
+from slm_lab.agent.net.recurrent import RecurrentNet
 from slm_lab.agent.net.torcharc_net import TorchArcNet
 
 NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet, 'TorchArcNet': TorchArcNet, 'ConvNet': ConvNet,
-        'DuelingConvNet': DuelingConvNet}
+        'DuelingConvNet': DuelingConvNet, 'RecurrentNet': RecurrentNet}
 IMAGE_NETS = (ConvNet, DuelingConvNet)
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
-PLANNED_NETS = ('RecurrentNet', 'HydraMLPNet')
+PLANNED_NETS = ('HydraMLPNet',)
 # keys SLM-Lab reads only in nets of a later version, and what they are
 PLANNED_KEYS = {
-    'fc_hid_layers': "the dense layers of SLM-Lab's RecurrentNet",
-    'cell_type': "recurrent nets (SLM-Lab's RecurrentNet)",
-    'rnn_hidden_size': "recurrent nets (SLM-Lab's RecurrentNet)",
-    'rnn_num_layers': "recurrent nets (SLM-Lab's RecurrentNet)",
-    'seq_len': "recurrent nets (SLM-Lab's RecurrentNet)",
-    'bidirectional': "recurrent nets (SLM-Lab's RecurrentNet)",
     'actor_arc': "separate actor and critic arcs of a TorchArcNet (SLM-Lab's MuJoCo Playground specs)",
     'critic_arc': "separate actor and critic arcs of a TorchArcNet (SLM-Lab's MuJoCo Playground specs)",
 }

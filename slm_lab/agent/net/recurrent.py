@@ -109,6 +109,10 @@ class RecurrentNet(net_util.HeadedNet):
     observation, a torch GRU / LSTM / RNN (cell_type, rnn_hidden_size, rnn_num_layers), and one
     linear head per output (each followed by its out_layer_activation) on the top layer's hidden
     state. init_fn initialises the dense layers and heads, as MLPNet's; the cell keeps torch's init.
+    The hidden state is carried through each episode (zero at its start) while acting; training
+    reads stored steps, each the episode's last seq_len observations and the hidden state before
+    them, so gradients flow back seq_len steps. For every algorithm but SAC and CrossQ; vector
+    observations only.
 
     Input: contexts (B, layout.width) (see the module doc); output (B, out_dim) per head, as MLPNet.
     Built outside an Agent (e.g. to count parameters) it takes in_dim as the observation width and

@@ -18,18 +18,29 @@ then checks their checksums in a background thread while the first steps run, an
 ever written from a mapped array whose file has not passed that check (`save_snapshot`). So a
 flipped byte in a replay is found before it is copied into a new snapshot under a valid checksum.
 
+Incremental snapshots: an array given as `identified_array(array, content_id)` (a replay's
+fixed-size chunks) is written once per content id: when an earlier snapshot in the same directory
+holds a file of that id (its manifest says so), the new snapshot hard-links that file instead of
+writing it again, so a snapshot costs what changed since the previous one, and each snapshot
+stays complete on its own (pruning one removes its names, not the files others share). Such files
+are written with their data at a page boundary, so that `join_chunks` can map the chunks of a
+loaded array side by side into one array without reading or copying them.
+
 A full disk during a save removes the partial snapshot and raises DiskFullError; the previous
 snapshots are untouched, so the run resumes once space is freed. `cleanup_stale_tmp` removes the
 temporary files and directories that processes killed mid-write left behind.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import mmap
+import math
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 import weakref
@@ -59,6 +70,8 @@ SNAPSHOT_DIR = re.compile(r'f([0-9]+)')
 SNAPSHOT_TMP_DIR = re.compile(r'\.f[0-9]+\.tmp-([0-9]+)')
 SET_ASIDE_DIR = re.compile(r'f([0-9]+)\.damaged(?:\.[0-9]+)?')
 SAVE_OVERHEAD_BYTES = 1 << 16  # manifest, .npy headers and torch's zip records, for the space estimate
+ARRAY_KEY, CONTENT_ID_KEY = '__array__', '__content_id__'  # an identified array (see identified_array)
+PAGE = mmap.PAGESIZE
 
 
 class UnknownSnapshotFormat(ResumeError):
@@ -136,13 +149,15 @@ def _mapping_of(arr: np.ndarray) -> mmap.mmap | None:
     while base is not None:
         if isinstance(base, mmap.mmap):
             return base
-        base = getattr(base, 'base', None)
+        base = base.obj if isinstance(base, memoryview) else getattr(base, 'base', None)  # np.frombuffer's
     return None
 
 
-def _mapped_check(arr: np.ndarray) -> _FileCheck | None:
+def _mapped_checks(arr: np.ndarray) -> list[_FileCheck]:
+    """The checks of the snapshot files an array reads its data from (several for join_chunks)."""
     mapping = _mapping_of(arr)
-    return _MAPPED.get(mapping) if mapping is not None else None
+    checks = _MAPPED.get(mapping) if mapping is not None else None
+    return [] if checks is None else checks if isinstance(checks, list) else [checks]
 
 
 class ArrayVerifier:
@@ -206,20 +221,37 @@ def verify_arrays_async(path: Path, manifest: dict) -> ArrayVerifier:
     return ArrayVerifier(path, manifest)
 
 
+def identified_array(array: np.ndarray, content_id: str) -> dict:
+    """An array of a state dict with a content id: a snapshot writes it as its own file, reused by
+    later snapshots (hard-linked) as long as the state gives the same id. The component promises
+    that an id always stands for the same content (e.g. a fresh uuid whenever the data changes).
+    load_snapshot gives it back in this form, the array memory-mapped."""
+    return {ARRAY_KEY: array, CONTENT_ID_KEY: content_id}
+
+
+def _is_identified(obj) -> bool:
+    return isinstance(obj, dict) and len(obj) == 2 and ARRAY_KEY in obj and CONTENT_ID_KEY in obj
+
+
 # --- plain state <-> files --------------------------------------------------------------------
 
-def _split(obj, arrays: dict, path: str, sources: list):
-    """Plain copy of a state dict: big numpy arrays moved to `arrays`, small ones to tensors.
+def _split(obj, arrays: dict, path: str, sources: list, ids: dict):
+    """Plain copy of a state dict: big numpy arrays moved to `arrays`, small ones to tensors,
+    identified arrays to `arrays` whatever their size, with their content ids in `ids`.
     Arrays read from a loaded snapshot's memory-mapped file are listed in `sources` (key, check)."""
+    if _is_identified(obj):
+        array, content_id = obj[ARRAY_KEY], str(obj[CONTENT_ID_KEY])
+        sources.extend((path, check) for check in _mapped_checks(array))
+        name = f'{path.replace("/", "_")}.npy'
+        arrays[name], ids[name] = array, content_id
+        return {'__npy__': name, CONTENT_ID_KEY: content_id}
     if isinstance(obj, dict):
-        return {k: _split(v, arrays, f'{path}.{k}' if path else str(k), sources) for k, v in obj.items()}
+        return {k: _split(v, arrays, f'{path}.{k}' if path else str(k), sources, ids) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, deque)):
-        out = [_split(v, arrays, f'{path}.{i}', sources) for i, v in enumerate(obj)]
+        out = [_split(v, arrays, f'{path}.{i}', sources, ids) for i, v in enumerate(obj)]
         return tuple(out) if isinstance(obj, tuple) else out
     if isinstance(obj, np.ndarray):
-        check = _mapped_check(obj)
-        if check is not None:
-            sources.append((path, check))
+        sources.extend((path, check) for check in _mapped_checks(obj))
         if obj.nbytes >= ARRAY_FILE_MIN_BYTES:
             name = f'{path.replace("/", "_")}.npy'
             arrays[name] = obj
@@ -236,6 +268,8 @@ def _join(obj, root: Path, files: dict):
     if isinstance(obj, dict):
         if '__npy__' in obj and len(obj) == 1:
             return _map_array(root, obj['__npy__'], files)
+        if '__npy__' in obj and CONTENT_ID_KEY in obj and len(obj) == 2:
+            return identified_array(_map_array(root, obj['__npy__'], files), obj[CONTENT_ID_KEY])
         if '__nd__' in obj and len(obj) == 1:
             return obj['__nd__'].numpy()
         return {k: _join(v, root, files) for k, v in obj.items()}
@@ -282,14 +316,25 @@ def _crc_array(flat: np.ndarray, crc: int) -> int:
     return crc
 
 
-def _write_npy(path: Path, arr: np.ndarray) -> dict:
+def _npy_header(arr: np.ndarray, page_aligned: bool) -> bytes:
+    """The .npy (format 1.0) header of arr; page_aligned: padded with spaces (as numpy pads) to a
+    whole page, so the data starts at a page boundary and can be memory-mapped at any address."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
+    header = buf.getvalue()
+    if not page_aligned or len(header) % PAGE == 0:
+        return header
+    total = -(-len(header) // PAGE) * PAGE
+    text = header[10:-1] + b' ' * (total - len(header))  # magic (6), version (2), length (2); '\n' last
+    return header[:8] + (total - 10).to_bytes(2, 'little') + text + b'\n'
+
+
+def _write_npy(path: Path, arr: np.ndarray, page_aligned: bool = False) -> dict:
     """Write one array as .npy sequentially (no copy for contiguous arrays); fsync; size and CRC.
     The CRC is computed in a thread while the file is written (zlib and file writes release the
     GIL), so it costs no time on top of the write."""
     arr = np.ascontiguousarray(arr)
-    buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, np.lib.format.header_data_from_array_1_0(arr))
-    header = buf.getvalue()
+    header = _npy_header(arr, page_aligned)
     with ThreadPoolExecutor(max_workers=1) as pool:
         crc = pool.submit(_crc_array, arr.reshape(-1).view(np.uint8), zlib.crc32(header))
         with open(path, 'wb') as f:
@@ -298,6 +343,39 @@ def _write_npy(path: Path, arr: np.ndarray) -> dict:
             f.flush()
             os.fsync(f.fileno())
         return {'size': path.stat().st_size, 'crc32': crc.result()}
+
+
+def _reusable_files(ckpt_dir: Path, wanted: set) -> dict[str, tuple[Path, dict]]:
+    """content id -> (file, its manifest entry) for the files of the earlier snapshots in ckpt_dir
+    whose manifests record one of the `wanted` ids (damaged or unreadable manifests are passed
+    over). The file itself is checked by size when it is linked; its checksum travels with it."""
+    found: dict[str, tuple[Path, dict]] = {}
+    for path in list_snapshots(ckpt_dir):
+        try:
+            files = read_manifest(path)['files']
+        except ResumeError:
+            continue
+        for name, info in files.items():
+            content_id = info.get('content_id')
+            if content_id in wanted and content_id not in found:
+                entry = {k: info[k] for k in ('size', 'crc32', 'content_id')}
+                found[content_id] = (path / name, entry)
+    return found
+
+
+def _link_reusable(source: tuple[Path, dict] | None, target: Path) -> bool:
+    """Hard-link an earlier snapshot's file of the same content id as `target`; False when there
+    is none, it has not its recorded size, or the file system refuses (the caller writes it)."""
+    if source is None:
+        return False
+    path, info = source
+    try:
+        if os.stat(path).st_size != info['size']:
+            return False
+        os.link(path, target)
+        return True
+    except OSError:
+        return False
 
 
 def _tensor_bytes(obj) -> int:
@@ -326,7 +404,8 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
         raise error
     arrays: dict[str, np.ndarray] = {}
     sources: list[tuple[str, _FileCheck]] = []
-    plain = _split(state, arrays, '', sources)
+    ids: dict[str, str] = {}
+    plain = _split(state, arrays, '', sources, ids)
     for key, check in sources:
         if (error := check.run()) is not None:
             raise ResumeError(f'{error}; the state at frame {frame} holds data read from it ({key}), so no '
@@ -340,7 +419,9 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
             raise
         except ResumeError:  # a damaged snapshot of this frame: replace it
             shutil.rmtree(final, ignore_errors=True)
-    needed = sum(arr.nbytes for arr in arrays.values()) + _tensor_bytes(plain) + SAVE_OVERHEAD_BYTES
+    reusable = _reusable_files(ckpt_dir, set(ids.values())) if ids else {}
+    needed = sum(arr.nbytes for name, arr in arrays.items() if ids.get(name) not in reusable) \
+        + _tensor_bytes(plain) + SAVE_OVERHEAD_BYTES
     tmp = ckpt_dir / f'.{final.name}.tmp-{os.getpid()}'
     t0 = time.perf_counter()
     try:
@@ -350,7 +431,13 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
         tmp.mkdir()
         files = {}
         for name, arr in arrays.items():
-            files[name] = _write_npy(tmp / name, arr)
+            content_id = ids.get(name)
+            if content_id is not None and _link_reusable(reusable.get(content_id), tmp / name):
+                files[name] = {**reusable[content_id][1], 'reused': True}
+                continue
+            files[name] = _write_npy(tmp / name, arr, page_aligned=content_id is not None)
+            if content_id is not None:
+                files[name]['content_id'] = content_id
         state_path = tmp / STATE_FILE
         with open(state_path, 'wb') as f:
             torch.save(plain, f)
@@ -376,6 +463,66 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
 
 
 # --- reading --------------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long)
+_MAP_FIXED = 0x10  # Linux
+
+
+def _mappable(chunks: list[np.ndarray], dtype: np.dtype) -> bool:
+    """Whether chunks can be mapped side by side: each a whole memory-mapped .npy file (np.load
+    with mmap_mode) whose data starts at a page boundary, all but the last a whole number of pages."""
+    if not sys.platform.startswith('linux') or not chunks:
+        return False
+    for i, chunk in enumerate(chunks):
+        if not (isinstance(chunk, np.memmap) and chunk.filename and chunk.dtype == dtype
+                and chunk.flags.c_contiguous and isinstance(chunk.offset, int) and chunk.offset % PAGE == 0
+                and chunk.base is not None and _mapping_of(chunk) is not None
+                and (i == len(chunks) - 1 or chunk.nbytes % PAGE == 0)):
+            return False
+    return True
+
+
+def join_chunks(chunks: list[np.ndarray], rows: int, dtype: np.dtype, row_shape: tuple) -> np.ndarray:
+    """One writable array (rows, *row_shape) whose first rows are the chunks' rows, in order, and
+    the rest zeros. Chunks memory-mapped from snapshot files written by identified_array are not
+    read nor copied: their files are mapped copy-on-write side by side into one reserved range of
+    addresses (mmap MAP_FIXED), so a resumed replay of gigabytes is ready at once and reads its pages
+    on first touch; the snapshot checks of those files follow the joined array into the next save.
+    Other chunks are copied into a new array."""
+    nbytes = rows * math.prod(row_shape) * dtype.itemsize
+    if nbytes == 0 or not _mappable(chunks, dtype) or sum(c.nbytes for c in chunks) > nbytes:
+        out = np.zeros((rows,) + tuple(row_shape), dtype=dtype)
+        start = 0
+        for chunk in chunks:
+            out[start:start + len(chunk)] = chunk
+            start += len(chunk)
+        return out
+    flags = mmap.MAP_PRIVATE | getattr(mmap, 'MAP_NORESERVE', 0)
+    reserved = mmap.mmap(-1, -(-nbytes // PAGE) * PAGE, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    anchor = ctypes.c_char.from_buffer(reserved)
+    base = ctypes.addressof(anchor)
+    del anchor  # the address stays valid as long as `reserved` (kept by the array below) is open
+    offset, checks = 0, []
+    for chunk in chunks:
+        length = -(-chunk.nbytes // PAGE) * PAGE
+        if length:
+            fd = os.open(chunk.filename, os.O_RDONLY)
+            try:
+                addr = _libc.mmap(base + offset, length, mmap.PROT_READ | mmap.PROT_WRITE,
+                                  mmap.MAP_PRIVATE | _MAP_FIXED, fd, chunk.offset)
+            finally:
+                os.close(fd)
+            if addr != base + offset:
+                err = ctypes.get_errno()
+                raise OSError(err, f'mmap of {chunk.filename} failed: {os.strerror(err)}')
+        offset += chunk.nbytes
+        checks.extend(_mapped_checks(chunk))
+    _MAPPED[reserved] = checks
+    arr = np.frombuffer(reserved, dtype=dtype, count=rows * math.prod(row_shape))
+    return arr.reshape((rows,) + tuple(row_shape))
+
 
 def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)

@@ -9,7 +9,9 @@ sizes and is meant to be conservative (it rounds up), not exact:
            float32 weights + gradients + two optimizer moments (as Adam) = 16 bytes, a target
            net's only its weights (4 bytes)
   memory   Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
-           batch; OnPolicyBatchReplay: time_horizon x num_envs steps, twice (the buffer and the
+           batch; for stacked uint8 frames (Atari), which the replay stores once each, its frame
+           ring (about one frame per transition, see replay.FrameStore) and frame slots instead;
+           PrioritizedReplay the same plus its sum tree; OnPolicyBatchReplay: time_horizon x num_envs steps, twice (the buffer and the
            batch it hands out), plus their float32 tensors and the activations of a pass over them
   envs     num_envs x a small allowance per env (a process per env when vectorization is async)
   process  python, torch and gymnasium in one session process
@@ -149,9 +151,17 @@ def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, uni
     as_tensors = (2 * in_dim + 4) * FLOAT_BYTES
     activations = units * FLOAT_BYTES * ACTIVATION_COPIES
     name = memory_spec['name']
-    if name == 'Replay':
-        batch = memory_spec['batch_size']
-        return [Need('replay memory', 'agent.memory.max_size', memory_spec['max_size'] * stored),
+    if name in ('Replay', 'PrioritizedReplay'):
+        from slm_lab.agent.memory.base import space_shape_dtype
+        from slm_lab.agent.memory.replay import Replay
+        batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
+        obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        replay = Replay.storage_bytes(max_size, obs_shape, obs_dtype, act_bytes, num_envs)
+        if replay is None:  # observations stored as they are: two per transition
+            replay = max_size * stored
+        if name == 'PrioritizedReplay':  # the sum tree: 2 x max_size rounded up to a power of two, float64
+            replay += 2 * (1 << max(0, int(max_size - 1).bit_length())) * 8
+        return [Need('replay memory', 'agent.memory.max_size', replay),
                 Need('sampled batch', 'agent.memory.batch_size', batch * (stored + as_tensors + activations))]
     if name == 'OnPolicyBatchReplay':
         key = 'time_horizon' if algo_spec.get('time_horizon') else 'training_frequency'

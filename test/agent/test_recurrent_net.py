@@ -128,3 +128,25 @@ def test_sac_refuses_a_recurrent_net(make_spec):
     spec['agent'].update(algorithm={'name': 'SoftActorCritic'}, memory={'name': 'Replay'}, net={**NET})
     with pytest.raises(SpecError, match='agent.net.type: RecurrentNet for SoftActorCritic is not available'):
         validate_spec(spec)
+
+
+def test_the_memory_guard_counts_the_stored_contexts(make_spec):
+    """A recurrent agent's replay stores contexts (seq_len observations, a mask and hidden states),
+    and the memory estimate counts those, not bare observations."""
+    import gymnasium as gym
+
+    from slm_lab.resources import estimate_session
+    from slm_lab.spec import validate_spec
+    spec = make_spec('DQN')
+    spec['agent']['memory']['max_size'] = 100000
+    mlp = {n.what: n.nbytes for n in estimate_session(validate_spec(spec), *_spaces(gym))}
+    spec['agent']['net'] = {**NET, 'optim_spec': {'name': 'Adam', 'lr': 0.01}}
+    rnn = {n.what: n.nbytes for n in estimate_session(validate_spec(spec), *_spaces(gym))}
+    width = 3 * (4 + 1) + 6  # CartPole: 3 observations of 4, their mask, one GRU state of 6
+    assert rnn['replay memory'] - mlp['replay memory'] == 100000 * 2 * (width - 4) * 4
+
+
+def _spaces(gym):
+    env = gym.make('CartPole-v1')
+    env.close()
+    return env.observation_space, env.action_space

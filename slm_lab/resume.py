@@ -175,6 +175,10 @@ def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
     if new_sessions < old_sessions:
         raise ResumeError(f'meta.max_session: {old_sessions} -> {new_sessions}: a run cannot lose sessions; '
                           f'use meta.max_session >= {old_sessions}')
+    if new_sessions != old_sessions and (old_spec['meta'].get('distributed') or new_spec['meta'].get('distributed')):
+        raise ResumeError(f'meta.max_session: {old_sessions} -> {new_sessions}: the sessions of a meta.distributed '
+                          'run train one set of weights and split env.max_frame between them, so their number '
+                          f'cannot change; use meta.max_session={old_sessions}')
     if bad and not force:
         changes = '; '.join(f'{k}: {o!r} -> {n!r}' for k, o, n in bad)
         raise ResumeError(f'the spec changed in ways that break the run\'s continuity: {changes}; '
@@ -331,6 +335,14 @@ def check_sessions_load(run_dir: RunDir, spec: dict, loaded: dict[int, tuple[dic
     session, why its continuation will be approximate (empty when exact)."""
     from slm_lab.experiment.control import Session
     approximate = {}
+    n_sessions = spec['meta']['max_session']
+    if spec['meta'].get('distributed') and n_sessions > 1:  # each session runs its share of env.max_frame
+        share = int(spec['env']['max_frame'] / n_sessions)
+        reached = max((manifest['frame'] for _, manifest, _ in loaded.values()), default=0)
+        if share < reached:
+            raise ResumeError(f"env.max_frame {spec['env']['max_frame']} gives each of the {n_sessions} sessions of "
+                              f'this meta.distributed run {share} frames, below frame {reached} that a session '
+                              f'already reached; use env.max_frame >= {reached * n_sessions}')
     for s, (state, _, path) in loaded.items():
         session = Session(spec, run_dir, 'train', 0, s)
         try:

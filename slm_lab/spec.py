@@ -81,10 +81,12 @@ RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', '
                 'overrides', 'mode')
 
 META_SCHEMA = {
-    'distributed': Field((bool, str), False, choices=(False,), planned={
-        'synced': "SLM-Lab's synced distributed training",
-        'shared': "SLM-Lab's Hogwild-style shared distributed training"},
-        doc='distributed training: only false in this version'),
+    'distributed': Field((bool, str), False, choices=(False, 'shared', 'synced'),
+                         doc='the sessions train one set of weights together, each in its own process (A3C-style, '
+                             'SLM-Lab\'s): "shared": the sessions\' nets are the global nets in shared memory, '
+                             'updated without locks (Hogwild); "synced": each session trains a local copy, steps the '
+                             'global nets with its gradients and pulls them back; env.max_frame is split between the '
+                             'sessions; false: independent sessions (see docs/resume.md, Distributed runs)'),
     'log_frequency': Field((int,), 1000, min=1, doc='frames between progress lines and CSV rows'),
     'eval_frequency': Field((int,), None, nullable=True, min=1,
                             doc='frames between evaluations (default: log_frequency)'),

@@ -150,7 +150,6 @@ LATER_NAMES = {  # named values that wait for a later component (the refusal nam
     'agent.algorithm.action_policy': {'multi_boltzmann', 'multi_epsilon_greedy'},
     'agent.algorithm.name': {'HydraDQN'},
     'agent.net.type': {'HydraMLPNet'},
-    'meta.distributed': {'synced', 'shared'},
 }
 
 

@@ -116,11 +116,13 @@ class Session:
         self.last_snapshot_frame: int | None = None
         self._verifier = None  # background checksum of a resumed snapshot's arrays
         self._resume_state: dict | None = None
+        self.global_nets = None  # meta.distributed: the trial's shared nets (attach_global_nets)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything that shapes what happens next, as plain data (see STYLE: state_dict)."""
-        return {
+        """Everything that shapes what happens next, as plain data (see STYLE: state_dict). A
+        session of a distributed trial adds the global nets as it reads them ('global')."""
+        state = {
             'clock': self.clock.state_dict(),
             'agent': self.agent.state_dict(),
             'body': self.body.state_dict(),
@@ -133,6 +135,9 @@ class Session:
                     'torch': torch.get_rng_state(),
                     'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
         }
+        if self.global_nets is not None:
+            state['global'] = self.global_nets.state_dict()
+        return state
 
     def load_state_dict(self, state: dict, quiet: bool = False) -> list[str]:
         """Restore a snapshot's state. Returns why the continuation is approximate (empty when it
@@ -163,6 +168,10 @@ class Session:
             self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
         # the agent's replay memory, or a replay an algorithm keeps in its own state (SIL's)
         replay_states = [state['agent'].get('memory'), *state['agent']['algorithm'].get('extra', {}).values()]
+        if state.get('global') is not None:  # restored by the trial, before its sessions start
+            approximate.append(f"meta.distributed '{state['global']['mode']}': the sessions update the global "
+                               'weights asynchronously, which no snapshot can replay; the global weights come from '
+                               "the sessions' newest snapshot")
         if any(isinstance(s, dict) and s.get('persisted') is False for s in replay_states):
             start = self.spec['agent']['algorithm'].get('training_start_step')
             approximate.append('the replay memory was not in the snapshot (meta.snapshot_replay is false): it '
@@ -173,6 +182,11 @@ class Session:
             for reason in approximate:
                 logger.warning(f'{self.prename}: {reason}, so this continuation is approximate')
         return approximate
+
+    def attach_global_nets(self, global_nets) -> None:
+        """meta.distributed: train the trial's global nets (after any snapshot was loaded)."""
+        global_nets.attach(self.agent.algorithm)
+        self.global_nets = global_nets
 
     def save_snapshot(self) -> None:
         """Snapshot the whole session state at the current frame and keep the newest few."""
@@ -522,11 +536,12 @@ def _duration(seconds: float) -> str:
 
 
 def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
-                resume: bool = False, stop: StopSignal | None = None) -> dict:
+                resume: bool = False, stop: StopSignal | None = None, global_nets=None) -> dict:
     """Run one session with its own log file (in-process, or as a child process). With `resume`,
     continue from the session's newest intact snapshot (a session without one starts fresh: the
     lab has checked that it recorded nothing). When a snapshot's arrays turn out damaged before
-    anything was written, the session starts again from the next older intact snapshot."""
+    anything was written, the session starts again from the next older intact snapshot.
+    `global_nets`: the trial's shared nets of meta.distributed, which the session trains."""
     lab_logger.setup_console(log_level)
     handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
     own_stop = stop is None
@@ -545,6 +560,8 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
                 if resume:
                     logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
                 try:
+                    if global_nets is not None:
+                        sess.attach_global_nets(global_nets)
                     return sess.run()
                 finally:
                     sess.close()
@@ -556,6 +573,10 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
                 logger.warning(f'{sess.prename}: the damaged snapshot is kept as {aside.name}')
             try:
                 sess.resume_from(*loaded)
+                if global_nets is not None:
+                    sess.attach_global_nets(global_nets)
+                    if global_nets.restored_from is not None:
+                        sess.resume_record['global_nets_from'] = global_nets.restored_from
                 if fell_back_from:
                     sess.resume_record['fell_back_from'] = fell_back_from  # snapshots with damaged arrays
                 return sess.run(resumed=True)
@@ -571,7 +592,7 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         lab_logger.remove_handler(handler)
 
 
-def _session_worker(args, queue, lab_pid: int) -> None:
+def _session_worker(args, queue, lab_pid: int, global_nets=None) -> None:
     # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
     # session to stop exactly once
     os.setpgrp()
@@ -585,7 +606,7 @@ def _session_worker(args, queue, lab_pid: int) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
     try:
-        queue.put(('ok', session, run_session(*args, stop=stop)))
+        queue.put(('ok', session, run_session(*args, stop=stop, global_nets=global_nets)))
     except Preempted as e:
         queue.put(('preempted', session, (e.signum, e.frame)))
     except LabError as e:  # a user-facing error (diverged, disk full, ...): the lab prints its line
@@ -597,13 +618,17 @@ def _session_worker(args, queue, lab_pid: int) -> None:
 
 class Trial:
     """max_session sessions of one spec with seeds random_seed + 1000*trial + s; sessions run in
-    parallel processes when there are several. Aggregates their metrics and graphs."""
+    parallel processes when there are several. Aggregates their metrics and graphs. With
+    meta.distributed and several sessions, the sessions train one set of global nets together
+    (experiment/distributed.py), each for its share of env.max_frame."""
 
     def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False):
         self.spec, self.run_dir, self.mode, self.index = spec, run_dir, mode, trial
         self.resume = resume
         self.max_session = 1 if mode == 'dev' else spec['meta']['max_session']
         self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
+        # one session alone trains exactly as without meta.distributed: it runs in-process as one
+        self.distributed = (spec['meta'].get('distributed') or False) if self.max_session > 1 else False
 
     def session_spec(self, session: int | None) -> dict:
         """The spec of the trial (session None) or of one of its sessions, as the run directory
@@ -616,6 +641,12 @@ class Trial:
         if session is not None:
             meta['random_seed'] = session_seed(self.spec, self.index, session)
             meta['max_session'] = 1
+            if meta.get('distributed'):
+                # as SLM-Lab: each session runs its share of the frames (the records count each
+                # session's own); the global nets are in CPU shared memory, so the nets are on the CPU
+                spec['env']['max_frame'] = int(spec['env']['max_frame'] / self.max_session)
+                if self.distributed and spec['agent'].get('net'):
+                    spec['agent']['net']['gpu'] = False
         return spec
 
     def run(self) -> dict:
@@ -628,24 +659,50 @@ class Trial:
                 session_metrics = [run_session(specs[0], self.run_dir, self.mode, self.index, 0, self.log_level,
                                                self.resume, stop)]
             else:
-                session_metrics = self._run_parallel(specs, stop)
+                global_nets = self.global_nets(specs[0]) if self.distributed else None
+                session_metrics = self._run_parallel(specs, stop, global_nets)
             return self.finish(session_metrics, stop)  # a stop signal here ends the run resumable
         finally:
             stop.uninstall()
 
-    def _run_parallel(self, specs: list[dict], stop: StopSignal) -> list[dict]:
+    def global_nets(self, spec: dict):
+        """meta.distributed: the global nets, built from session 0's spec in this process and
+        put in shared memory; when resuming, with the global state of the sessions' newest snapshot."""
+        from slm_lab.experiment.distributed import GlobalNets, newest_global_state
+        mode = self.spec['meta']['distributed']
+        restored = None
+        if self.resume:
+            restored = newest_global_state([self.run_dir.ckpt_dir(self.index, s) for s in range(self.max_session)])
+            if restored:  # named as the session's resume record names its own snapshot
+                restored[1]['snapshot'] = os.path.relpath(restored[1]['snapshot'], self.run_dir.root)
+        sess = Session(spec, self.run_dir, self.mode, self.index, 0)
+        try:
+            global_nets = GlobalNets.build(mode, sess.agent.algorithm, *(restored or (None, None)))
+        finally:
+            sess.close()
+        if restored:
+            logger.info(f'trial {self.index}: global nets ({mode}) restored from {restored[1]["snapshot"]} '
+                        f'({restored[1]["updates"]} updates)')
+        else:
+            logger.info(f'trial {self.index}: global nets ({mode}) {", ".join(global_nets.nets) or "(none)"} for '
+                        f'{self.max_session} sessions of {spec["env"]["max_frame"]} frames each')
+        return global_nets
+
+    def _run_parallel(self, specs: list[dict], stop: StopSignal, global_nets=None) -> list[dict]:
         """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
         cores) alive at once; the next starts when one ends. SLM-Lab starts them all together,
         which with more sessions than cores only makes each slower while all of them hold their
-        memory at once (1000 sessions: 1000 processes). On a stop signal the started sessions are
-        asked to stop once (each saves a snapshot) and the ones not started yet count as stopped;
-        a failing session stops the others. Returns the session metrics in session order."""
+        memory at once (1000 sessions: 1000 processes). The sessions of a distributed trial
+        (`global_nets`) do start all together, as SLM-Lab's: they are the workers of one training.
+        On a stop signal the started sessions are asked to stop once (each saves a snapshot) and
+        the ones not started yet count as stopped; a failing session stops the others. Returns the
+        session metrics in session order."""
         from queue import Empty
 
         from slm_lab import resources
         ctx = mp.get_context('spawn')
         queue = ctx.Queue()
-        width = min(len(specs), resources.session_pool_width())
+        width = len(specs) if global_nets is not None else min(len(specs), resources.session_pool_width())
         if width < len(specs):
             logger.info(f'trial {self.index}: {len(specs)} sessions, {width} at a time (one per CPU core)')
         waiting = list(range(len(specs)))  # not started yet, in session order
@@ -659,7 +716,7 @@ class Trial:
             # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
             proc = ctx.Process(target=_session_worker,
                                args=((specs[s], self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
-                                     queue, os.getpid()))
+                                     queue, os.getpid(), global_nets))
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
             try:
                 proc.start()

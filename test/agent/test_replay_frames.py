@@ -117,7 +117,7 @@ def test_vector_observations_keep_their_arrays():
         assert set(mem.state_dict()) >= {'states', 'next_states', 'actions', 'rewards', 'terminateds'}
 
 
-def random_stacks(rng, n, steps, frame=(84, 84)):
+def random_stacks(rng, n, steps, frame=(84, 84), odd_p=0.1, reset_p=0.25):
     """A stream of n envs whose episodes (random lengths 1..6) start with zero-padded stacks and
     continue frame by frame, with occasional stacks that continue nothing (all fresh frames)."""
     k = 4
@@ -125,10 +125,10 @@ def random_stacks(rng, n, steps, frame=(84, 84)):
     stacks[:, -1] = rng.integers(1, 255, (n,) + frame)
     for _ in range(steps):
         nxt = np.concatenate([stacks[:, 1:], rng.integers(0, 255, (n, 1) + frame, dtype=np.uint8)], axis=1)
-        odd = rng.random(n) < 0.1
+        odd = rng.random(n) < odd_p
         nxt[odd] = rng.integers(0, 255, (int(odd.sum()), k) + frame, dtype=np.uint8)
         yield stacks.copy(), nxt
-        reset = rng.random(n) < 0.25
+        reset = rng.random(n) < reset_p
         stacks = nxt.copy()
         stacks[reset] = 0
         stacks[reset, -1] = rng.integers(1, 255, (int(reset.sum()),) + frame, dtype=np.uint8)
@@ -153,8 +153,8 @@ def test_a_wrong_observation_shape_is_one_line():
                 np.zeros(2, bool), np.zeros(2, bool))
 
 
-def fill(mem, naive, rng, steps, frame=(8, 8)):
-    for obs, nxt in random_stacks(rng, 2, steps, frame):
+def fill(mem, naive, rng, steps, frame=(8, 8), **stream):
+    for obs, nxt in random_stacks(rng, 2, steps, frame, **stream):
         n = len(obs)
         mem.add(obs, rng.integers(0, 4, n), rng.random(n).astype(np.float32), nxt, rng.random(n) < 0.1,
                 np.zeros(n, bool))
@@ -246,3 +246,20 @@ def test_the_memory_estimate_follows_the_frame_storage():
     allocated = sum(a.nbytes for a in (mem.frame_store.frames, mem.frame_store.frame_idx, mem.frame_store.oldest,
                                        mem.actions, mem.rewards, mem.terminateds))
     assert Replay.storage_bytes(10_000, (4, 84, 84), np.uint8, 8, 1) == allocated
+
+
+def test_a_replay_resumed_without_its_transitions_refills_exactly():
+    """Without meta.snapshot_replay a resumed replay starts empty, its ring still holding old
+    frames that nothing refers to: the frames added after them are kept as long as they are used."""
+    rng = np.random.default_rng(4)
+    mem = memory(max_size=40, num_envs=2, obs_shape=OBS8, persist=False)
+    fill(mem, NaiveReplay(40, OBS8), rng, 100, odd_p=0.0, reset_p=0.0)  # a frame per transition
+    ring = mem.frame_store.ring
+    mem.load_state_dict(mem.state_dict())
+    assert mem.size == 0
+    mem.frame_store.floor = 0  # a lower bound, the lowest there is: the next add looks for frames in use
+    naive = NaiveReplay(40, OBS8)
+    for _ in range(5):  # now many frames per transition: the ring must grow
+        fill(mem, naive, rng, 30, odd_p=0.5)
+        assert_same_as_naive(mem, naive)
+    assert mem.frame_store.ring > ring

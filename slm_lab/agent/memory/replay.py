@@ -71,12 +71,8 @@ class ChunkedState:
         self.ids: list[str | None] = [None] * n_chunks
         self._loaded: list | None = None
 
-    def touch(self, start: int, stop: int) -> None:
-        """Rows [start, stop) changed (no wrap-around: split such a range)."""
-        for c in range(start // self.rows, (stop - 1) // self.rows + 1):
-            self.ids[c] = None
-
     def touch_rows(self, rows: np.ndarray) -> None:
+        """These rows changed."""
         for c in np.unique(np.asarray(rows) // self.rows):
             self.ids[int(c)] = None
 
@@ -184,7 +180,8 @@ class FrameStore:
         when they do); called before a transition's frames are added, as growing moves slots."""
         victim = self.frame_count + frames - 1 - self.ring  # the newest frame number they would overwrite
         if victim >= self.floor:
-            self.floor = int(min(self.oldest.min(), self.last_next_oldest.min()))
+            # frames added from now on are referred to later: the floor never passes frame_count
+            self.floor = int(min(self.oldest.min(), self.last_next_oldest.min(), self.frame_count))
             if victim >= self.floor:
                 self._grow(frames)
 

@@ -14,7 +14,9 @@ and steps the global weights with it (A3C's "non-shared statistics"; in SLM-Lab 
 steps a copy of the weights that the session then throws away, so its nets never learn).
 
 Only the nets some optimizer trains are global; target nets and their updates stay per session, as
-in SLM-Lab. The global nets are built in the trial's process from session 0's spec (same seed, so
+in SLM-Lab, and so does SAC's temperature (SLM-Lab's log_alpha is not one of its nets). Every step
+of an optimizer that trains global weights goes to them, whichever code calls it: the optimizer's
+step hooks do the redirecting. The global nets are built in the trial's process from session 0's spec (same seed, so
 the same initial weights as session 0 would have), on the CPU: shared memory is CPU memory.
 
 Snapshots: every session's snapshot holds, besides its own state, the global weights and shared
@@ -25,6 +27,7 @@ has every update in it.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 from pathlib import Path
 
@@ -34,6 +37,7 @@ from slm_lab.lib import logger as lab_logger
 
 logger = lab_logger.get_logger('slm_lab.session')
 MODES = ('shared', 'synced')
+SESSION_NETS = ('temperature',)  # trained nets that SLM-Lab keeps per session: SAC's log_alpha
 
 
 def _params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -83,8 +87,8 @@ class GlobalNets:
         trained = {id(p) for opt in algorithm.optimizers.values() for p in _params(opt)}
         nets, shared_ids = {}, set()
         for name, net in algorithm.nets().items():
-            if not any(id(p) in trained for p in net.parameters()):
-                continue  # a target net: each session keeps and updates its own
+            if name in SESSION_NETS or not any(id(p) in trained for p in net.parameters()):
+                continue  # a target net (or the temperature): each session keeps and updates its own
             net.share_memory()
             nets[name] = {k: v.data for k, v in net.state_dict(keep_vars=True).items()}
             shared_ids.update(id(p) for p in net.parameters())
@@ -128,27 +132,14 @@ class GlobalNets:
                 opt.state[params[i]].update(state)
             if 'slow_weights' in entry:
                 opt.slow_weights = [list(slow) for slow in entry['slow_weights']]
-        algorithm.global_nets = self
-        self._algorithm = algorithm
-
-    def step(self, optimizers: list[torch.optim.Optimizer]) -> None:
-        """Step `optimizers` (their gradients computed and clipped) on the global weights."""
-        for opt in optimizers:
-            if self.mode == 'shared':
-                opt.step()
-                continue
+        shared = {id(p) for name in self.nets for p in nets[name].parameters()}
+        for opt in algorithm.optimizers.values():
+            if not any(id(p) in shared for p in _params(opt)):
+                continue  # it trains only the session's own nets
             pairs = [self._local[id(p)] for p in _params(opt) if id(p) in self._local]
-            for param, _, tensor in pairs:  # the optimizer writes the global tensors in place
-                param.data = tensor
-            try:
-                opt.step()
-            finally:
-                with torch.no_grad():
-                    for param, local, tensor in pairs:  # back to the local copy, now equal to the global weights
-                        param.data = local
-                        local.copy_(tensor)
-        with self.updates.get_lock():
-            self.updates.value += 1
+            opt.register_step_pre_hook(functools.partial(_before_step, pairs))
+            opt.register_step_post_hook(functools.partial(_after_step, pairs, self.updates))
+        self._algorithm = algorithm
 
     def state_dict(self) -> dict:
         """The global state as this session reads it now (other sessions may be writing it)."""
@@ -156,6 +147,22 @@ class GlobalNets:
         return {'mode': self.mode, 'updates': int(self.updates.value),
                 'nets': {name: dict(shared) for name, shared in self.nets.items()},
                 'optimizers': {name: opts[name].state_dict() for name in self.optimizers}}
+
+
+def _before_step(pairs: list[tuple], _opt, _args, _kwargs) -> None:
+    """synced: the step (on the session's own clipped gradients) writes the global tensors in place."""
+    for param, _, tensor in pairs:
+        param.data = tensor
+
+
+def _after_step(pairs: list[tuple], updates, _opt, _args, _kwargs) -> None:
+    """synced: back to the local copy, now set to the global weights; both modes: count the step."""
+    with torch.no_grad():
+        for param, local, tensor in pairs:
+            param.data = local
+            local.copy_(tensor)
+    with updates.get_lock():
+        updates.value += 1
 
 
 def newest_global_state(ckpt_dirs: list[Path]) -> tuple[dict, dict] | None:

@@ -82,18 +82,28 @@ def test_global_optimizers_keep_their_state_in_shared_memory():
         assert all(float(s['step']) == 1.0 for s in opt.state.values())
 
 
+SAC = {  # twin critics with polyak targets, and a temperature that stays each session's own
+    'agent': {'name': 'SAC', 'algorithm': {'name': 'SoftActorCritic', 'training_start_step': 64},
+              'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1000},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'GlobalAdam', 'lr': 3e-4}}},
+    'env': {'name': 'Pendulum-v1', 'num_envs': 1, 'max_frame': 200},
+    'meta': {'random_seed': 3, 'max_session': 1},
+}
+
+
 @pytest.mark.parametrize('mode', ['shared', 'synced'])
-def test_one_session_on_global_nets_trains_as_without_them(tmp_path, mode):
+@pytest.mark.parametrize('base', ['a3c', 'sac'])
+def test_one_session_on_global_nets_trains_as_without_them(tmp_path, mode, base):
     """The mechanics add nothing: a session training the global nets alone gets the very weights
-    of a session that trains its own nets."""
-    spec = validate_spec(a3c(distributed=mode, max_session=1))
+    of a session that trains its own nets (target nets and SAC's temperature stay its own)."""
+    raw = a3c(max_frame=300, max_session=1) if base == 'a3c' else copy.deepcopy(SAC)
+    raw['meta']['distributed'] = mode
+    spec = validate_spec(raw)
     weights = []
     for attach in (False, True):
-        run_dir = RunDir(tmp_path / f'{mode}{attach}', 'one')
+        run_dir = RunDir(tmp_path / f'{attach}', 'one')
         run_dir.create()
-        trial = Trial(spec, run_dir, 'train')
-        session_spec = trial.session_spec(0)
-        session_spec['env']['max_frame'] = 300
+        session_spec = Trial(spec, run_dir, 'train').session_spec(0)
         sess = Session(session_spec, run_dir, 'train', 0, 0)
         if attach:
             owner = Session(session_spec, run_dir, 'train', 0, 0)
@@ -101,13 +111,18 @@ def test_one_session_on_global_nets_trains_as_without_them(tmp_path, mode):
             owner.close()
             sess.attach_global_nets(global_nets)
         sess.run()
-        weights.append(sess.agent.algorithm.model.state_dict())
+        weights.append({name: net.state_dict() for name, net in sess.agent.algorithm.nets().items()})
         if attach:
-            assert global_nets.updates.value == sess.clock.opt_step > 0
-            for key, value in global_nets.nets['model'].items():
-                assert torch.equal(value, weights[-1][key])
-    for key in weights[0]:
-        assert torch.equal(weights[0][key], weights[1][key]), key
+            expected = {'a3c': (['model'], ['net']), 'sac': (['net', 'q1_net', 'q2_net'], ['actor', 'critic'])}[base]
+            assert (list(global_nets.nets), list(global_nets.optimizers)) == expected
+            if base == 'a3c':
+                assert global_nets.updates.value == sess.clock.opt_step > 0
+            for name, shared in global_nets.nets.items():
+                for key, value in shared.items():
+                    assert torch.equal(value, weights[-1][name][key])
+    for name in weights[0]:
+        for key in weights[0][name]:
+            assert torch.equal(weights[0][name][key], weights[1][name][key]), (name, key)
 
 
 def test_shared_run_resumes_with_its_global_weights_and_continuous_records(tmp_path):

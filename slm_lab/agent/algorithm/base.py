@@ -107,8 +107,6 @@ class Algorithm:
         self.lr_schedulers: dict = {}
         self._optim_params: list[list[torch.Tensor]] | None = None  # clip_groups(), on the first optimizer step
         self._clip_group_cache: dict[tuple[str, ...], list[list[torch.Tensor]]] = {}
-        # meta.distributed: the trial's shared nets this session trains (experiment/distributed.py)
-        self.global_nets = None
 
     # --- acting -------------------------------------------------------------------------------
     def act(self, obs: np.ndarray) -> np.ndarray:
@@ -178,11 +176,8 @@ class Algorithm:
             if clip is not None and not float(norm) < clip * (1.0 - 1e-5):
                 torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
         grad_norm = float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
-        if self.global_nets is not None:  # meta.distributed: the step goes to the global weights
-            self.global_nets.step(optimizers)
-        else:
-            for opt in optimizers:
-                opt.step()
+        for opt in optimizers:
+            opt.step()
         if tick:
             self.clock.tick_opt_step()
         return grad_norm

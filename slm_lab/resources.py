@@ -182,14 +182,14 @@ def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) 
              Need('envs', 'env.num_envs', env_spec['num_envs'] * per_env)]
     if not (isinstance(obs_space, gym.spaces.Box) and obs_space.shape):
         return needs
+    from slm_lab.agent.algorithm import ALGORITHMS
     net_needs, units = _net_needs(spec, obs_space, action_space)
     net_spec = spec['agent'].get('net') or {}
-    if net_spec.get('type') == 'RecurrentNet' and obs_space.dtype != np.uint8 and len(obs_space.shape) == 1:
+    slots = ALGORITHMS[spec['agent']['algorithm']['name']].recurrent_slots(spec['agent'])
+    if net_spec.get('type') == 'RecurrentNet' and slots and len(obs_space.shape) == 1:
         # its memory stores a context per step (net/recurrent.py), not the observation
-        from slm_lab.agent.algorithm import ALGORITHMS
         from slm_lab.agent.net import recurrent
-        layout = recurrent.SeqLayout(net_spec['seq_len'], obs_space.shape[0], recurrent.state_size(net_spec),
-                                     ALGORITHMS[spec['agent']['algorithm']['name']].recurrent_slots(spec['agent']))
+        layout = recurrent.SeqLayout(net_spec['seq_len'], obs_space.shape[0], recurrent.state_size(net_spec), slots)
         obs_space = gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)
     return needs + net_needs + _memory_needs(spec, obs_space, action_space, units)
 

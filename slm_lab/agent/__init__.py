@@ -29,12 +29,13 @@ class Agent:
         net_spec = agent_spec.get('net') or {}
         self.seq = self.greedy_seq = None
         layout = None
-        if net_spec.get('type') == 'RecurrentNet':
+        if net_spec.get('type') == 'RecurrentNet' and algo_cls.recurrent_slots(agent_spec):
             # the algorithm and its memory see contexts in place of observations (net/recurrent.py)
-            if obs_space.dtype == np.uint8 or len(obs_space.shape) > 1:
+            if len(obs_space.shape) > 1:
+                image = obs_space.dtype == np.uint8 and len(obs_space.shape) in (2, 3)
                 raise SpecError(f'agent.net.type: RecurrentNet takes vector observations, and {spec["env"]["name"]} '
-                                f'gives {"images" if obs_space.dtype == np.uint8 else "arrays"} of shape '
-                                f'{obs_space.shape}; use ConvNet for images')
+                                f'gives {"images" if image else "arrays"} of shape {obs_space.shape}; '
+                                f'{"use ConvNet for images" if image else "flatten them in the env or use MLPNet"}')
             layout = recurrent.SeqLayout(net_spec['seq_len'], int(np.prod(obs_space.shape)),
                                          recurrent.state_size(net_spec), algo_cls.recurrent_slots(agent_spec))
             obs_space = gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)
@@ -89,6 +90,16 @@ class Agent:
         metrics = self.algorithm.update(self._context, action, reward, next_context, terminated, truncated)
         self.seq.end_episodes(np.logical_or(terminated, truncated))
         return metrics
+
+    def start_fresh_episodes(self) -> None:
+        """The env restarted its episodes where a snapshot could not hold them (a resume): the
+        memory and algorithm end what they hold of the old ones, truncated, and recurrent
+        contexts start again."""
+        if self.memory is not None:
+            self.memory.cut_episodes()
+        self.algorithm.cut_episodes()
+        if self.seq is not None:
+            self.seq.end_episodes(np.ones(self.seq.num_envs, dtype=bool))
 
     def parameters_snapshot(self) -> list[torch.Tensor]:
         """Copies of every trainable parameter (for dev mode's did-anything-learn check)."""

@@ -166,6 +166,7 @@ class Session:
             approximate.append(f'{self.spec["env"]["name"]} cannot be snapshotted mid-episode: fresh episodes start '
                                'now')
             self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
+            self.agent.start_fresh_episodes()
         # the agent's replay memory, or a replay an algorithm keeps in its own state (SIL's)
         replay_states = [state['agent'].get('memory'), *state['agent']['algorithm'].get('extra', {}).values()]
         if state.get('global') is not None:  # restored by the trial, before its sessions start

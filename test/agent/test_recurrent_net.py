@@ -18,38 +18,51 @@ NET = {'type': 'RecurrentNet', 'cell_type': 'GRU', 'fc_hid_layers': [8], 'hid_la
 
 @pytest.mark.parametrize('cell, layers', [('GRU', 1), ('LSTM', 2), ('RNN', 2)])
 def test_a_context_gives_what_the_hidden_state_carried_through_the_episode_gives(cell, layers):
-    """For fixed weights, the net's output on the stored context of a step equals the output of
-    the cell stepped from zero at the episode's start through every observation up to that step,
-    for steps deep in an episode (longer than seq_len) and right after a reset."""
+    """For fixed weights, each net's output on the context of a step, and on the context peeked for
+    its next observation (the final one where the episode ends), equals the output of that net's
+    cell stepped from zero at the episode's start through every observation up to it: deep in an
+    episode (longer than seq_len), right after a reset, with sub-envs ending at different steps,
+    for two nets with their own slots (an actor's and a critic's)."""
     torch.manual_seed(0)
     spec = {**NET, 'cell_type': cell, 'rnn_num_layers': layers}
-    layout = recurrent.SeqLayout(spec['seq_len'], 4, recurrent.state_size(spec), 1)
+    layout = recurrent.SeqLayout(spec['seq_len'], 4, recurrent.state_size(spec), 2)
     with recurrent.building(layout):
-        net = recurrent.RecurrentNet(spec, layout.width, [2, 1])
+        nets = [recurrent.RecurrentNet(spec, layout.width, [2, 1]), recurrent.RecurrentNet(spec, layout.width, 1)]
     n_envs = 2
-    seq = recurrent.SeqContext(layout, [net], n_envs, torch.device('cpu'))
+    seq = recurrent.SeqContext(layout, nets, n_envs, torch.device('cpu'))
     rng = np.random.default_rng(1)
     episode_obs = [[] for _ in range(n_envs)]
-    # env 0 ends episodes after steps 4 and 9; env 1 after step 1 only
-    ends = {0: {4, 9}, 1: {1}}
+
+    def reference(net, observations):  # the whole episode so far, from a zero state
+        x = net.fc(torch.as_tensor(np.stack(observations))[None])
+        _, h = net.rnn(x)
+        out = net.apply_heads(net._top(h))
+        return out if isinstance(out, list) else [out]
+
+    def check(ctx, histories):
+        for net in nets:
+            with torch.no_grad():
+                out = net(torch.as_tensor(ctx))
+                out = out if isinstance(out, list) else [out]
+                for e in range(n_envs):
+                    for got, ref in zip(out, reference(net, histories[e])):
+                        torch.testing.assert_close(got[e], ref[0], rtol=1e-5, atol=1e-6)
+
+    ends = {0: {4, 9}, 1: {1}}  # env 0 ends episodes after steps 4 and 9; env 1 after step 1 only
+    obs = rng.normal(size=(n_envs, 4)).astype(np.float32)
     for step in range(14):
-        obs = rng.normal(size=(n_envs, 4)).astype(np.float32)
         ctx = seq.observe(obs)
         seq.advance()
-        with torch.no_grad():
-            out = net(torch.as_tensor(ctx))
         for e in range(n_envs):
             episode_obs[e].append(obs[e])
-            with torch.no_grad():  # the reference: the whole episode so far, from a zero state
-                x = net.fc(torch.as_tensor(np.stack(episode_obs[e]))[None])
-                _, h = net.rnn(x)
-                want = net.apply_heads(net._top(h))
-            for got, ref in zip(out, want):
-                torch.testing.assert_close(got[e], ref[0], rtol=1e-5, atol=1e-6)
+        check(ctx, episode_obs)
+        next_obs = rng.normal(size=(n_envs, 4)).astype(np.float32)  # the final one where an episode ends
+        check(seq.peek(next_obs), [episode_obs[e] + [next_obs[e]] for e in range(n_envs)])
         done = np.array([step in ends[e] for e in range(n_envs)])
         seq.end_episodes(done)
         for e in np.flatnonzero(done):
             episode_obs[e] = []
+        obs = np.where(done[:, None], rng.normal(size=(n_envs, 4)).astype(np.float32), next_obs)
 
 
 def test_the_window_trains_through_seq_len_steps_and_a_target_copy_reads_the_same_slot():
@@ -126,7 +139,7 @@ def test_sac_refuses_a_recurrent_net(make_spec):
     from slm_lab.spec import validate_spec
     spec = make_spec('PPO', env='Pendulum-v1')
     spec['agent'].update(algorithm={'name': 'SoftActorCritic'}, memory={'name': 'Replay'}, net={**NET})
-    with pytest.raises(SpecError, match='agent.net.type: RecurrentNet for SoftActorCritic is not available'):
+    with pytest.raises(SpecError, match='agent.net.type: SoftActorCritic does not take a RecurrentNet'):
         validate_spec(spec)
 
 
@@ -150,3 +163,80 @@ def _spaces(gym):
     env = gym.make('CartPole-v1')
     env.close()
     return env.observation_space, env.action_space
+
+
+def test_each_greedy_episode_starts_from_a_zero_hidden_state():
+    from conftest import build_spec, make_agent
+    spec = build_spec('PPO')
+    spec['agent']['net'] = {**NET, 'shared': True, 'optim_spec': {'name': 'Adam', 'lr': 0.01}}
+    agent, _ = make_agent(spec)
+    observations = np.random.default_rng(0).normal(size=(5, 1, 4)).astype(np.float32)
+    hidden = []
+    for _ in range(2):
+        agent.start_greedy_episode()
+        for o in observations:
+            agent.act_greedy(o)
+        hidden.append(agent.greedy_seq.hidden.copy())
+    assert np.abs(hidden[0]).sum() > 0
+    np.testing.assert_array_equal(hidden[0], hidden[1])
+
+
+def test_abandoned_episodes_end_truncated_and_contexts_start_again(make_spec):
+    """When a resume restarts the env's episodes (an env that cannot be snapshotted mid-episode),
+    the recurrent contexts empty, the on-policy memories end what they hold of the old episodes
+    as truncated (no return runs on into the new ones), and SARSA's held-back step too."""
+    from conftest import make_agent
+    for algorithm, memory in (('PPO', 'OnPolicyBatchReplay'), ('Reinforce', 'OnPolicyReplay'),
+                              ('SARSA', 'OnPolicyBatchReplay')):
+        spec = make_spec('PPO' if algorithm == 'SARSA' else algorithm, num_envs=2)
+        if algorithm == 'SARSA':
+            spec['agent']['algorithm'] = {
+                'name': 'SARSA', 'action_pdtype': 'Argmax', 'action_policy': 'epsilon_greedy', 'training_frequency': 2,
+                'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1, 'start_step': 0,
+                                     'end_step': 100}}
+        spec['agent']['memory'] = {'name': memory}
+        spec['agent']['net'] = {**NET, 'optim_spec': {'name': 'Adam', 'lr': 0.01}}
+        if algorithm == 'PPO':
+            spec['agent']['net']['shared'] = True
+        agent, _ = make_agent(spec)
+        obs = np.ones((2, 4), np.float32)
+        no = np.zeros(2, bool)
+        for _ in range(3):
+            action = agent.act(obs)
+            agent.update(obs, action, np.ones(2), obs, no, no)
+        if algorithm == 'SARSA':  # SARSA holds back the last step of each batch
+            while agent.algorithm.held is None:
+                action = agent.act(obs)
+                agent.update(obs, action, np.ones(2), obs, no, no)
+        agent.start_fresh_episodes()
+        assert not agent.seq.mask.any() and not agent.seq.hidden.any()
+        memory = agent.memory
+        if memory.__class__.__name__ == 'OnPolicyReplay':
+            assert memory.num_finished == 2 and all(e['truncateds'][-1] for e in memory.finished)
+            assert not any(e['rewards'] for e in memory.running)
+        elif memory.size:
+            assert memory.buffers['truncateds'][memory.size - 1].all()
+            assert not memory.buffers['truncateds'][:memory.size - 1].any()
+        if algorithm == 'SARSA':
+            assert agent.algorithm.held.truncateds.all()
+
+
+def test_a_resume_with_fresh_episodes_tells_the_agent(tmp_path, make_spec, monkeypatch):
+    """LunarLander cannot be snapshotted mid-episode: its resume starts fresh episodes, and the
+    agent hears of it (so a recurrent agent does not carry the old episodes' hidden states on)."""
+    pytest.importorskip('Box2D', reason='LunarLander needs the box2d extra')
+    from test_resume import run_dirs, write_spec
+
+    from slm_lab import lab
+    from slm_lab.agent import Agent
+    spec = make_spec('PPO', env='LunarLander-v3', max_frame=64, num_envs=2, log_frequency=32)
+    spec['agent']['net'] = {**NET, 'shared': True, 'optim_spec': {'name': 'Adam', 'lr': 0.01}}
+    spec_file = write_spec(tmp_path, 'rnn_lander', spec)
+    lab.run(spec_file, 'rnn_lander', 'train', data_dir=str(tmp_path))
+    calls = []
+    original = Agent.start_fresh_episodes
+    monkeypatch.setattr(Agent, 'start_fresh_episodes',
+                        lambda self: (calls.append(self.seq.mask.copy()), original(self)))
+    lab.run(spec_file, 'rnn_lander', 'train@latest', ['env.max_frame=128'], data_dir=str(tmp_path))
+    assert calls and all(mask.all() for mask in calls)  # the old episodes' windows were full, and are dropped
+    assert len(run_dirs(tmp_path, 'rnn_lander')) == 1

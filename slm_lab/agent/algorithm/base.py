@@ -203,6 +203,10 @@ class Algorithm:
         for sched in self.lr_schedulers.values():
             net_util.step_lr_scheduler(sched, frame)
 
+    def cut_episodes(self) -> None:
+        """The running episodes were abandoned (see Memory.cut_episodes); override when the
+        algorithm holds steps of them itself."""
+
     # --- state ----------------------------------------------------------------------------------
     def extra_state(self) -> dict:
         """Algorithm counters beyond nets and optimizers (override to add)."""

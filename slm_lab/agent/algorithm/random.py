@@ -17,6 +17,11 @@ class Random(Algorithm):
     requires = ()
     continuous_ok = True
 
+    @classmethod
+    def recurrent_slots(cls, agent_spec: dict) -> int:
+        """No nets: a net spec, RecurrentNet too, is ignored."""
+        return 0
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.action_space.seed(int(self.rng.integers(2**31)))

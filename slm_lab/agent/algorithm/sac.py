@@ -43,7 +43,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
 from slm_lab.agent.algorithm.ppo import symlog
 from slm_lab.agent.net import IMAGE_NETS, build_net, net_util
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, accepts, not_available
+from slm_lab.lib.schema import Field, accepts
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SLM-Lab's clamp of a Gaussian policy's log standard deviation
 
@@ -211,8 +211,8 @@ class SoftActorCritic(Algorithm):
                             f'use one of: {", ".join(cls.pdtypes)} ("Normal" is tanh-squashed)')
         for path, net in (('agent.net', spec['agent']['net']), ('agent.critic_net', spec['agent'].get('critic_net'))):
             if net and net['type'] == 'RecurrentNet':
-                raise not_available(f'{path}.type', f'RecurrentNet for {cls.__name__}',
-                                    ' (no SLM-Lab spec pairs them); use MLPNet')
+                raise SpecError(f'{path}.type: {cls.__name__} does not take a RecurrentNet (SLM-Lab has no spec that '
+                                'pairs them); use MLPNet')
         if algo['log_alpha_min'] > algo['log_alpha_max']:
             raise SpecError(f"agent.algorithm.log_alpha_min: {algo['log_alpha_min']} is above log_alpha_max "
                             f"{algo['log_alpha_max']}; make log_alpha_min <= log_alpha_max")

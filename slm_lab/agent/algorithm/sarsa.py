@@ -145,6 +145,12 @@ class SARSA(Algorithm):
         self.step_lr_schedulers()
         return {'loss': float(loss.detach()), 'grad_norm': grad_norm}
 
+    def cut_episodes(self) -> None:
+        """The held-back step's episode was abandoned: it ends there, truncated, and its target
+        takes the expected value of its next state rather than the next episode's first action."""
+        if self.held is not None:
+            self.held.truncateds[:] = 1.0
+
     def extra_state(self) -> dict:
         """The held-back step (arrays (1, N, ...)), or None before the first batch."""
         return {'held': None if self.held is None else dict(self.held._asdict())}

@@ -35,6 +35,11 @@ class Memory:
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         raise NotImplementedError
 
+    def cut_episodes(self) -> None:
+        """The running episodes were abandoned (a resume whose env restarts its episodes): what is
+        stored of them ends, truncated, so nothing joins them to the episodes that follow. Memories
+        whose transitions each hold their own next observation (the replays) need nothing."""
+
     def state_dict(self) -> dict:
         raise NotImplementedError
 

@@ -80,6 +80,15 @@ class OnPolicyReplay(Memory):
                 self.finished.append({k: np.asarray(v) for k, v in episode.items()})
                 self.running[i] = {k: [] for k in EPISODE_KEYS}
 
+    def cut_episodes(self) -> None:
+        """Each running episode with steps ends there, truncated (its last next state stays the
+        bootstrap), and counts as finished."""
+        for i, episode in enumerate(self.running):
+            if episode['rewards']:
+                episode['truncateds'][-1] = True
+                self.finished.append({k: np.asarray(v) for k, v in episode.items()})
+            self.running[i] = {k: [] for k in EPISODE_KEYS}
+
     def sample(self) -> EpisodeBatch:
         episodes, self.finished = self.finished, []
         batch = {k: np.concatenate([e[k] for e in episodes]) for k in EPISODE_KEYS}
@@ -139,6 +148,12 @@ class OnPolicyBatchReplay(Memory):
         b['terminateds'][t] = terminated
         b['truncateds'][t] = truncated
         self.size += 1
+
+    def cut_episodes(self) -> None:
+        """The batch's last step of each sub-env is marked truncated: returns and advantages
+        bootstrap from its next state instead of running on into the next episode."""
+        if self.size:
+            self.buffers['truncateds'][self.size - 1] = 1.0
 
     def sample(self) -> RolloutBatch:
         batch = RolloutBatch(**{k: v[:self.size].copy() for k, v in self.buffers.items()})

@@ -112,7 +112,9 @@ class RecurrentNet(net_util.HeadedNet):
     The hidden state is carried through each episode (zero at its start) while acting; training
     reads stored steps, each the episode's last seq_len observations and the hidden state before
     them, so gradients flow back seq_len steps. For every algorithm but SAC and CrossQ; vector
-    observations only.
+    observations only. SLM-Lab differs (its learning curves will too): v4 runs the cell from a zero
+    state over the last seq_len observations at each step (the first one repeated at an episode's
+    start), and v5 runs it over the current observation repeated seq_len times.
 
     Input: contexts (B, layout.width) (see the module doc); output (B, out_dim) per head, as MLPNet.
     Built outside an Agent (e.g. to count parameters) it takes in_dim as the observation width and

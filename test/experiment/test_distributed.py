@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +23,8 @@ from slm_lab.experiment.run_dir import RunDir
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.resume import check_edits
 from slm_lab.spec import validate_spec
+
+RUN_LAB = str(Path(__file__).resolve().parents[2] / 'run_lab.py')
 
 A3C = {  # SLM-Lab's A3C on CartPole, small: a shared actor-critic net, GlobalAdam
     'agent': {'name': 'A3C',
@@ -164,6 +171,54 @@ def test_shared_run_resumes_with_its_global_weights_and_continuous_records(tmp_p
     total = sum(state['clock']['opt_step'] for state in final)
     assert max(state['global']['updates'] for state in final) == total
     assert max(float(state['global']['optimizers']['net']['state'][0]['step']) for state in final) == total
+
+
+def session_processes(pid: int) -> list[int]:
+    """The processes `pid` spawned to run sessions (not multiprocessing's resource tracker)."""
+    found = []
+    for d in os.listdir('/proc'):
+        if d.isdigit() and _ppid(int(d)) == pid:
+            try:
+                if b'spawn_main' in Path(f'/proc/{d}/cmdline').read_bytes():
+                    found.append(int(d))
+            except OSError:
+                pass
+    return found
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_sigterm_stops_every_session_and_train_at_latest_continues(tmp_path):
+    """SIGTERM to the lab: both session processes snapshot and end, the lab exits 143; train@latest
+    restores the global nets and each session's records go on with no gap or repeat."""
+    name = 'a3c_term'
+    spec_file = write_spec(tmp_path, name, a3c(max_frame=400000))
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(tmp_path.glob(f'data/{name}_*/info/*_session_df_train.csv'))) < 2:
+        time.sleep(0.1)
+    sessions = session_processes(proc.pid)
+    assert len(sessions) == 2, 'the sessions never logged a row'
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert not [pid for pid in sessions if _ppid(pid) is not None], 'a session process outlived the lab'
+    run = the_run(tmp_path / 'data', name)
+    stopped = [newest(run, name, s)[0]['clock']['frame'] for s in (0, 1)]
+    end = 2 * (max(stopped) // 250 + 2) * 250  # two more rows for the session furthest on
+    done = subprocess.run([sys.executable, RUN_LAB, spec_file, name, 'train@latest', '-s', f'env.max_frame={end}'],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for s in (0, 1):
+        assert frames(run, name, s).tolist() == list(range(250, end // 2 + 1, 250))
+        record = json.loads((run / 'info' / f'{name}_t0_s{s}_resumes.json').read_text())[-1]
+        assert record['frame'] == stopped[s] and 'global_nets_from' in record
 
 
 def test_synced_run_trains_the_global_weights(tmp_path):

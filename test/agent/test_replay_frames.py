@@ -263,3 +263,16 @@ def test_a_replay_resumed_without_its_transitions_refills_exactly():
         fill(mem, naive, rng, 30, odd_p=0.5)
         assert_same_as_naive(mem, naive)
     assert mem.frame_store.ring > ring
+
+
+def test_a_snapshot_of_another_storage_or_size_is_one_line():
+    from slm_lab.lib.errors import ResumeError
+    frames = memory(max_size=20, obs_shape=OBS8)
+    fill(frames, NaiveReplay(20, OBS8), np.random.default_rng(0), 5)
+    vector = memory(max_size=20, obs_shape=(8,))
+    with pytest.raises(ResumeError, match='stores its replay frame by frame'):
+        vector.load_state_dict(frames.state_dict())
+    with pytest.raises(ResumeError, match='stores its replay as whole observations'):
+        memory(max_size=20, obs_shape=OBS8).load_state_dict(vector.state_dict())
+    with pytest.raises(ResumeError, match="holds 20 transitions; this spec's max_size is 30"):
+        memory(max_size=30, obs_shape=OBS8).load_state_dict(frames.state_dict())

@@ -335,9 +335,9 @@ def check_sessions_load(run_dir: RunDir, spec: dict, loaded: dict[int, tuple[dic
     session, why its continuation will be approximate (empty when exact)."""
     from slm_lab.experiment.control import Session
     approximate = {}
-    n_sessions = spec['meta']['max_session']
-    if spec['meta'].get('distributed') and n_sessions > 1:  # each session runs its share of env.max_frame
-        share = int(spec['env']['max_frame'] / n_sessions)
+    from slm_lab.experiment.distributed import session_max_frame
+    n_sessions, share = spec['meta']['max_session'], session_max_frame(spec)
+    if share != spec['env']['max_frame']:  # meta.distributed: each session runs its share of env.max_frame
         reached = max((manifest['frame'] for _, manifest, _ in loaded.values()), default=0)
         if share < reached:
             raise ResumeError(f"env.max_frame {spec['env']['max_frame']} gives each of the {n_sessions} sessions of "

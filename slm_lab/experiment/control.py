@@ -645,7 +645,8 @@ class Trial:
             if meta.get('distributed'):
                 # as SLM-Lab: each session runs its share of the frames (the records count each
                 # session's own); the global nets are in CPU shared memory, so the nets are on the CPU
-                spec['env']['max_frame'] = int(spec['env']['max_frame'] / self.max_session)
+                from slm_lab.experiment.distributed import session_max_frame
+                spec['env']['max_frame'] = session_max_frame(self.spec, self.max_session)
                 if self.distributed and spec['agent'].get('net'):
                     spec['agent']['net']['gpu'] = False
         return spec

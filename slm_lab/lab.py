@@ -193,12 +193,15 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     if spec['env']['max_frame'] < reached:
         raise ResumeError(f"env.max_frame {spec['env']['max_frame']} is below frame {reached} that {run_dir.root} "
                           f'already reached; use env.max_frame >= {reached}')
+    from slm_lab.spec import session_max_frame
     n_sessions = spec['meta']['max_session']
-    if frames and len(frames) >= n_sessions and all(f >= spec['env']['max_frame'] for f in frames.values()):
+    share = session_max_frame(spec)  # each session's frames (a distributed trial's share of env.max_frame)
+    if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
         written = complete_finished_run(old_spec, run_dir)
         done = f'; completed its missing final files: {", ".join(written)}' if written else ''
+        total = reached * n_sessions if share != spec['env']['max_frame'] else reached
         print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]})'
-              f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * reached}')
+              f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * total}')
         return None
     preflight(spec)
     approximate = resume_lib.check_sessions_load(run_dir, spec, loaded)

@@ -200,7 +200,9 @@ def check_memory(spec: dict, obs_space: gym.Space, action_space: gym.Space,
     has in all, naming the estimate, the machine's memory and the key that drives it; warn when it
     exceeds what is available now. Returns the estimate in bytes."""
     needs = estimate_session(spec, obs_space, action_space)
-    at_once = min(spec['meta']['max_session'], session_pool_width())
+    # a distributed trial's sessions all start together (workers of one training), others a pool at a time
+    distributed = spec['meta'].get('distributed') and spec['meta']['max_session'] > 1
+    at_once = spec['meta']['max_session'] if distributed else min(spec['meta']['max_session'], session_pool_width())
     per_session = sum(n.nbytes for n in needs)
     total = per_session * at_once
     machine = machine or machine_memory()

@@ -335,7 +335,7 @@ def check_sessions_load(run_dir: RunDir, spec: dict, loaded: dict[int, tuple[dic
     session, why its continuation will be approximate (empty when exact)."""
     from slm_lab.experiment.control import Session
     approximate = {}
-    from slm_lab.experiment.distributed import session_max_frame
+    from slm_lab.spec import session_max_frame
     n_sessions, share = spec['meta']['max_session'], session_max_frame(spec)
     if share != spec['env']['max_frame']:  # meta.distributed: each session runs its share of env.max_frame
         reached = max((manifest['frame'] for _, manifest, _ in loaded.values()), default=0)

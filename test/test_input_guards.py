@@ -197,6 +197,11 @@ def test_the_estimate_multiplies_by_the_sessions_that_run_at_once(make_spec, mon
     tight = resources.MachineMemory(total=per_session * 4, available=None)
     with pytest.raises(SpecError, match=r'x 5 sessions at once.*or meta\.max_session'):
         resources.check_memory(spec, env.single_observation_space, env.single_action_space, tight)
+    # a distributed trial's sessions all start together, however few cores
+    monkeypatch.setattr(resources, 'session_pool_width', lambda: 1)
+    spec['meta']['distributed'] = 'shared'
+    assert resources.check_memory(spec, env.single_observation_space, env.single_action_space,
+                                  big) == per_session * 5
     env.close()
 
 

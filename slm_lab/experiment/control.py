@@ -645,7 +645,7 @@ class Trial:
             if meta.get('distributed'):
                 # as SLM-Lab: each session runs its share of the frames (the records count each
                 # session's own); the global nets are in CPU shared memory, so the nets are on the CPU
-                from slm_lab.experiment.distributed import session_max_frame
+                from slm_lab.spec import session_max_frame
                 spec['env']['max_frame'] = session_max_frame(self.spec, self.max_session)
                 if self.distributed and spec['agent'].get('net'):
                     spec['agent']['net']['gpu'] = False

@@ -34,19 +34,11 @@ from pathlib import Path
 import torch
 
 from slm_lab.lib import logger as lab_logger
+from slm_lab.spec import session_max_frame  # noqa: F401 (torch-free, for the search driver too)
 
 logger = lab_logger.get_logger('slm_lab.session')
 MODES = ('shared', 'synced')
 SESSION_NETS = ('temperature',)  # trained nets that SLM-Lab keeps per session: SAC's log_alpha
-
-
-def session_max_frame(spec: dict, n_sessions: int | None = None) -> int:
-    """The frames each session of a trial runs: env.max_frame, or with meta.distributed (and more
-    than one session) its share int(env.max_frame / n_sessions), as in SLM-Lab. `n_sessions`: the
-    sessions the trial runs (default meta.max_session; a dev run runs one)."""
-    n = spec['meta']['max_session'] if n_sessions is None else n_sessions
-    max_frame = spec['env']['max_frame']
-    return int(max_frame / n) if spec['meta'].get('distributed') and n > 1 else int(max_frame)
 
 
 def _params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -35,6 +35,7 @@ from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, SpecError
 from slm_lab.lib.io import atomic_write_text, write_json
+from slm_lab.spec import session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.search')
 METRIC, TIME_ATTR = 'total_reward_ma', 'frame'
@@ -532,11 +533,11 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     try:
         scheduler = None
         if meta.get('search_scheduler'):
-            scheduler = AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=spec['env']['max_frame'],
+            scheduler = AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=session_max_frame(spec),
                                                 **meta['search_scheduler'])
         trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
                                          spec_name=spec['name'], max_session=meta['max_session'],
-                                         max_frame=spec['env']['max_frame'])
+                                         max_frame=session_max_frame(spec))
         tuner = tune.Tuner(
             tune.with_resources(trainable, resources),
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
@@ -646,7 +647,7 @@ def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, ke
     """info/{name}_experiment_df.csv (one row per trial) and the experiment graphs."""
     import pandas as pd
     rows = []
-    max_frame = spec['env']['max_frame']
+    max_frame = session_max_frame(spec)  # each session's frames (a distributed trial's share)
     for ot in study.get_trials(deepcopy=False):
         i = ot.number
         row = {'trial': i, **{p.path: json.dumps(v) if isinstance(v, (list, dict)) else v

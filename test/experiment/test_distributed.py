@@ -172,6 +172,11 @@ def test_shared_run_resumes_with_its_global_weights_and_continuous_records(tmp_p
     assert max(state['global']['updates'] for state in final) == total
     assert max(float(state['global']['optimizers']['net']['state'][0]['step']) for state in final) == total
 
+    # finished at its sessions' share of env.max_frame: resumed again as it is, it says so and runs nothing
+    before = {p: p.stat().st_mtime_ns for p in run.rglob('*') if p.is_file()}
+    assert lab.run(spec_file, name, f'train@{run}', ['env.max_frame=2000'], data_dir=str(data)) is None
+    assert {p: p.stat().st_mtime_ns for p in run.rglob('*') if p.is_file()} == before
+
 
 def session_processes(pid: int) -> list[int]:
     """The processes `pid` spawned to run sessions (not multiprocessing's resource tracker)."""

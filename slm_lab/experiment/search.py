@@ -72,9 +72,13 @@ def search_params(spec: dict) -> list[Param]:
         raise SpecError(f"search: spec '{spec['name']}' has no search block, so search mode has nothing to draw; "
                         'add one (e.g. "search": {"agent.algorithm.gamma__uniform": [0.9, 0.999]}) or use train')
     params = []
+    unread = dict(UNREAD_SEARCH_KEYS)
+    if (spec['agent'].get('net') or {}).get('type') == 'RecurrentNet':  # SLM-Lab's recurrent specs search it
+        unread['agent.net.hid_layers'] = "MLPNet's layers key, which a RecurrentNet has not (its dense layers are " \
+                                         'fc_hid_layers)'
     for p in parse_search(spec['search']):
-        if p.path in UNREAD_SEARCH_KEYS:
-            lab_logger.warn_once('slm_lab.search', f'search.{p.key}: {p.path} is {UNREAD_SEARCH_KEYS[p.path]}, which SLM-Lab v4 and v5 do not read '
+        if p.path in unread:
+            lab_logger.warn_once('slm_lab.search', f'search.{p.key}: {p.path} is {unread[p.path]}, which SLM-Lab v4 and v5 do not read '
                        'either (searching it changed nothing there); this search leaves it out')
         else:
             params.append(p)

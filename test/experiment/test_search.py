@@ -167,6 +167,14 @@ def test_keys_slm_lab_does_not_read_are_left_out_with_a_warning_and_an_empty_blo
                for r in caplog.records)
     spec['search'] = {'agent': {'algorithm': {}}}  # SLM-Lab's dqn_lunar_search.json: trials differ by seed
     assert search_params(spec) == []
+    # SLM-Lab's recurrent specs search hid_layers, which its RecurrentNet does not read
+    spec = search_spec()
+    spec['agent']['net'] = {'type': 'RecurrentNet', 'shared': True, 'optim_spec': {'name': 'Adam', 'lr': 0.01}}
+    spec['search'] = {'agent.net.hid_layers__choice': [[32], [64]], 'agent.net.seq_len__choice': [2, 4]}
+    spec = {**validate_spec(spec), 'name': NAME}
+    with caplog.at_level('WARNING'):
+        assert [p.path for p in search_params(spec)] == ['agent.net.seq_len']
+    assert any('agent.net.hid_layers is' in r.getMessage() for r in caplog.records)
 
 
 def test_a_value_that_fits_beside_another_searched_key_is_kept_and_one_that_fits_nothing_is_refused():

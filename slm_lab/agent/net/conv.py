@@ -118,13 +118,7 @@ class ConvNet(net_util.HeadedNet):
                                 f'{self.in_shape} ({str(e).splitlines()[0]}); use smaller kernels or strides') from None
         self.conv.train()
         self.extra_dim = extra_dim
-        dense, dim = [], flat + extra_dim
-        for width in net_spec['fc_hid_layers']:
-            linear = nn.Linear(dim, width)
-            net_util.init_layer(linear, net_spec['init_fn'], gain, activation)
-            dense += [linear, net_util.make_activation(activation)]
-            dim = width
-        self.fc = nn.Sequential(*dense)
+        self.fc, dim = net_util.dense_layers(flat + extra_dim, net_spec['fc_hid_layers'], net_spec['init_fn'], activation)
         self.add_heads(net_spec, dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
     def features(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:

@@ -157,6 +157,18 @@ def init_layer(layer: nn.Linear, init_fn: str | None, gain: float = math.sqrt(2)
     nn.init.zeros_(layer.bias)
 
 
+def dense_layers(in_dim: int, widths: list[int], init_fn: str | None, activation: str) -> tuple[nn.Sequential, int]:
+    """Linear layers of `widths` from in_dim, each initialised by init_layer with the gain of
+    `activation` and followed by it (SLM-Lab's fc_hid_layers); and the width they end with."""
+    layers, dim = [], in_dim
+    for width in widths:
+        linear = nn.Linear(dim, width)
+        init_layer(linear, init_fn, activation_gain(activation), activation)
+        layers += [linear, make_activation(activation)]
+        dim = width
+    return nn.Sequential(*layers), dim
+
+
 def _construct(cls, path: str, *args, **kwargs):
     """cls(*args, **kwargs); a bad argument value from the spec becomes a SpecError at `path`."""
     try:

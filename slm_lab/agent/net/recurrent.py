@@ -141,13 +141,7 @@ class RecurrentNet(net_util.HeadedNet):
         self.num_layers, self.hidden_size = net_spec['rnn_num_layers'], net_spec['rnn_hidden_size']
         activation = net_spec['hid_layers_activation']
         gain = net_util.activation_gain(activation)
-        layers, dim = [], self.in_dim
-        for width in net_spec['fc_hid_layers']:
-            linear = nn.Linear(dim, width)
-            net_util.init_layer(linear, net_spec['init_fn'], gain, activation)
-            layers += [linear, net_util.make_activation(activation)]
-            dim = width
-        self.fc = nn.Sequential(*layers)
+        self.fc, dim = net_util.dense_layers(self.in_dim, net_spec['fc_hid_layers'], net_spec['init_fn'], activation)
         self.rnn = CELLS[self.cell_type](dim, self.hidden_size, self.num_layers, batch_first=True)
         self.add_heads(net_spec, self.hidden_size, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 

@@ -169,7 +169,7 @@ class Session:
             self.agent.start_fresh_episodes()
         # the agent's replay memory, or a replay an algorithm keeps in its own state (SIL's)
         replay_states = [state['agent'].get('memory'), *state['agent']['algorithm'].get('extra', {}).values()]
-        if state.get('global') is not None:  # restored by the trial, before its sessions start
+        if state.get('global') is not None and self.spec['meta'].get('distributed'):  # restored by the trial
             approximate.append(f"meta.distributed '{state['global']['mode']}': the sessions update the global "
                                'weights asynchronously, which no snapshot can replay; the global weights come from '
                                "the sessions' newest snapshot")
@@ -186,7 +186,7 @@ class Session:
 
     def attach_global_nets(self, global_nets) -> None:
         """meta.distributed: train the trial's global nets (after any snapshot was loaded)."""
-        global_nets.attach(self.agent.algorithm)
+        global_nets.attach(self.agent.algorithm, self.index)
         self.global_nets = global_nets
 
     def save_snapshot(self) -> None:
@@ -679,7 +679,8 @@ class Trial:
                 restored[1]['snapshot'] = os.path.relpath(restored[1]['snapshot'], self.run_dir.root)
         sess = Session(spec, self.run_dir, self.mode, self.index, 0)
         try:
-            global_nets = GlobalNets.build(mode, sess.agent.algorithm, *(restored or (None, None)))
+            global_nets = GlobalNets.build(mode, sess.agent.algorithm, *(restored or (None, None)),
+                                           n_sessions=self.max_session)
         finally:
             sess.close()
         if restored:

@@ -45,6 +45,25 @@ def _params(opt: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p for group in opt.param_groups for p in group['params']]
 
 
+class UpdateCount:
+    """Optimizer steps applied to the global weights by all sessions: one lock-free counter per
+    session, each written by its own session only, summed when read. (One counter under a lock
+    would hang every session at its next step if one died holding the lock.) `slot`: the counter
+    this process adds to (its session's)."""
+
+    def __init__(self, n_sessions: int, start: int, context):
+        self.counts = context.Array('q', max(1, n_sessions), lock=False)
+        self.counts[0] = start
+        self.slot = 0
+
+    @property
+    def value(self) -> int:
+        return int(sum(self.counts))
+
+    def add_one(self) -> None:
+        self.counts[self.slot] += 1
+
+
 class GlobalNets:
     """The global nets (and shared optimizer state) of a distributed trial, as tensors in shared
     memory keyed by net name and state_dict key (optimizers: by the parameter's index in the
@@ -55,7 +74,7 @@ class GlobalNets:
         self.mode = mode
         self.nets = nets  # {net name: {state_dict key: shared tensor}}
         self.optimizers = optimizers  # {optimizer name: {'state': {index: {key: tensor}}, 'slow_weights': ...}}
-        self.updates = updates  # mp.Value('q'): optimizer steps applied to the global weights
+        self.updates = updates  # UpdateCount: optimizer steps applied to the global weights
         self.restored_from = restored_from  # {'snapshot', 'updates'} of a resumed run
         self._algorithm = None  # in a session's process, once attached
         self._local: dict[int, tuple] = {}  # synced: id(param) -> (param, local tensor, global tensor)
@@ -69,7 +88,7 @@ class GlobalNets:
     # --- in the trial's process ---------------------------------------------------------------
     @classmethod
     def build(cls, mode: str, algorithm, global_state: dict | None = None, restored_from: dict | None = None,
-              context=None) -> 'GlobalNets':
+              context=None, n_sessions: int = 1) -> 'GlobalNets':
         """Share the trained nets of `algorithm` (and its shareable optimizers' state), after
         loading `global_state` into them when resuming. `algorithm` is the trial's own instance:
         its tensors become the shared ones."""
@@ -99,16 +118,19 @@ class GlobalNets:
             if not hasattr(opt, 'share_memory') or not all(id(p) in shared_ids for p in params):
                 continue  # its state stays per session
             opt.share_memory()
-            entry = {'state': {i: {k: v for k, v in opt.state[p].items() if torch.is_tensor(v)}
+            # only the state share_memory shared (Lookahead shares its slow weights, not the state
+            # of the optimizer it wraps, which a resumed run has loaded and each session keeps)
+            entry = {'state': {i: {k: v for k, v in opt.state[p].items() if torch.is_tensor(v) and v.is_shared()}
                                for i, p in enumerate(params) if p in opt.state}}
+            entry['state'] = {i: state for i, state in entry['state'].items() if state}
             if hasattr(opt, 'slow_weights'):  # Lookahead
                 entry['slow_weights'] = [list(slow) for slow in opt.slow_weights]
             optimizers[name] = entry
-        updates = (context or mp.get_context('spawn')).Value('q', int((global_state or {}).get('updates', 0)))
+        updates = UpdateCount(n_sessions, int((global_state or {}).get('updates', 0)), context or mp.get_context('spawn'))
         return cls(mode, nets, optimizers, updates, restored_from)
 
     # --- in a session's process ---------------------------------------------------------------
-    def attach(self, algorithm) -> None:
+    def attach(self, algorithm, session: int = 0) -> None:
         """Make `algorithm` (a session's, after any snapshot was loaded into it) train the global
         nets: "shared": its nets' tensors become the shared ones; "synced": its local copy is set
         to the global weights. Its shareable optimizers take the shared state."""
@@ -140,6 +162,7 @@ class GlobalNets:
             pairs = [self._local[id(p)] for p in _params(opt) if id(p) in self._local]
             opt.register_step_pre_hook(functools.partial(_before_step, pairs))
             opt.register_step_post_hook(functools.partial(_after_step, pairs, self.updates))
+        self.updates.slot = session
         self._algorithm = algorithm
 
     def state_dict(self) -> dict:
@@ -162,8 +185,7 @@ def _after_step(pairs: list[tuple], updates, _opt, _args, _kwargs) -> None:
         for param, local, tensor in pairs:
             param.data = local
             local.copy_(tensor)
-    with updates.get_lock():
-        updates.value += 1
+    updates.add_one()
 
 
 def newest_global_state(ckpt_dirs: list[Path]) -> tuple[dict, dict] | None:

@@ -258,3 +258,26 @@ def test_resume_refuses_another_number_of_sessions():
     new = validate_spec(a3c(max_session=3))
     with pytest.raises(ResumeError, match=r'^meta\.max_session: 2 -> 3: .*use meta\.max_session=2$'):
         check_edits(old, new, force=True)
+
+
+def test_lookahead_shares_its_slow_weights_and_not_the_state_of_the_optimizer_it_wraps(tmp_path):
+    """Lookahead around RAdam (SLM-Lab v4's a3c_cartpole): the slow weights are global, RAdam's
+    state each session's own, in a fresh run and in a resumed one (whose RAdam state is loaded)."""
+    raw = a3c(max_frame=300)
+    raw['agent']['net']['actor_optim_spec'] = {'name': 'Lookahead', 'optimizer': 'RAdam', 'lr': 0.002}
+    spec = validate_spec(raw)
+    run_dir = RunDir(tmp_path, 'la')
+    run_dir.create()
+    sess = Session(Trial(spec, run_dir, 'train').session_spec(0), run_dir, 'train', 0, 0)
+    algorithm = sess.agent.algorithm
+    fresh = GlobalNets.build('shared', algorithm, n_sessions=2)
+    assert fresh.optimizers['net']['state'] == {} and fresh.optimizers['net']['slow_weights']
+    opt = algorithm.optimizers['net']
+    algorithm.nets()['model'].pd_out(torch.zeros(1, 4)).sum().backward()
+    opt.step()  # RAdam now has state, as a snapshot's optimizer does
+    state = {'updates': 1, 'nets': {'model': algorithm.nets()['model'].state_dict()},
+             'optimizers': {'net': opt.state_dict()}}
+    resumed = GlobalNets.build('shared', algorithm, state, n_sessions=2)
+    assert resumed.optimizers['net']['state'] == {}
+    assert resumed.updates.value == 1
+    sess.close()

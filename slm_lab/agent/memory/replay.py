@@ -196,6 +196,9 @@ class FrameStore:
         """Store the stacks of transitions at positions (n,): obs and next_obs (n, K, H, W), row e
         of a call continuing row e of the previous call (the vector env's sub-env e)."""
         n = len(positions)
+        if n < len(self.last_next_idx):  # rows left out of this call continue nothing (and pin no frame)
+            self.last_next_idx[n:] = -1
+            self.last_next_oldest[n:] = NO_FRAME
         if n > len(self.last_next_idx):  # more rows than envs: each row still continues itself
             grow = n - len(self.last_next_idx)
             self.last_next_idx = np.concatenate([self.last_next_idx, np.full((grow, self.stack), -1, np.int32)])

@@ -25,7 +25,6 @@ import os
 from typing import NamedTuple
 
 import gymnasium as gym
-import numpy as np
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
@@ -189,8 +188,7 @@ def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) 
     if net_spec.get('type') == 'RecurrentNet' and slots and len(obs_space.shape) == 1:
         # its memory stores a context per step (net/recurrent.py), not the observation
         from slm_lab.agent.net import recurrent
-        layout = recurrent.SeqLayout(net_spec['seq_len'], obs_space.shape[0], recurrent.state_size(net_spec), slots)
-        obs_space = gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)
+        _, obs_space = recurrent.context_layout(spec['agent'], obs_space.shape[0], slots)
     return needs + net_needs + _memory_needs(spec, obs_space, action_space, units)
 
 

@@ -36,9 +36,8 @@ class Agent:
                 raise SpecError(f'agent.net.type: RecurrentNet takes vector observations, and {spec["env"]["name"]} '
                                 f'gives {"images" if image else "arrays"} of shape {obs_space.shape}; '
                                 f'{"use ConvNet for images" if image else "flatten them in the env or use MLPNet"}')
-            layout = recurrent.SeqLayout(net_spec['seq_len'], int(np.prod(obs_space.shape)),
-                                         recurrent.state_size(net_spec), algo_cls.recurrent_slots(agent_spec))
-            obs_space = gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)
+            layout, obs_space = recurrent.context_layout(agent_spec, int(np.prod(obs_space.shape)),
+                                                         algo_cls.recurrent_slots(agent_spec))
         self.memory = None
         if memory_spec is not None:
             memory_cls = MEMORIES[memory_spec['name']]

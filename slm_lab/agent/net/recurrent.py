@@ -88,6 +88,16 @@ def state_size(net_spec: dict) -> int:
     return net_spec['rnn_num_layers'] * net_spec['rnn_hidden_size'] * (2 if net_spec['cell_type'] == 'LSTM' else 1)
 
 
+def context_layout(agent_spec: dict, obs_dim: int, slots: int) -> tuple[SeqLayout, 'gym.spaces.Box']:
+    """The context layout of an agent with a RecurrentNet (`slots`: its algorithm's
+    recurrent_slots) on observations of width obs_dim, and the space of its contexts: what its
+    algorithm and memory see in place of observations."""
+    import gymnasium as gym
+    net_spec = agent_spec['net']
+    layout = SeqLayout(net_spec['seq_len'], obs_dim, state_size(net_spec), slots)
+    return layout, gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)
+
+
 # the layout and next free slot while an Agent builds its algorithm (see building)
 _BUILD: contextvars.ContextVar[list | None] = contextvars.ContextVar('recurrent_build', default=None)
 

@@ -175,6 +175,25 @@ def test_keys_slm_lab_does_not_read_are_left_out_with_a_warning_and_an_empty_blo
     with caplog.at_level('WARNING'):
         assert [p.path for p in search_params(spec)] == ['agent.net.seq_len']
     assert any('agent.net.hid_layers is' in r.getMessage() for r in caplog.records)
+    # SLM-Lab's a3c_cartpole.json searches the critic's optimizer of a shared net, which steps with
+    # actor_optim_spec alone; a separate net's critic_optim_spec stays searched
+    for net, kept in (({'shared': True}, ['agent.net.actor_optim_spec.lr']),
+                      ({'shared': False, 'use_same_optim': True}, ['agent.net.actor_optim_spec.lr']),
+                      ({'shared': False, 'critic_optim_spec': {'name': 'Adam', 'lr': 0.01}},
+                       ['agent.net.actor_optim_spec.lr', 'agent.net.critic_optim_spec.lr'])):
+        spec = search_spec()
+        spec['agent']['name'] = spec['agent']['algorithm']['name'] = 'ActorCritic'
+        spec['agent']['algorithm'] = {'name': 'ActorCritic', 'lam': 0.95, 'training_frequency': 32}
+        spec['agent']['net'] = {'type': 'MLPNet', 'hid_layers': [32], 'actor_optim_spec': {'name': 'Adam', 'lr': 0.01},
+                                **net}
+        spec['search'] = {'agent.net.actor_optim_spec.lr__uniform': [1e-4, 0.1],
+                          'agent.net.critic_optim_spec.lr__uniform': [1e-4, 0.1]}
+        spec = {**validate_spec(spec), 'name': NAME}
+        caplog.clear()
+        with caplog.at_level('WARNING'):
+            assert [p.path for p in search_params(spec)] == kept
+        assert any('agent.net.critic_optim_spec.lr is' in r.getMessage() for r in caplog.records) == (len(kept) == 1)
+        warn_once.cache_clear()
 
 
 def test_a_value_that_fits_beside_another_searched_key_is_kept_and_one_that_fits_nothing_is_refused():

@@ -243,3 +243,27 @@ def test_fire_starts_the_game_max_t_counts_agent_steps_and_a_lost_life_continues
 def test_a_convnet_on_channels_last_images_is_not_available_yet():
     with pytest.raises(SpecError, match=r'^agent\.net\.type: ConvNet on channels-last images \(96, 96, 3\).*not available yet'):
         build_net(net_spec(), (96, 96, 3), 5)
+
+
+# SLM-Lab v5's Atari arc specs (benchmark_arc/*/..._atari_arc.yaml, crossq_atari.yaml): a TorchArcNet
+# whose arc starts with LazyConv2d takes the frames in their shape
+CONV_ARC = {'modules': {'body': {'Sequential': [
+    {'LazyConv2d': {'out_channels': 8, 'kernel_size': 8, 'stride': 4}}, {'ReLU': None},
+    {'LazyConv2d': {'out_channels': 16, 'kernel_size': 4, 'stride': 2}}, {'ReLU': None},
+    {'Flatten': None}, {'LazyLinear': {'out_features': 32}}, {'ReLU': None}]}},
+    'graph': {'input': 'x', 'modules': {'body': ['x']}, 'output': 'body'}}
+
+
+def test_a_torcharcnet_with_convolutions_takes_frames_in_their_shape():
+    net = build_net(net_spec('TorchArcNet', arc=CONV_ARC, normalize=True), (4, 84, 84), [6, 1])
+    conv = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d))
+    assert isinstance(conv, torch.nn.Conv2d) and conv.in_channels == 4
+    logits, value = net(torch.full((3, 4, 84, 84), 255, dtype=torch.uint8).float())
+    assert logits.shape == (3, 6) and value.shape == (3, 1)
+    flat = build_net(net_spec('TorchArcNet', arc=CONV_ARC, normalize=False), (4, 84, 84), 6)
+    flat.load_state_dict(net.state_dict(), strict=False)  # heads differ in number: only the body is compared
+    x = torch.randint(0, 256, (2, 4, 84, 84)).float()
+    assert torch.allclose(net.body(x / 255.0), flat.body(x / 255.0))
+    with pytest.raises(SpecError, match='TorchArcNet critic on image observations cannot take the action'):
+        build_net(net_spec('TorchArcNet', arc=CONV_ARC), (4, 84, 84), 1, extra_dim=2)
+

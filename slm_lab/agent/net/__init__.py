@@ -5,7 +5,8 @@ observation's shape (or a flat width); it never imports a net class. Every net c
 `(net_spec, in_dim, out_dims, out_gains=None)` and returns a tensor (B, out_dim) for one output
 head or a list of them for several; it has a `spec_schema` for validation. The flat nets (MLPNet,
 DuelingMLPNet, TorchArcNet) get in_dim as the width prod(obs_shape) and flatten their input
-(B, *obs_shape); the image nets (ConvNet, DuelingConvNet, `takes_image`) get the shape. `out_gains` are the
+(B, *obs_shape); the image nets (ConvNet, DuelingConvNet) get the shape, and so does a TorchArcNet
+on images (observations of 3 or more dimensions, which its arc's convolutions take as they are). `out_gains` are the
 gains of the output layers' orthogonal init under `init_fn` (e.g. 0.01 for a policy head).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
 from slm_lab.agent.net.recurrent import RecurrentNet
 from slm_lab.agent.net.torcharc_net import TorchArcNet
+from slm_lab.lib.errors import SpecError
 
 NETS = {'MLPNet': MLPNet, 'DuelingMLPNet': DuelingMLPNet, 'TorchArcNet': TorchArcNet, 'ConvNet': ConvNet,
         'DuelingConvNet': DuelingConvNet, 'RecurrentNet': RecurrentNet}
@@ -42,6 +44,13 @@ def build_net(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | lis
     cls = NETS[net_spec['type']]
     if issubclass(cls, IMAGE_NETS):
         return cls(net_spec, in_dim, out_dims, out_gains=out_gains, extra_dim=extra_dim)
+    if cls is TorchArcNet and isinstance(in_dim, (tuple, list)) and len(in_dim) >= 3:
+        # images: the arc's own convolutions take them in their shape (SLM-Lab's Atari arc specs)
+        if extra_dim:
+            raise SpecError('agent.net.type: a TorchArcNet critic on image observations cannot take the action as a '
+                            'second input (a continuous-action SAC/CrossQ on images) in this version; use ConvNet, '
+                            'which joins the action to its convolutions\' features')
+        return cls(net_spec, tuple(in_dim), out_dims, out_gains=out_gains)
     if isinstance(in_dim, (tuple, list)):
         in_dim = math.prod(in_dim)
     return cls(net_spec, in_dim + extra_dim, out_dims, out_gains=out_gains)

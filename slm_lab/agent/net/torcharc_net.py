@@ -194,26 +194,29 @@ class TorchArcNet(net_util.HeadedNet):
     """The arc's body, then one linear head per output (as MLPNet's, with out_layer_activation
     and out_gains), as SLM-Lab's TorchArcNet appends its tails.
 
-    Input (B, *obs_shape) flattened to (B, in_dim), or divided by 255 when normalize; the body's
-    output is flattened to (B, body_dim). Lazy modules are materialised at construction by one
-    forward of a (1, in_dim) input in evaluation mode (which moves no running statistics), so
+    Input (B, *obs_shape) flattened to (B, in_dim) when in_dim is a width; an image's shape
+    (in_dim a tuple, see build_net) is kept for the arc's convolutions. Divided by 255 when
+    normalize. The body's output is flattened to (B, body_dim). Lazy modules are materialised at
+    construction by one forward of a (1, *in_dim) input in evaluation mode (which moves no running statistics), so
     the parameters exist before optimizers are made and state_dicts are complete. Then, under
     init_fn, every linear and convolutional layer is initialised as MLPNet's."""
 
     spec_schema = TORCHARC_SCHEMA
 
-    def __init__(self, net_spec: dict, in_dim: int, out_dims: int | list[int],
+    def __init__(self, net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | list[int],
                  out_gains: list[float] | None = None):
         super().__init__()
         self.net_spec = net_spec
         self.in_dim = in_dim
+        self.image = isinstance(in_dim, tuple)  # kept in its shape, not flattened
+        self.in_shape = in_dim if self.image else (in_dim,)
         self.out_dims = [out_dims] if isinstance(out_dims, int) else list(out_dims)
         self.normalize = net_spec.get('normalize', False)
         path = 'agent.net.arc' if net_spec.get('arc') is not None else 'agent.net.arc_file'
         self.body = ArcBody(read_arc(net_spec), path)
         self.body.eval()
         with torch.no_grad():
-            out = self.body(torch.ones(1, in_dim))
+            out = self.body(torch.ones(1, *self.in_shape))
         self.body.train()
         if not torch.is_tensor(out):
             raise SpecError(f'{path}: the graph output must be one tensor, got {type(out).__name__}')
@@ -226,5 +229,8 @@ class TorchArcNet(net_util.HeadedNet):
         self.add_heads(net_spec, body_dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
     def forward(self, x: torch.Tensor):
-        x = x / 255.0 if self.normalize else x.flatten(start_dim=1)
+        if not self.image:
+            x = x.flatten(start_dim=1)
+        if self.normalize:
+            x = x / 255.0
         return self.apply_heads(self.body(x).flatten(start_dim=1))

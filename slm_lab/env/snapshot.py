@@ -169,7 +169,14 @@ def env_state_dict(env: gym.Env) -> dict:
 
 
 def load_env_state_dict(env: gym.Env, state: dict) -> bool:
-    """Restore a single env; returns whether it was restored exactly."""
+    """Restore a single env; returns whether it was restored exactly. An exact state goes into
+    the env after one reset (see load_vector_env_state_dict)."""
+    if state['exact']:
+        env.reset(seed=0)
+    return _load_env(env, state)
+
+
+def _load_env(env: gym.Env, state: dict) -> bool:
     layers = _chain(env)
     for layer, layer_state in zip(layers, state['layers']):
         _load_layer_state(layer, layer_state)
@@ -196,14 +203,21 @@ def vector_env_state_dict(venv) -> dict:
 
 def load_vector_env_state_dict(venv, state: dict) -> bool:
     """Restore a vector env; returns whether the in-progress episodes were restored exactly.
-    When not exact, only the wrapper statistics are restored and the caller must reset."""
+    When not exact, only the wrapper statistics are restored and the caller must reset.
+
+    An exact state is restored into the env after one reset, which the state then overwrites:
+    ALE draws each frame over the last one in a frame buffer that its cloned state does not hold,
+    and some games leave pixels undrawn (Qbert diverged at the first step after a restore into a
+    never-reset env; after a reset the undrawn pixels are the game's own)."""
     layers = _chain(venv)
     exact = bool(state['exact'])
+    if exact:
+        venv.reset(seed=0)
     for layer, layer_state in zip(layers, state['layers']):
         if layer is layers[-1] and not exact:
             continue
         _load_layer_state(layer, layer_state)
     if exact:
         for env, env_state in zip(layers[-1].envs, state['sub_envs']):
-            load_env_state_dict(env, env_state)
+            _load_env(env, env_state)
     return exact

@@ -505,6 +505,23 @@ def stop_process(proc: subprocess.Popen | None, timeout: float = 600.0) -> None:
 _OWN_TOKEN: str | None = None  # the RAY_AUTH_TOKEN this process made for its own local Ray
 
 
+def make_scheduler(spec: dict):
+    """ASHA on frames from meta.search_scheduler, or None without one. A grace_period longer than a
+    trial's sessions run (a search shortened with -s env.max_frame) could stop no trial, and Ray
+    refuses it: then every trial runs to its end, with a warning."""
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+    options = spec['meta'].get('search_scheduler')
+    if not options:
+        return None
+    frames = session_max_frame(spec)
+    if options['grace_period'] > frames:
+        lab_logger.warn_once('slm_lab.search', f"meta.search_scheduler.grace_period {options['grace_period']} is "
+                             f'more than the {frames} frames a session of each trial runs, so no trial can be '
+                             'stopped early: every trial runs to its end (lower grace_period to stop the weak ones)')
+        return None
+    return AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=frames, **options)
+
+
 def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None = None,
                keep: int | None = None) -> 'pd.DataFrame':
     """Run (or continue) the search in run_dir; returns the experiment dataframe."""
@@ -517,7 +534,6 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
         os.environ['RAY_AUTH_TOKEN'] = _OWN_TOKEN = secrets.token_hex(32)
     import ray
     from ray import tune
-    from ray.tune.schedulers import AsyncHyperBandScheduler
     meta = spec['meta']
     resources = trial_resources(meta, local=not ray_address)
     os.environ['PYTHONPATH'] = os.pathsep.join(
@@ -542,10 +558,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     searcher = make_searcher(run_dir, spec, params)
     stop = _SearchStop(searcher, run_dir).install()
     try:
-        scheduler = None
-        if meta.get('search_scheduler'):
-            scheduler = AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=session_max_frame(spec),
-                                                **meta['search_scheduler'])
+        scheduler = make_scheduler(spec)
         trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
                                          spec_name=spec['name'], max_session=meta['max_session'],
                                          max_frame=session_max_frame(spec))

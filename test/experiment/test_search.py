@@ -402,3 +402,25 @@ def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
         shutil.rmtree(temp, ignore_errors=True)
     time.sleep(0.5)
     assert not ray_processes() - before, f'processes of the test cluster left behind: {ray_processes() - before}'
+
+
+def test_a_grace_period_longer_than_a_trial_runs_every_trial_to_its_end_with_a_warning(caplog):
+    """Ray refuses grace_period > max_t; a search shortened with -s env.max_frame below SLM-Lab's
+    grace_period still runs, without early stopping, and says so."""
+    from ray.tune.schedulers import AsyncHyperBandScheduler
+
+    from slm_lab.experiment.search import make_scheduler
+    from slm_lab.lib.logger import warn_once
+    from slm_lab.spec import validate_spec
+    warn_once.cache_clear()
+    spec = validate_spec(search_spec(max_frame=3000))
+    assert isinstance(make_scheduler(spec), AsyncHyperBandScheduler)  # grace_period 500 <= 3000
+    spec['meta']['search_scheduler']['grace_period'] = 5000
+    with caplog.at_level('WARNING'):
+        assert make_scheduler(spec) is None
+    assert any('grace_period 5000 is more than the 3000 frames' in r.getMessage() for r in caplog.records)
+    spec['meta'].update(distributed='shared', max_session=4, search_scheduler={'grace_period': 1000,
+                                                                               'reduction_factor': 2})
+    assert make_scheduler(spec) is None  # each of the 4 sessions runs 750 frames
+    spec['meta']['search_scheduler'] = None
+    assert make_scheduler(spec) is None

@@ -42,8 +42,9 @@ examples:
   python run_lab.py enjoy@data/ppo_cartpole_2026_01_01_120000/ppo_cartpole_t0_s0_spec.json --episodes 3
 
 exit codes: 0 done (or already finished), 2 bad input (one line on stderr, nothing written),
-130 stopped by SIGINT / 143 by SIGTERM after saving a snapshot (continue with train@latest),
-1 a bug (traceback).
+3 training diverged (NaN or infinite loss), 130 stopped by SIGINT / 143 by SIGTERM after saving a
+snapshot (continue with train@latest), 137 a session killed by SIGKILL (the others stopped with
+snapshots; continue with train@latest), 1 a bug (traceback).
 """
 
 

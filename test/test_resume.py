@@ -439,3 +439,37 @@ def test_a_run_being_trained_cannot_be_resumed_twice(tmp_path):
         held.close()
     assert done.returncode == 2 and 'being trained by another process' in done.stderr
     assert tree_digest(run) == before
+
+
+def test_a_session_killed_by_sigkill_is_one_line_and_the_run_continues(tmp_path):
+    """One session of a two-session trial killed with SIGKILL (as the out-of-memory killer does):
+    the lab stops the other one with its snapshot, prints one line naming the session and the
+    signal, exits 128 + 9, and train@latest finishes the run."""
+    spec = json.loads(json.dumps(PPO))
+    spec['env']['max_frame'] = 400000
+    spec['meta']['max_session'] = 2
+    spec_file = write_spec(tmp_path, 'killed', spec)
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'killed', 'train'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, csv = time.time() + 120, []
+        while time.time() < deadline and len(csv) < 2:
+            csv = list(tmp_path.glob('data/killed_*/info/killed_t0_s*_session_df_train.csv'))
+            time.sleep(0.1)
+        assert len(csv) == 2, 'the sessions never logged'
+        children = subprocess.run(['pgrep', '-P', str(proc.pid), '-f', 'multiprocessing.spawn'], capture_output=True,
+                                  text=True).stdout.split()
+        assert len(children) == 2, children
+        subprocess.run(['kill', '-9', children[0]], check=True)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGKILL, err
+    lines = [line for line in err.splitlines() if line.startswith(('error', 'Traceback'))]
+    assert len(lines) == 1 and 'was killed by SIGKILL' in lines[0] and 'train@latest' in lines[0], err
+    (run,) = run_dirs(tmp_path / 'data', 'killed')
+    def last_frames():
+        return [pd.read_csv(run / 'info' / f'killed_t0_s{s}_session_df_train.csv')['frame'].iloc[-1] for s in (0, 1)]
+    end = (max(last_frames()) // 1000 + 2) * 1000
+    lab.run(spec_file, 'killed', 'train@latest', [f'env.max_frame={end}'], data_dir=str(tmp_path / 'data'))
+    assert last_frames() == [end, end]

@@ -711,7 +711,7 @@ class Trial:
         waiting = list(range(len(specs)))  # not started yet, in session order
         procs: dict[int, mp.process.BaseProcess] = {}
         results: dict[int, dict] = {}
-        preempted, errors, lab_errors = [], [], []
+        preempted, errors, lab_errors, killed = [], [], [], []
         started, signalled, ended = set(), set(), set()  # ended: its outcome is known
 
         def launch(s: int) -> None:
@@ -758,6 +758,10 @@ class Trial:
                         if s not in ended and not p.is_alive() and queue.empty():
                             if stop.requested:
                                 stopped_before_starting(s)
+                            elif p.exitcode is not None and p.exitcode < 0:  # killed by a signal
+                                killed.append((s, -p.exitcode))
+                                ended.add(s)
+                                stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
                             else:
                                 errors.append(f'session {s} process died without reporting (exit code {p.exitcode})')
                                 ended.add(s)
@@ -786,6 +790,13 @@ class Trial:
                     p.kill()
         if errors:
             raise RuntimeError('; '.join(errors))
+        if killed:
+            from slm_lab.lib.errors import SessionKilled
+            s, signum = killed[0]
+            name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f'signal {signum}'
+            why = ' (kill -9, or the out-of-memory killer: see `dmesg`)' if signum == signal.SIGKILL else ''
+            raise SessionKilled(f'session {s} was killed by {name}{why} at some frame after its last snapshot; '
+                                'the other sessions stopped with snapshots; continue with train@latest', signum)
         if lab_errors:
             from slm_lab.lib import errors as lab_errors_module
             name, message = lab_errors[0]

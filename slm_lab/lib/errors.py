@@ -30,6 +30,21 @@ class TrainingDiverged(LabError):
     exit_code = 3
 
 
+class SessionKilled(LabError):
+    """A session's process was killed by a signal it could not catch (SIGKILL: `kill -9` or the
+    out-of-memory killer), so it saved nothing at that point; the other sessions stopped with
+    snapshots and the run continues with train@latest from the newest ones. Exit code 128 +
+    the signal, as shells report a killed process."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
 class Preempted(Exception):
     """A session (or trial) stopped on SIGTERM/SIGINT after saving a snapshot at its current frame."""
 

@@ -190,16 +190,18 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     loaded = resume_lib.load_sessions(run_dir, old_spec['meta']['max_session'])
     frames = {s: manifest['frame'] for s, (_, manifest, _) in loaded.items()}
     reached = max(frames.values()) if frames else 0
-    if spec['env']['max_frame'] < reached:
-        raise ResumeError(f"env.max_frame {spec['env']['max_frame']} is below frame {reached} that {run_dir.root} "
-                          f'already reached; use env.max_frame >= {reached}')
     from slm_lab.spec import session_max_frame
     n_sessions = spec['meta']['max_session']
     share = session_max_frame(spec)  # each session's frames (a distributed trial's share of env.max_frame)
+    split = bool(spec['meta'].get('distributed')) and n_sessions > 1
+    total = reached * n_sessions if split else reached  # the env.max_frame that frame `reached` stands for
+    if share < reached:
+        shared = f' ({share} frames for each of its {n_sessions} distributed sessions)' if split else ''
+        raise ResumeError(f"env.max_frame {spec['env']['max_frame']}{shared} is below frame {reached} that a session "
+                          f'of {run_dir.root} already reached; use env.max_frame >= {total}')
     if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
         written = complete_finished_run(old_spec, run_dir)
         done = f'; completed its missing final files: {", ".join(written)}' if written else ''
-        total = reached * n_sessions if share != spec['env']['max_frame'] else reached
         print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]})'
               f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * total}')
         return None

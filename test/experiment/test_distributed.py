@@ -175,6 +175,11 @@ def test_shared_run_resumes_with_its_global_weights_and_continuous_records(tmp_p
     # finished at its sessions' share of env.max_frame: resumed again as it is, it says so and runs nothing
     before = {p: p.stat().st_mtime_ns for p in run.rglob('*') if p.is_file()}
     assert lab.run(spec_file, name, f'train@{run}', ['env.max_frame=2000'], data_dir=str(data)) is None
+    # a lower env.max_frame gives each session less than it reached: refused with the total to give
+    for lower in (1500, 1000):
+        with pytest.raises(ResumeError, match=r'env.max_frame \d+ \(\d+ frames for each of its 2 distributed '
+                                              r'sessions\) is below frame 1000 .* use env.max_frame >= 2000'):
+            lab.run(spec_file, name, f'train@{run}', [f'env.max_frame={lower}'], data_dir=str(data))
     assert {p: p.stat().st_mtime_ns for p in run.rglob('*') if p.is_file()} == before
 
 

@@ -527,6 +527,10 @@ def check_frame_op(env: dict) -> None:
                         'observations to join (SLM-Lab used 4); set it, or set frame_op to null')
     from slm_lab.env import ENV_FAMILIES, atari_frames, env_family
     if env.get('life_loss_info') and atari_frames(env) is None:
+        if env_family(env['name']) is ENV_FAMILIES['atari'] and \
+                {**env, **(env.get('make_kwargs') or {})}.get('obs_type') == 'ram':
+            raise SpecError("env.life_loss_info: true is for Atari games' image observations, not obs_type 'ram' "
+                            f"({env['name']!r}); remove it, set it to false, or drop obs_type ram")
         raise SpecError(f"env.life_loss_info: true is for Atari games with image observations and a fixed frame "
                         f"skip (ALE/*-v5, *NoFrameskip-v4), not {env['name']!r}; remove it or set it to false")
     if env.get('image_downsize') and env_family(env['name']) is not ENV_FAMILIES['atari']:

@@ -69,7 +69,8 @@ def _no_weights(run_dir, trial: int, session: int) -> ResumeError:
     return ResumeError(f'{run_dir.root}: session t{trial} s{session} has no saved weights (no '
                        f'{run_dir.model_path(trial, session, "best").relative_to(run_dir.root)}, no snapshot in '
                        f'{run_dir.ckpt_dir(trial, session).relative_to(run_dir.root)}/); it stopped before its '
-                       'first log point, or its files were moved')
+                       'first log point, its files were moved, or `search --keep` removed them (it keeps only the best '
+                       "trials' models)")
 
 
 def _best_weights(run_dir, trial: int, session: int) -> SavedWeights:

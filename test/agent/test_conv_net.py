@@ -183,6 +183,10 @@ def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
         bad_spec = atari_spec('PPO', {'type': 'ConvNet'}, {'name': bad, 'life_loss_info': True})
         with pytest.raises(SpecError, match=r"^env\.life_loss_info: true is for Atari games .* not '" + bad):
             validate_spec(bad_spec)
+    ram = atari_spec('PPO', {'type': 'MLPNet'}, {'name': 'ALE/Pong-v5', 'life_loss_info': True,
+                                                 'make_kwargs': {'obs_type': 'ram'}})
+    with pytest.raises(SpecError, match=r"^env\.life_loss_info: .* not obs_type 'ram'"):
+        validate_spec(ram)
 
 
 def test_v4_discrete_sac_joins_the_action_to_the_conv_features_of_its_critics(lab_run):

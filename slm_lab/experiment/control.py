@@ -758,14 +758,13 @@ class Trial:
                         if s not in ended and not p.is_alive() and queue.empty():
                             if stop.requested:
                                 stopped_before_starting(s)
-                            elif p.exitcode is not None and p.exitcode < 0:  # killed by a signal
+                                continue
+                            if p.exitcode is not None and p.exitcode < 0:  # killed by a signal it cannot catch
                                 killed.append((s, -p.exitcode))
-                                ended.add(s)
-                                stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
                             else:
                                 errors.append(f'session {s} process died without reporting (exit code {p.exitcode})')
-                                ended.add(s)
-                                stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
+                            ended.add(s)
+                            stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
                     continue
                 if status == 'started':
                     started.add(s)
@@ -793,7 +792,10 @@ class Trial:
         if killed:
             from slm_lab.lib.errors import SessionKilled
             s, signum = killed[0]
-            name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f'signal {signum}'
+            try:
+                name = signal.Signals(signum).name
+            except ValueError:
+                name = f'signal {signum}'
             why = ' (kill -9, or the out-of-memory killer: see `dmesg`)' if signum == signal.SIGKILL else ''
             raise SessionKilled(f'session {s} was killed by {name}{why} at some frame after its last snapshot; '
                                 'the other sessions stopped with snapshots; continue with train@latest', signum)

@@ -34,7 +34,6 @@ from pathlib import Path
 import torch
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.spec import session_max_frame  # noqa: F401 (torch-free, for the search driver too)
 
 logger = lab_logger.get_logger('slm_lab.session')
 MODES = ('shared', 'synced')

@@ -73,17 +73,17 @@ def search_params(spec: dict) -> list[Param]:
                         'add one (e.g. "search": {"agent.algorithm.gamma__uniform": [0.9, 0.999]}) or use train')
     params = []
     unread = dict(UNREAD_SEARCH_KEYS)
-    if (spec['agent'].get('net') or {}).get('type') == 'RecurrentNet':  # SLM-Lab's recurrent specs search it
+    searched = parse_search(spec['search'])
+    net = spec['agent'].get('net') or {}
+    if net.get('type') == 'RecurrentNet':  # SLM-Lab's recurrent specs search it
         unread['agent.net.hid_layers'] = "MLPNet's layers key, which a RecurrentNet has not (its dense layers are " \
                                          'fc_hid_layers)'
-    net = spec['agent'].get('net') or {}
     if net.get('shared') or net.get('use_same_optim'):  # SLM-Lab's a3c_cartpole.json searches it on shared nets
         why = 'shared: true (one optimizer, from actor_optim_spec)' if net.get('shared') else \
             "use_same_optim: true (the critic's optimizer is made from actor_optim_spec)"
-        for p in parse_search(spec['search']):
-            if p.path.startswith('agent.net.critic_optim_spec.'):
-                unread[p.path] = f"the critic's optimizer key, unused by a net with {why}"
-    for p in parse_search(spec['search']):
+        unread.update({p.path: f"the critic's optimizer key, unused by a net with {why}" for p in searched
+                       if p.path.startswith('agent.net.critic_optim_spec.')})
+    for p in searched:
         if p.path in unread:
             lab_logger.warn_once('slm_lab.search', f'search.{p.key}: {p.path} is {unread[p.path]}, which SLM-Lab v4 and v5 do not read '
                        'either (searching it changed nothing there); this search leaves it out')

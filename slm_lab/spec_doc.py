@@ -376,6 +376,11 @@ Every env is a `gymnasium.vector` env, also when `num_envs` is 1; sub-envs that 
 episode are reset in the same step. Episode returns in the records are the env's own rewards,
 before any reward normalisation.
 
+Box actions: where the env's bounds are finite and not [-1, 1] (`Pendulum-v1`'s [-2, 2], MuJoCo
+`Humanoid`'s [-0.4, 0.4]), the agent acts in [-1, 1] and gymnasium's `RescaleAction` maps its
+actions onto the bounds, as SLM-Lab v5 does (v4 acted in the env's units); actions beyond the
+bounds are clipped for the env while the agent learns from the action it sampled.
+
 Atari games (the Atari extra; `ALE/*-v5` ids as in SLM-Lab v5, the older `*NoFrameskip-v4` and
 `-v0`/`-v4` ids as in v4) are preprocessed as SLM-Lab preprocesses them, with gymnasium's wrappers:
 up to 30 no-op actions at reset, 4 frames per step with the maximum of the last two, 84x84

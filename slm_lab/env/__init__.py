@@ -256,6 +256,8 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         scale_fn = np.sign if scale == 'sign' else (lambda rewards: rewards * scale)
         env = gym.wrappers.vector.TransformReward(env, scale_fn)
     if isinstance(env.single_action_space, gym.spaces.Box):
+        if rescales_actions(env.single_action_space):  # the agent acts in [-1, 1], as in SLM-Lab v5
+            env = gym.wrappers.vector.RescaleAction(env, *unit_bounds(env.single_action_space))
         # the agent keeps (and learns from) the action it sampled; the env gets it clipped
         env = gym.wrappers.vector.ClipAction(env)
     if env_spec.get('normalize_obs'):
@@ -340,14 +342,35 @@ def concat_frames(env: gym.Env, n: int) -> gym.Env:
     return gym.wrappers.FlattenObservation(env)
 
 
+def rescales_actions(space: gym.Space) -> bool:
+    """Whether the agent acts in [-1, 1] rather than in the env's own bounds: a Box action space
+    with finite bounds other than [-1, 1] (Pendulum's [-2, 2], MuJoCo Humanoid's [-0.4, 0.4]).
+    SLM-Lab v5 rescales such spaces so for every algorithm (v4 acted in the env's units); make_env
+    and make_single_env add gymnasium's RescaleAction for them."""
+    if not isinstance(space, gym.spaces.Box):
+        return False
+    low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        return False
+    return not (np.allclose(low, -1.0, atol=1e-6) and np.allclose(high, 1.0, atol=1e-6))
+
+
 def agent_action_space(env: gym.Env | gym.vector.VectorEnv) -> gym.Space:
-    """The action space an agent is built for: the env's own, with its bounds. ClipAction (which
+    """The action space an agent is built for, with its bounds: the env's own, or [-1, 1] of the
+    same shape where the env rescales the agent's actions (rescales_actions). ClipAction (which
     make_env and make_single_env add for Box actions) widens the space it reports to (-inf, inf),
     since it accepts any action; an algorithm that squashes its actions into the bounds (SAC)
     needs the real ones."""
-    if isinstance(env, gym.vector.VectorEnv):
-        return env.unwrapped.single_action_space
-    return env.unwrapped.action_space
+    space = env.unwrapped.single_action_space if isinstance(env, gym.vector.VectorEnv) else env.unwrapped.action_space
+    if rescales_actions(space):
+        return gym.spaces.Box(*unit_bounds(space), dtype=space.dtype)
+    return space
+
+
+def unit_bounds(space: gym.spaces.Box) -> tuple[np.ndarray, np.ndarray]:
+    """-1 and 1 in the space's shape and dtype (a float64 bound would make gymnasium warn that
+    it lowers the precision of a float32 space)."""
+    return np.full(space.shape, -1, space.dtype), np.full(space.shape, 1, space.dtype)
 
 
 def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
@@ -357,6 +380,8 @@ def make_single_env(env_spec: dict, render_mode: str | None = None) -> gym.Env:
     for wrap in _raw_obs_wrappers(env_spec, whole_games=True) or ():
         env = wrap(env)
     if isinstance(env.action_space, gym.spaces.Box):
+        if rescales_actions(env.action_space):
+            env = gym.wrappers.RescaleAction(env, *unit_bounds(env.action_space))
         env = gym.wrappers.ClipAction(env)
     return env
 

@@ -76,6 +76,27 @@ def test_dqn_keeps_its_exploring_action_policies():
         assert spec['agent']['algorithm']['action_policy'] == policy
 
 
+@pytest.mark.parametrize('name,anew', [('VanillaDQN', True), ('DQN', False), ('DoubleDQN', True)])
+def test_dqn_targets_are_computed_again_before_each_step_on_a_batch_when_the_online_net_picks(name, anew):
+    """training_batch_iter steps on one batch: VanillaDQN's and DoubleDQN's y depend on the online
+    net, which each step moves, so y is computed again before each step (as SLM-Lab computes the
+    loss anew); DQN's y, from the target net alone, is the same for all of them."""
+    agent = make_agent({'name': name, 'training_iter': 1, 'training_batch_iter': 3, 'training_start_step': 1,
+                        'gamma': 0.9}, {'name': 'Replay', 'batch_size': 16, 'max_size': 100}, num_envs=2)
+    alg = agent.algorithm
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        obs = rng.normal(size=(2, 4)).astype(np.float32)
+        alg.memory.add(obs, rng.integers(0, 2, 2), np.ones(2), obs + 0.1, np.zeros(2, bool), np.zeros(2, bool))
+    seen, compute = [], alg.q_targets
+    alg.q_targets = lambda *args: (seen.append(compute(*args)), seen[-1])[1]
+    torch.manual_seed(0)
+    alg.train()
+    assert len(seen) == (3 if anew else 1)
+    if name == 'VanillaDQN':  # its y is the online net's max, which the first step moved
+        assert not torch.equal(seen[0], seen[1])
+
+
 def test_scale_returns():
     returns = torch.tensor([2.0, 4.0, 6.0])  # mean 4, sample std 2
     torch.testing.assert_close(scale_returns(returns, center=False, normalize=False), returns)

@@ -6,7 +6,8 @@ For a sampled batch (B transitions):
   DoubleDQN:  y = r + gamma * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))
   loss = loss_fn(Q(s, a), y)
 Every training_frequency frames (once training_start_step transitions are stored): training_iter
-batches, each used for training_batch_iter gradient steps. The target net follows the online net
+batches, each used for training_batch_iter gradient steps (y computed again before each, with the
+online net as the previous step left it). The target net follows the online net
 every update_frequency frames: a copy (replace) or target <- polyak_coef*online + (1-polyak_coef)*target
 (SLM-Lab's convention: polyak_coef is the weight of the online net).
 
@@ -137,6 +138,13 @@ class VanillaDQN(Algorithm):
             self.update_target()
         return metrics
 
+    @property
+    def online_targets(self) -> bool:
+        """Whether y depends on the online net (VanillaDQN, DoubleDQN): then each of a batch's
+        training_batch_iter gradient steps gets y anew, as in SLM-Lab; DQN's y, from the target
+        net alone, stays the same through them."""
+        return self.target_net is None or self.double
+
     @torch.no_grad()
     def q_targets(self, rewards, next_states, terminateds) -> torch.Tensor:
         """y for a batch, with the nets of this variant (see q_targets and the module doc)."""
@@ -152,9 +160,12 @@ class VanillaDQN(Algorithm):
             batch = self.memory.sample()
             states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
             actions = torch.as_tensor(batch.actions, device=self.device).long().unsqueeze(-1)
-            targets = self.q_targets(self.tensor(batch.rewards), next_states, self.tensor(batch.terminateds))
+            rewards, terminateds = self.tensor(batch.rewards), self.tensor(batch.terminateds)
             weights = self.tensor(batch.weights) if hasattr(batch, 'weights') else None
+            targets = None
             for _ in range(self.training_batch_iter):
+                if targets is None or self.online_targets:  # the online net moved since the last step
+                    targets = self.q_targets(rewards, next_states, terminateds)
                 q = self.net(states).gather(-1, actions).squeeze(-1)
                 if weights is None:
                     loss = self.loss_fn(q, targets)

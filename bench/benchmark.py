@@ -13,11 +13,18 @@ directory that is deleted at the end, unless --data-dir names one to keep.
 
 --targets trains the specs of spec/benchmark/*/*_slm_lab_v5.json, which carry the hyperparameters of
 the SLM-Lab v5 benchmark specs behind SLM-Lab's published moving averages (SLM_LAB_TARGETS below), and
-prints per row the median final_ma over the seeds next to SLM-Lab's figure (the final moving
-average of 4 sessions in SLM-Lab's benchmark table): met when the median is at or above it.
+prints per row, per seed, final_ma and slm_ma (below), and the median slm_ma over the seeds next to
+SLM-Lab's figure: met when that median is at or above it. SLM-Lab's figure is its trial's
+total_reward_ma, the mean over its sessions of each session's slm_ma (its analysis takes the mean of
+the last 100 rows' 100-episode moving average), so slm_ma is the like-for-like number; on a curve
+still rising at the end it is below final_ma.
+
+    python bench/benchmark.py --score DIR ...      # final_ma and slm_ma of kept runs (run dirs or --data-dir)
 
 Per run the table gives, from the session's train CSV (info/*_session_df_train.csv):
   final_ma      total_reward_ma of the last row: mean return of the last 100 training episodes
+  slm_ma        mean total_reward_ma of the last 100 rows (100 rows of env.log_frequency frames:
+                the last 50k-100k frames of the benchmark rows), as SLM-Lab scores a session
   frames_to_475 frame of the first row whose total_reward_ma >= --threshold ('-' if never)
   fps           frame / wall_t of the last row: mean frames per second of the whole session
   wall_s        seconds the run took, including setup and writing graphs and metrics
@@ -51,6 +58,7 @@ class RunResult:
     spec_name: str
     seed: int
     final_ma: float
+    slm_ma: float
     frames_to_threshold: int | None
     frames: int
     fps: float
@@ -93,16 +101,19 @@ def target_rows(filters: list[str]) -> list[tuple]:
 
 
 def format_targets(rows: list[tuple], results: list[RunResult]) -> str:
-    """One line per target row that ran: final_ma per seed, their median, SLM-Lab's figure, met."""
-    lines = ['| env | algorithm | spec | frames | final_ma per seed | median | SLM-Lab v5 | met |',
-             '|---|---|---|---:|---|---:|---:|---|']
+    """One line per target row that ran: final_ma and slm_ma per seed, the median slm_ma,
+    SLM-Lab's figure, met."""
+    lines = ['| env | algorithm | spec | frames | final_ma per seed | slm_ma per seed | median slm_ma | SLM-Lab v5 '
+             '| met |',
+             '|---|---|---|---:|---|---|---:|---:|---|']
     for env, algo, spec_file, spec_name, slm in rows:
         rs = [r for r in results if r.spec_name == spec_name]
         if not rs:
             continue
-        median = statistics.median(r.final_ma for r in rs)
+        median = statistics.median(r.slm_ma for r in rs)
         lines.append(f'| {env} | {algo} | `{spec_name}` | {rs[0].frames:,} | '
-                     f'{", ".join(_fmt(r.final_ma, 2) for r in rs)} | {median:.2f} | {slm:.2f} | '
+                     f'{", ".join(_fmt(r.final_ma, 2) for r in rs)} | {", ".join(_fmt(r.slm_ma, 2) for r in rs)} | '
+                     f'{median:.2f} | {slm:.2f} | '
                      f'{"yes" if median >= slm else "no"} ({len(rs)} seed{"s" if len(rs) > 1 else ""}) |')
     return '\n'.join(lines)
 
@@ -128,12 +139,9 @@ def parse_spec_arg(text: str) -> tuple[str, str]:
     return path, name
 
 
-def read_train_rows(run_root: Path) -> list[dict]:
-    """The rows of the session's train CSV as dicts of floats (NaN for empty cells)."""
-    paths = sorted(glob.glob(str(run_root / 'info' / '*_t0_s0_session_df_train.csv')))
-    if not paths:
-        raise FileNotFoundError(f'no train CSV under {run_root}/info')
-    with open(paths[0], encoding='utf-8') as f:
+def read_csv_rows(path: str | Path) -> list[dict]:
+    """The rows of a session's train CSV as dicts of floats (NaN for empty cells)."""
+    with open(path, encoding='utf-8') as f:
         header = f.readline().strip().split(',')
         rows = []
         for line in f:
@@ -142,12 +150,56 @@ def read_train_rows(run_root: Path) -> list[dict]:
     return rows
 
 
+def read_train_rows(run_root: Path) -> list[dict]:
+    """The rows of the run's first session's train CSV."""
+    paths = sorted(glob.glob(str(run_root / 'info' / '*_t0_s0_session_df_train.csv')))
+    if not paths:
+        raise FileNotFoundError(f'no train CSV under {run_root}/info')
+    return read_csv_rows(paths[0])
+
+
+def score_runs(dirs: list[str]) -> str:
+    """final_ma and slm_ma of every session train CSV under the given folders (run dirs, or
+    folders holding them), and per trial the mean over its sessions: SLM-Lab's trial figure."""
+    lines = []
+    for d in dirs:
+        paths = sorted(Path(d).rglob('*_session_df_train.csv'))
+        if not paths:
+            raise FileNotFoundError(f'{d}: no info/*_session_df_train.csv under it; give a run dir '
+                                    '(data/<spec_name>_<timestamp>) or a --data-dir of bench/benchmark.py')
+        trials: dict[tuple[Path, str], list[tuple[str, list[dict]]]] = {}
+        for path in paths:
+            stem = path.name[:-len('_session_df_train.csv')]
+            trial, _, session = stem.rpartition('_')
+            trials.setdefault((path.parent.parent, trial), []).append((session, read_csv_rows(path)))
+        for (run, trial), sessions in trials.items():
+            for session, rows in sessions:
+                if rows:
+                    lines.append(f'{run}  {trial}_{session}  frame {int(rows[-1]["frame"]):,}  '
+                                 f'final_ma {_fmt(rows[-1]["total_reward_ma"], 2)}  slm_ma {_fmt(slm_lab_ma(rows), 2)}')
+            scored = [slm_lab_ma(rows) for _, rows in sessions if rows]
+            if len(scored) > 1:
+                lines.append(f'{run}  {trial}  mean slm_ma of {len(scored)} sessions {_fmt(statistics.fmean(scored), 2)}')
+    return '\n'.join(lines)
+
+
+SLM_LAB_ROWS = 100  # rows SLM-Lab's session analysis averages (its viz.PLOT_MA_WINDOW)
+
+
+def slm_lab_ma(rows: list[dict]) -> float:
+    """SLM-Lab's score of one session: the mean total_reward_ma of its last 100 rows (empty cells,
+    before the first episode ends, left out as pandas' mean leaves them out)."""
+    values = [r['total_reward_ma'] for r in rows[-SLM_LAB_ROWS:] if not math.isnan(r['total_reward_ma'])]
+    return statistics.fmean(values) if values else math.nan
+
+
 def summarize(spec_name: str, seed: int, rows: list[dict], wall_s: float, threshold: float) -> RunResult:
     """A RunResult from the train rows of one run."""
     last = rows[-1]
     reached = next((int(r['frame']) for r in rows if r['total_reward_ma'] >= threshold), None)
     fps = last['frame'] / last['wall_t'] if last['wall_t'] > 0 else math.nan
-    return RunResult(spec_name, seed, last['total_reward_ma'], reached, int(last['frame']), fps, wall_s)
+    return RunResult(spec_name, seed, last['total_reward_ma'], slm_lab_ma(rows), reached, int(last['frame']), fps,
+                     wall_s)
 
 
 def run_one(spec_file: str, spec_name: str, seed: int, data_dir: Path, overrides: list[str],
@@ -179,9 +231,9 @@ def _fmt(x: float | None, digits: int = 1) -> str:
 
 def format_table(results: list[RunResult], threshold: float) -> str:
     """A plain-text table: one row per run, then one per spec when a spec ran with several seeds."""
-    head = ('spec', 'seed', 'frames', 'final_ma', f'frames_to_{threshold:g}', 'fps', 'wall_s')
-    lines = [[r.spec_name, str(r.seed), f'{r.frames:,}', _fmt(r.final_ma), _fmt(r.frames_to_threshold, 0),
-              _fmt(r.fps, 0), _fmt(r.wall_s)] for r in results]
+    head = ('spec', 'seed', 'frames', 'final_ma', 'slm_ma', f'frames_to_{threshold:g}', 'fps', 'wall_s')
+    lines = [[r.spec_name, str(r.seed), f'{r.frames:,}', _fmt(r.final_ma), _fmt(r.slm_ma),
+              _fmt(r.frames_to_threshold, 0), _fmt(r.fps, 0), _fmt(r.wall_s)] for r in results]
     by_spec: dict[str, list[RunResult]] = {}
     for r in results:
         by_spec.setdefault(r.spec_name, []).append(r)
@@ -193,6 +245,7 @@ def format_table(results: list[RunResult], threshold: float) -> str:
         reached = [r.frames_to_threshold for r in rs if r.frames_to_threshold is not None]
         summary.append([name, f'mean of {len(rs)}', f'{statistics.mean(r.frames for r in rs):,.0f}',
                         f'{statistics.mean(mas):.1f} (min {min(mas):.1f})',
+                        f'{statistics.mean(r.slm_ma for r in rs):.1f}',
                         f'{statistics.mean(reached):,.0f} ({len(reached)}/{len(rs)} reached)' if reached
                         else f'- (0/{len(rs)} reached)',
                         f'{statistics.median(r.fps for r in rs):,.0f} (median)',
@@ -217,6 +270,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--targets', action='store_true',
                         help="train the rows of SLM_LAB_TARGETS (filtered by the env ids or algorithm labels given "
                              "as positional arguments) and compare with SLM-Lab's published figures")
+    parser.add_argument('--score', action='store_true',
+                        help='train nothing: print final_ma and slm_ma of the runs under the folders given as '
+                             'positional arguments')
     parser.add_argument('--seeds', type=int, default=1, metavar='N',
                         help='seeds per spec: --seed-start .. --seed-start+N-1 (default 1)')
     parser.add_argument('--seed-start', type=int, default=0, metavar='S', help='first seed (default 0)')
@@ -231,7 +287,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('-q', '--quiet', action='store_true',
                         help="send the lab's progress lines to DIR/.../console.log instead of stderr")
     args = parser.parse_args(argv)
-    if not args.targets:
+    if args.score:
+        if not args.specs:
+            parser.error('--score needs folders: run dirs, or the --data-dir of earlier benchmark runs')
+    elif not args.targets:
         try:
             args.specs = [parse_spec_arg(text) for text in args.specs]
         except argparse.ArgumentTypeError as e:
@@ -243,6 +302,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.score:
+        try:
+            print(score_runs(args.specs))
+        except FileNotFoundError as e:
+            print(f'error: {e}', file=sys.stderr)
+            return 2
+        return 0
     rows = target_rows(args.specs) if args.targets else []
     if args.targets and not rows:
         print(f'error: no row of SLM_LAB_TARGETS matches {" ".join(args.specs)}; envs: '
@@ -265,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 r = run_one(spec_file, spec_name, seed, data_dir, args.overrides, args.threshold, args.quiet)
                 results.append(r)
-                print(f'done {r.spec_name} seed {r.seed}: final_ma {_fmt(r.final_ma)}, frames_to_'
+                print(f'done {r.spec_name} seed {r.seed}: final_ma {_fmt(r.final_ma)}, slm_ma {_fmt(r.slm_ma)}, frames_to_'
                       f'{args.threshold:g} {_fmt(r.frames_to_threshold, 0)}, fps {_fmt(r.fps, 0)}, '
                       f'wall {_fmt(r.wall_s)} s', flush=True)
     except LabError as e:

@@ -5,6 +5,9 @@ For a sampled batch (B transitions):
   DQN:        y = r + gamma * (1 - terminated) * max_a' Q_target(s', a')
   DoubleDQN:  y = r + gamma * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))
   loss = loss_fn(Q(s, a), y)
+DQN is SLM-Lab v4's (and the literature's). SLM-Lab v5's DQN class computes DoubleDQN's y (its
+DQNBase picks the next action with the online net since v5.0.0), so a v5 spec naming DQN learns
+here as in v4; name DoubleDQN for what v5 trains.
 Every training_frequency frames (once training_start_step transitions are stored): training_iter
 batches, each used for training_batch_iter gradient steps (y computed again before each, with the
 online net as the previous step left it). The target net follows the online net

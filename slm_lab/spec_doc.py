@@ -284,8 +284,8 @@ Keys an algorithm does not read are still validated, and ignored.
 `clip_grad_val` clips the global norm of the gradients of each net in an optimizer step (the CSV
 column `grad_norm` is the norm before clipping). `init_fn` names a `torch.nn.init` function for
 the weights of every linear layer, with the gain torch recommends for `hid_layers_activation`
-(the output heads too, unless the algorithm sets their gain, as actor-critics do: 0.01 for the
-policy, 1 for the value), biases 0; null keeps torch's default initialisation. `gpu`: with `true` or `"auto"` the nets run on CUDA when torch finds a GPU, and
+(the output heads too, unless the algorithm sets their gain, as actor-critics and Reinforce do:
+0.01 for the policy, 1 for the value, where SLM-Lab gives them the hidden layers' gain), biases 0; null keeps torch's default initialisation. `gpu`: with `true` or `"auto"` the nets run on CUDA when torch finds a GPU, and
 on the CPU otherwise."""
 
 TORCH_SPECS = """\

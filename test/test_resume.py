@@ -111,7 +111,7 @@ def check_resume_after_max_frame(tmp_path: Path, name: str, spec: dict) -> None:
 
 
 def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> None:
-    """SIGTERM mid-run: exits promptly (within 15 s, loose for a loaded machine; the uninterrupted
+    """SIGTERM mid-run: exits promptly (within 30 s, loose for a loaded machine; the uninterrupted
     run takes minutes) with a snapshot at the current frame; train@latest
     continues to the same numbers and weights as an uninterrupted run."""
     spec = json.loads(json.dumps(spec))
@@ -132,7 +132,7 @@ def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> None:
     t0 = time.time()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
-    assert time.time() - t0 < 15, 'SIGTERM took longer than 15 s to exit'
+    assert time.time() - t0 < 30, 'SIGTERM took longer than 30 s to exit'
     assert proc.returncode == 143, proc.stderr.read()
     run = run_dirs(data / 'data', name)[0]
     snap_frame = int(checkpoint.list_snapshots(run / 'ckpt' / f'{name}_t0_s0')[0].name[1:])
@@ -175,7 +175,7 @@ def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
 
 @pytest.mark.parametrize('name,spec', [('ppo_term', PPO), ('dqn_term', DQN)])
 def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
-    """SIGTERM mid-run: exits promptly (within 15 s, loose for a loaded machine; the uninterrupted
+    """SIGTERM mid-run: exits promptly (within 30 s, loose for a loaded machine; the uninterrupted
     run takes minutes) with a snapshot at the current frame; train@latest
     continues to the same numbers and weights as an uninterrupted run."""
     check_resume_after_sigterm(tmp_path, name, spec)

@@ -342,15 +342,21 @@ def concat_frames(env: gym.Env, n: int) -> gym.Env:
     return gym.wrappers.FlattenObservation(env)
 
 
+UNBOUNDED = 1e6  # an action bound this large or larger is taken as no bound
+
+
 def rescales_actions(space: gym.Space) -> bool:
-    """Whether the agent acts in [-1, 1] rather than in the env's own bounds: a Box action space
-    with finite bounds other than [-1, 1] (Pendulum's [-2, 2], MuJoCo Humanoid's [-0.4, 0.4]).
+    """Whether the agent acts in [-1, 1] rather than in the env's own bounds: a float Box action
+    space with bounds other than [-1, 1] (Pendulum's [-2, 2], MuJoCo Humanoid's [-0.4, 0.4]), each
+    finite (below UNBOUNDED) and with low < high.
     SLM-Lab v5 rescales such spaces so for every algorithm (v4 acted in the env's units); make_env
     and make_single_env add gymnasium's RescaleAction for them."""
-    if not isinstance(space, gym.spaces.Box):
+    if not isinstance(space, gym.spaces.Box) or not np.issubdtype(space.dtype, np.floating):
         return False
     low, high = np.asarray(space.low, dtype=np.float64), np.asarray(space.high, dtype=np.float64)
-    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+    # an infinite bound, or one as large as UNBOUNDED (float32's largest number standing for "no
+    # bound"), has nothing to rescale onto; nor has a dimension whose bounds are equal
+    if not ((np.abs(low) < UNBOUNDED).all() and (np.abs(high) < UNBOUNDED).all() and (high > low).all()):
         return False
     return not (np.allclose(low, -1.0, atol=1e-6) and np.allclose(high, 1.0, atol=1e-6))
 

@@ -23,6 +23,8 @@ from collections import deque
 import gymnasium as gym
 import numpy as np
 
+from slm_lab.lib.errors import ResumeError
+
 # envs whose whole dynamics state lives in plain attributes
 EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text', 'ale_py', 'gymnasium.envs.mujoco')
 ALE_KEY = '__ale_state__'  # an ALE game's emulator state, as the bytes of ALEState.serialize()
@@ -141,6 +143,41 @@ def _chain(env) -> list:
     return layers
 
 
+def _layer_types(layers: list) -> list[str]:
+    return [type(layer).__name__ for layer in layers]
+
+
+def _paired(state: dict, layers: list) -> list[tuple]:
+    """(layer, its saved state) for each layer of `layers` that the snapshot has a state for.
+    Layers are matched by type, in order: a layer the chain has now and the snapshot lacks (a
+    wrapper that an edit resumed with --force adds, e.g. env.clip_reward) keeps its fresh state,
+    and a saved layer the chain no longer has is dropped; restoring by position alone would put
+    each layer's state on the wrong one. A snapshot from before the types were recorded pairs by
+    position when its number of layers matches, and is refused otherwise."""
+    states = state['layers']
+    saved = state.get('layer_types')
+    if saved is None:
+        count = len(states) + (0 if state.get('exact', True) or 'sub_envs' in state else 1)
+        if count != len(layers):
+            base = layers[-1]
+            sub_envs = getattr(base, 'envs', None)  # a sync vector env: name the env it steps
+            name = type((sub_envs[0] if sub_envs else base).unwrapped).__name__
+            raise ResumeError(f"the snapshot's env has {count} wrapper layers and the one this lab builds for {name} "
+                              f"has {len(layers)} ({', '.join(_layer_types(layers))}): an older lab version wrote it; "
+                              'resume it with that version, or start the run again with train')
+        return list(zip(layers, states))
+    names = list(saved)[:len(states)]  # a single env's inexact state holds no base layer
+    pairs, start = [], 0
+    for layer in layers:
+        name = type(layer).__name__
+        for k in range(start, len(names)):
+            if names[k] == name:
+                pairs.append((layer, states[k]))
+                start = k + 1
+                break
+    return pairs
+
+
 def is_exact(env: gym.Env) -> bool:
     """Whether this single env's dynamics can be snapshotted exactly: an ALE game only without
     ALE's own sticky actions (the lab's Atari wrappers make them with StickyAction instead), whose
@@ -164,7 +201,7 @@ def env_state_dict(env: gym.Env) -> dict:
     """State of a single env: every wrapper layer plus the base env (when exact)."""
     layers = _chain(env)
     exact = is_exact(env)
-    return {'exact': exact, 'type': type(env.unwrapped).__name__,
+    return {'exact': exact, 'type': type(env.unwrapped).__name__, 'layer_types': _layer_types(layers),
             'layers': [_layer_state(layer) for layer in (layers if exact else layers[:-1])]}
 
 
@@ -178,13 +215,14 @@ def load_env_state_dict(env: gym.Env, state: dict) -> bool:
 
 def _load_env(env: gym.Env, state: dict) -> bool:
     layers = _chain(env)
-    for layer, layer_state in zip(layers, state['layers']):
+    pairs = _paired(state, layers)
+    for layer, layer_state in pairs:
         _load_layer_state(layer, layer_state)
         if isinstance(layer, gym.wrappers.PassiveEnvChecker) and getattr(layer, '_previous_data', None) is None:
             # its one-off checks compare a step's objects with the previous reset's or step's, which
             # are not state: restored just after a reset or the first step, they would compare with None
             layer.checked_step = layer.checked_data_reuse = True
-    return bool(state['exact'])
+    return bool(state['exact']) and any(layer is layers[-1] for layer, _ in pairs)
 
 
 def vector_env_state_dict(venv) -> dict:
@@ -194,7 +232,8 @@ def vector_env_state_dict(venv) -> dict:
     layers = _chain(venv)
     base = layers[-1]
     sub_envs = getattr(base, 'envs', None)
-    state = {'layers': [_layer_state(layer) for layer in layers], 'sub_envs': None, 'exact': False}
+    state = {'layers': [_layer_state(layer) for layer in layers], 'layer_types': _layer_types(layers),
+             'sub_envs': None, 'exact': False}
     if sub_envs is not None:
         state['sub_envs'] = [env_state_dict(e) for e in sub_envs]
         state['exact'] = all(s['exact'] for s in state['sub_envs'])
@@ -210,11 +249,16 @@ def load_vector_env_state_dict(venv, state: dict) -> bool:
     and some games leave pixels undrawn (Qbert diverged at the first step after a restore into a
     never-reset env; after a reset the undrawn pixels are the game's own)."""
     layers = _chain(venv)
-    exact = bool(state['exact'])
+    pairs = _paired(state, layers)
+    base = layers[-1]
+    # exact only into the same vector env (its base layer matched) stepping the same envs
+    exact = (bool(state['exact']) and any(layer is base for layer, _ in pairs)
+             and len(getattr(base, 'envs', ())) == len(state['sub_envs'])
+             and all(sub.get('type') == type(env.unwrapped).__name__ for env, sub in zip(base.envs, state['sub_envs'])))
     if exact:
         venv.reset(seed=0)
-    for layer, layer_state in zip(layers, state['layers']):
-        if layer is layers[-1] and not exact:
+    for layer, layer_state in pairs:
+        if layer is base and not exact:
             continue
         _load_layer_state(layer, layer_state)
     if exact:

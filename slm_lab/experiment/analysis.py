@@ -60,8 +60,8 @@ def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000,
     make_kwargs), built as the lab builds its evaluation env, so the baseline plays the same
     episodes (same step limit, same env arguments) as the agent it is compared with.
 
-    Plays up to `episodes` episodes with `action_space.sample()` (action space seeded with
-    `seed`, first reset seeded with `seed`), stopping early once `max_frames` env steps are
+    Plays up to `episodes` episodes of uniformly random actions within the env's bounds (the
+    agent's action space's sample(), seeded with `seed`), first reset seeded with `seed`), stopping early once `max_frames` env steps are
     used. Returns the mean over completed episodes; if none completed within `max_frames`,
     the return of the partial episode. Memoised per process, per env spec.
     """
@@ -73,17 +73,20 @@ def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000,
 @functools.lru_cache(maxsize=None)
 def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int) -> float:
     """random_baseline for an env spec given as JSON (hashable, so the result can be cached)."""
-    from slm_lab.env import make_single_env
+    from slm_lab.env import agent_action_space, make_single_env
 
     env = make_single_env(json.loads(env_key))
+    # the agent's space: uniform within the env's bounds (env.action_space is ClipAction's, which
+    # reports no bounds and would sample a Gaussian)
+    action_space = agent_action_space(env)
     try:
-        env.action_space.seed(seed)
+        action_space.seed(seed)
         returns: list[float] = []
         frames = 0
         env.reset(seed=seed)
         episode_return = 0.0
         while len(returns) < episodes and frames < max_frames:
-            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            _, reward, terminated, truncated, _ = env.step(action_space.sample())
             frames += 1
             episode_return += float(reward)
             if terminated or truncated:

@@ -37,6 +37,10 @@ def test_the_single_env_of_evaluation_and_replay_rescales_too():
     (gym.spaces.Box(-1.0, 1.0, (2,), np.float32), False),  # LunarLanderContinuous, most of MuJoCo
     (gym.spaces.Box(-np.inf, np.inf, (2,), np.float32), False),  # nothing to rescale onto
     (gym.spaces.Discrete(3), False),
+    (gym.spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 0.0], np.float32)), False),  # low == high
+    (gym.spaces.Box(0, 10, (2,), np.int64), False),  # integer actions
+    (gym.spaces.Box(-np.finfo(np.float32).max, np.finfo(np.float32).max, (2,), np.float32), False),  # "unbounded"
+    (gym.spaces.Box(-3.0, 3.0, (1,), np.float64), True),
 ])
 def test_which_spaces_are_rescaled(space, rescaled):
     assert rescales_actions(space) is rescaled
@@ -51,3 +55,32 @@ def test_an_env_already_in_unit_range_is_left_as_it_is():
         env = env.env
     assert 'RescaleAction' not in wrappers and 'ClipAction' in wrappers
 
+
+
+
+def test_env_snapshots_pair_wrapper_layers_by_type():
+    """Env layers are restored by type, in order: a layer the snapshot has and the chain lacks
+    (a wrapper an edit resumed with --force removed) is dropped, not put on its neighbour; a
+    snapshot from before the types were recorded (no RescaleAction layer then) is refused when its
+    number of layers differs."""
+    from slm_lab.env.snapshot import load_vector_env_state_dict, vector_env_state_dict
+    from slm_lab.lib.errors import ResumeError
+    spec = {'name': 'Pendulum-v1', 'num_envs': 2, 'max_frame': 100}
+    env = make_env(spec)
+    env.reset(seed=0)
+    for _ in range(5):
+        env.step(np.zeros((2, 1), np.float32))
+    state = vector_env_state_dict(env)
+    assert state['layer_types'] == ['ClipAction', 'RescaleAction', 'RecordEpisodeStatistics', 'SyncVectorEnv']
+    returns = env.env.env.episode_returns.copy()
+    assert np.all(returns != 0)
+    wider = dict(state, layer_types=['ClipReward'] + state['layer_types'], layers=[{'episode_returns': 'x'}] + state['layers'])
+    fresh = make_env(spec)
+    assert load_vector_env_state_dict(fresh, wider)  # exact: the same envs, the extra layer dropped
+    np.testing.assert_array_equal(fresh.env.env.episode_returns, returns)
+    older = dict(state, layers=[layer for layer, name in zip(state['layers'], state['layer_types'])
+                                if name != 'RescaleAction'])
+    del older['layer_types']  # as written before the types were recorded
+    with pytest.raises(ResumeError, match=r"^the snapshot's env has 3 wrapper layers and the one this lab builds "
+                                          r'for PendulumEnv has 4 .*start the run again with train'):
+        load_vector_env_state_dict(make_env(spec), older)

@@ -125,6 +125,39 @@ def test_actor_and_critic_init_std_set_the_output_layers_orthogonal_gain(shared)
         assert torch.count_nonzero(head.bias) == 0
 
 
+def _gram_is(w: torch.Tensor, gain: float) -> bool:
+    """w (out, in) with out <= in is orthogonal_ with this gain: W W^T = gain^2 I."""
+    return torch.allclose(w @ w.T, gain ** 2 * torch.eye(w.shape[0]), atol=1e-4)
+
+
+@pytest.mark.parametrize('shared', [False, True])
+@pytest.mark.parametrize('activation', ['tanh', 'relu'])
+def test_without_init_std_keys_the_output_layers_take_the_activation_gain_as_in_slm_lab(shared, activation):
+    """SLM-Lab's init_layers gives every Linear, the policy and value outputs included, the hidden
+    activation's gain (5/3 for tanh, sqrt 2 for relu); a fixed 0.01 / 1 here would fail."""
+    from slm_lab.agent.algorithm.policy_util import PolicyHead
+    from slm_lab.agent.net.actor_critic import ActorCriticNet
+    spec = build_spec('PPO')
+    spec['agent']['net'].update(shared=shared, hid_layers=[16], hid_layers_activation=activation,
+                                init_fn='orthogonal_')
+    net = ActorCriticNet(validate_spec(spec)['agent']['net'], 4, 3, PolicyHead('Categorical', 3))
+    gain = torch.nn.init.calculate_gain(activation)
+    heads = list(net.body.heads) if shared else [net.actor.heads[0], net.critic.heads[0]]
+    assert len(heads) == 2 and all(_gram_is(head.weight.detach(), gain) for head in heads)
+
+
+def test_reinforce_and_dueling_output_layers_take_the_activation_gain():
+    from conftest import make_agent
+    from slm_lab.agent.net import build_net
+    spec = build_spec('Reinforce')
+    spec['agent']['net'].update(hid_layers=[16], hid_layers_activation='relu', init_fn='orthogonal_')
+    agent, _ = make_agent(spec)
+    assert _gram_is(agent.algorithm.net.heads[0].weight.detach(), 2 ** 0.5)
+    net_spec = validate_spec(spec)['agent']['net']
+    dueling = build_net({**net_spec, 'type': 'DuelingMLPNet'}, 4, 3)
+    assert all(_gram_is(head.weight.detach(), 2 ** 0.5) for head in dueling.heads)
+
+
 def test_cuda_id_picks_the_gpu_index(monkeypatch):
     from slm_lab.agent.net import net_util
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)

@@ -74,8 +74,8 @@ class Reinforce(Algorithm):
         # as in SLM-Lab: with log_std_init, a learned state-independent log std; without, the
         # net outputs the log scale too
         log_std_init = self.net_spec.get('log_std_init')
-        self.net = build_net(self.net_spec, self.in_shape, policy_util.pd_out_dim(self.pdtype, self.act_dim, log_std_init),
-                             out_gains=[0.01]).to(self.device)
+        self.net = build_net(self.net_spec, self.in_shape,
+                             policy_util.pd_out_dim(self.pdtype, self.act_dim, log_std_init)).to(self.device)
         self.head = policy_util.PolicyHead(self.pdtype, self.act_dim, log_std_init).to(self.device)
         self.optimizers = {'net': net_util.make_optimizer(
             list(self.net.parameters()) + list(self.head.parameters()), self.net_spec['optim_spec'])}

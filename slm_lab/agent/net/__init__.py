@@ -7,7 +7,8 @@ head or a list of them for several; it has a `spec_schema` for validation. The f
 DuelingMLPNet, TorchArcNet) get in_dim as the width prod(obs_shape) and flatten their input
 (B, *obs_shape); the image nets (ConvNet, DuelingConvNet) get the shape, and so does a TorchArcNet
 on images (observations of 3 or more dimensions, which its arc's convolutions take as they are). `out_gains` are the
-gains of the output layers' orthogonal init under `init_fn` (e.g. 0.01 for a policy head).
+gains of the output layers' orthogonal init under `init_fn` (default: the hidden activation's gain,
+as SLM-Lab initialises every layer).
 """
 from __future__ import annotations
 

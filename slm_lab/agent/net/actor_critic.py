@@ -19,10 +19,13 @@ class ActorCriticNet(nn.Module):
         super().__init__()
         self.shared = net_spec['shared']
         if self.shared:
-            self.body = build_net(net_spec, in_dim, [pd_dim, 1], out_gains=[0.01, 1.0])
+            self.body = build_net(net_spec, in_dim, [pd_dim, 1])
         else:
-            self.actor = build_net(net_spec, in_dim, pd_dim, out_gains=[0.01])
-            self.critic = build_net(net_spec, in_dim, 1, out_gains=[1.0])
+            self.actor = build_net(net_spec, in_dim, pd_dim)
+            self.critic = build_net(net_spec, in_dim, 1)
+        # Under init_fn every layer, the output layers included, takes the hidden activation's gain,
+        # as in SLM-Lab's nets. actor_init_std / critic_init_std re-initialise the output layers
+        # (orthogonal, bias 0), as SLM-Lab documents them (its ActorCritic drops them unread).
         actor_std, critic_std = net_spec.get('actor_init_std'), net_spec.get('critic_init_std')
         if actor_std is not None:
             (self.body if self.shared else self.actor).init_head(0, actor_std)

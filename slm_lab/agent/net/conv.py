@@ -148,8 +148,8 @@ class DuelingConvNet(ConvNet):
         if len(dims) != 1:
             raise SpecError('agent.net.type: DuelingConvNet is a Q net with one output; this algorithm needs '
                             f'{len(dims)} output heads; use ConvNet')
-        gain = (out_gains or [1.0])[0]
-        super().__init__({**net_spec, 'out_layer_activation': None}, in_dim, [1, dims[0]], out_gains=[gain, gain],
+        gains = [out_gains[0]] * 2 if out_gains else None  # None: the hidden activation's gain
+        super().__init__({**net_spec, 'out_layer_activation': None}, in_dim, [1, dims[0]], out_gains=gains,
                          extra_dim=extra_dim)
 
     def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:

@@ -29,8 +29,8 @@ class DuelingMLPNet(MLPNet):
         if len(dims) != 1:
             raise SpecError('agent.net.type: DuelingMLPNet is a Q net with one output; this algorithm needs '
                             f'{len(dims)} output heads; use MLPNet')
-        gain = (out_gains or [1.0])[0]
-        super().__init__(net_spec, in_dim, [1, dims[0]], out_gains=[gain, gain])
+        gains = [out_gains[0]] * 2 if out_gains else None  # None: the hidden activation's gain
+        super().__init__(net_spec, in_dim, [1, dims[0]], out_gains=gains)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.body(x.flatten(start_dim=1))

@@ -73,13 +73,13 @@ NET_SCHEMA = {
                                             '(ignored when batch_norm is set, as in SLM-Lab)'),
     'actor_init_std': Field((float,), None, nullable=True, min=0,
                             doc='(SLM-Lab v5) actor-critics (ActorCritic, PPO, SIL, PPOSIL): orthogonal init of the '
-                                'policy output layer with this gain, bias 0 (null: gain 0.01 under init_fn); other '
-                                "algorithms ignore it. SLM-Lab documents it, but its actor-critics drop the key "
-                                'before building their nets'),
+                                'policy output layer with this gain, bias 0 (null: the layer is initialised as the '
+                                "others, e.g. with the activation's gain under init_fn); other algorithms ignore it. "
+                                'SLM-Lab documents it, but its actor-critics drop the key before building their nets'),
     'critic_init_std': Field((float,), None, nullable=True, min=0,
                              doc='(SLM-Lab v5) actor-critics: orthogonal init of the value output layer with this '
-                                 'gain, bias 0 (null: gain 1 under init_fn); other algorithms ignore it. SLM-Lab '
-                                 'documents it, but its actor-critics drop the key before building their nets'),
+                                 'gain, bias 0 (null: initialised as the other layers); other algorithms ignore it. '
+                                 'SLM-Lab documents it, but its actor-critics drop the key before building their nets'),
     'cuda_id': Field((int,), None, nullable=True, min=0,
                      doc='(SLM-Lab) the CUDA device index used when gpu puts the nets on a GPU (null: the current one)'),
     'log_std_init': Field((float,), None, nullable=True,

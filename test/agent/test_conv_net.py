@@ -51,6 +51,15 @@ def test_dueling_convnet_is_value_plus_centred_advantage():
     torch.testing.assert_close(net(x), value + advantage - advantage.mean(dim=1, keepdim=True))
 
 
+def test_dueling_convnet_heads_take_the_activation_gain_under_init_fn():
+    """As SLM-Lab's init_layers: every Linear, V and A included, orthogonal with relu's gain sqrt 2."""
+    net = build_net(net_spec('DuelingConvNet', conv_hid_layers=[[4, 3, 1]], fc_hid_layers=[8],
+                             hid_layers_activation='relu', init_fn='orthogonal_'), (2, 6, 6), 4)
+    for head in net.heads:  # (1, 8) and (4, 8): orthonormal rows scaled by the gain
+        w = head.weight.detach()
+        assert torch.allclose(w @ w.T, 2 * torch.eye(w.shape[0]), atol=1e-4)
+
+
 @pytest.mark.parametrize('layers, message', [
     ([[32]], r'conv_hid_layers\[0\]: \[32\] is not a conv layer'),
     ([[0, 3]], r'conv_hid_layers\[0\]\[0\]: out_channels 0'),

@@ -62,8 +62,8 @@ def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000,
 
     Plays up to `episodes` episodes of uniformly random actions within the env's bounds (the
     agent's action space's sample(), seeded with `seed`; the first reset seeded with `seed`),
-    stopping early once `max_frames` env steps are used. Returns the mean over completed episodes; if none completed within `max_frames`,
-    the return of the partial episode. Memoised per process, per env spec.
+    stopping early once `max_frames` env steps are used. Returns the mean over completed episodes;
+    if none completed within `max_frames`, the return of the partial episode. Memoised per process, per env spec.
     """
     key = json.dumps({'name': env_spec['name'], 'max_t': env_spec.get('max_t'),
                       'make_kwargs': env_spec.get('make_kwargs') or {}}, sort_keys=True)

@@ -56,8 +56,6 @@ def test_an_env_already_in_unit_range_is_left_as_it_is():
     assert 'RescaleAction' not in wrappers and 'ClipAction' in wrappers
 
 
-
-
 def test_env_snapshots_pair_wrapper_layers_by_type():
     """Env layers are restored by type, in order: a layer the snapshot has and the chain lacks
     (a wrapper an edit resumed with --force removed) is dropped, not put on its neighbour; a

@@ -78,6 +78,8 @@ def machine_memory() -> MachineMemory:
 
 def format_bytes(n: float) -> str:
     """1536 -> '1.5 KiB'; binary units, as `free -h` shows them."""
+    if isinstance(n, int) and abs(n) >= 2**1000:  # past what a float holds: 1e308 steps x a batch
+        return f'2^{abs(n).bit_length() - 1} B'
     for unit in ('B', 'KiB', 'MiB', 'GiB', 'TiB'):
         if abs(n) < 1024:
             return f'{n:.0f} {unit}' if unit == 'B' else f'{n:.1f} {unit}'

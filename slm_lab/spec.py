@@ -149,6 +149,24 @@ YAML_EXTS = ('.yaml', '.yml')
 # is expanded (merged, copied, written as JSON): a few nested aliases ("billion laughs") would
 # expand to more values than any spec holds. SLM-Lab's largest YAML file has a few thousand.
 MAX_SPEC_VALUES = 1_000_000
+# Objects and lists inside each other: SLM-Lab's deepest spec (a torcharc arc) nests 7; the lab's
+# recursive walks over a spec (placeholders, validation, diffs) stay far from Python's limit.
+MAX_SPEC_DEPTH = 64
+TOO_DEEP = object()
+
+
+def spec_depth_error(value: Any) -> str | None:
+    """Where `value` nests objects and lists more than MAX_SPEC_DEPTH deep (a key path), else None.
+    Walked without recursion, so any depth is measured."""
+    stack = [(value, '', 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth >= MAX_SPEC_DEPTH:
+                return path or 'the top level'
+            items = node.items() if isinstance(node, dict) else enumerate(node)
+            stack.extend((item, f'{path}.{key}' if path else str(key), depth + 1) for key, item in items)
+    return None
 
 
 def strip_trailing_commas(text: str) -> str:
@@ -269,6 +287,12 @@ def read_spec_file(spec_file: str) -> dict:
         raise SpecError(f'spec file {spec_file}: nested too deeply to be a spec') from None
     if not isinstance(specs, dict):
         raise SpecError(f'spec file {spec_file}: expected a {kind} object mapping spec names to specs')
+    deep = spec_depth_error(specs)
+    if deep is not None:
+        parts = deep.split('.')
+        where = '.'.join(parts[:4]) + ('...' if len(parts) > 4 else '')
+        raise SpecError(f'spec file {spec_file}: {where} nests objects or lists more than {MAX_SPEC_DEPTH} '
+                        'deep, which no spec does; flatten it')
     return specs
 
 
@@ -375,6 +399,11 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
+    except RecursionError:  # deeper than the JSON reader goes
+        value = TOO_DEEP
+    if value is TOO_DEEP or spec_depth_error(value) is not None:
+        raise SpecError(f'-s {key}: the value nests objects or lists more than {MAX_SPEC_DEPTH} deep, '
+                        'which no spec does; flatten it')
     return key, value
 
 

@@ -238,3 +238,19 @@ def check_torch_kwargs(cls: type, kwargs: dict, path: str, skip: tuple = ()) -> 
                             f'{suggest(key, valid)}; valid arguments: {", ".join(valid)}')
         if isinstance(value, (dict,)):
             raise SpecError(f'{path}.{key}: expected a number, string, bool or list, got an object')
+        check_float32(value, f'{path}.{key}')
+
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def check_float32(value: Any, path: str) -> None:
+    """SpecError for a float (or a float in a list) beyond float32's range: torch's arguments
+    (a learning rate, a momentum, a loss's delta) meet float32 tensors, where such a value fails
+    at the first step with a RuntimeError, after the run directory exists."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for i, item in enumerate(items):
+        if isinstance(item, float) and math.isfinite(item) and abs(item) > FLOAT32_MAX:
+            where = f'{path}[{i}]' if items is value else path
+            raise SpecError(f'{where}: {item!r} is beyond float32, the precision torch trains in '
+                            f'(at most {FLOAT32_MAX:.4g}); give a smaller value')

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -190,6 +191,8 @@ def ensure_env_registered(name: str, path: str = 'env.name') -> None:
     try:
         for module in (family.module, *family.also_needs):
             importlib.import_module(module)
+        if family.module == 'ale_py':  # ALE's banner on stderr at each game load would read as the lab's output
+            sys.modules['ale_py'].ALEInterface.setLoggerMode(sys.modules['ale_py'].LoggerMode.Error)
     except ImportError as e:
         raise SpecError(f"{path}: '{name}' is a {family.title} env and its package is not installed "
                         f'({type(e).__name__}: {e}); install it with: {family.install_command} '

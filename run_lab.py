@@ -114,8 +114,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    from slm_lab.lib.errors import LabError, Preempted
+    import signal
+
+    from slm_lab.lib.errors import LabError, Preempted, Terminated, raise_terminated
+    # SIGTERM ends the command as Ctrl-C does until a trial takes over the signal to save snapshots
+    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except Terminated as e:
+        print('stopped by SIGTERM; nothing was written', file=sys.stderr)
+        return e.exit_code
     try:
         from slm_lab import lab
         if args.mode.startswith('enjoy@'):
@@ -135,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated as e:
+        what = 'during the replay (it writes nothing)' if args.mode.startswith('enjoy@') else \
+            'before training started; nothing was written'
+        print(f'stopped by SIGTERM {what}', file=sys.stderr)
+        return e.exit_code
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
     return 0
 
 

@@ -214,14 +214,17 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     removed = checkpoint.cleanup_stale_tmp(run_dir.root)
     if removed:
         logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
-    resume_lib.append_run_record(run_dir, {
+    resume_lib.restore_layout(run_dir)  # log/, info/, ... deleted by hand: the lab's own, made again
+    record = {
         'when': _time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
         'frames': {str(s): f for s, f in frames.items()},
         'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force,
         'schedule_changes': changes,
-        'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}})
+        'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}}
     logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
-    trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
+    # recorded once a session has resumed (its snapshot verified): a try that fails before is no resume
+    trial = Trial(spec, run_dir, 'train', trial=0, resume=True,
+                  on_resumed=lambda: resume_lib.append_run_record(run_dir, record))
     write_specs(run_dir, trial)
     metrics = trial.run()
     logger.info(f'done: {run_dir.root}')

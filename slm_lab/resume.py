@@ -193,11 +193,14 @@ def session_has_progress(run_dir: RunDir, session: int) -> list[str]:
     for df_mode in ('train', 'eval'):
         path = run_dir.session_df_path(0, session, df_mode)
         try:
-            with open(path, encoding='utf-8') as f:
-                if sum(1 for line in f if line.strip()) > 1:  # a header and at least one row
-                    found.append(str(path))
+            text = path.read_bytes()
         except OSError:
-            pass
+            continue
+        try:
+            if sum(1 for line in text.decode('utf-8').splitlines() if line.strip()) > 1:  # a header and a row
+                found.append(str(path))
+        except UnicodeDecodeError:  # damaged, and still what a fresh start would overwrite
+            found.append(f'{path}, damaged: not UTF-8 text')
     for which in ('latest', 'best'):
         if run_dir.model_path(0, session, which).exists():
             found.append(str(run_dir.model_path(0, session, which)))
@@ -318,7 +321,13 @@ def lock_run(run_dir: RunDir):
     """Hold an exclusive lock on the run for as long as the returned file stays open, so two
     processes never train one run at once; ResumeError when another process holds it."""
     import fcntl
-    f = open(run_dir.root / '.lock', 'a')  # an empty file; the kernel drops the lock if we die
+    path = run_dir.root / '.lock'
+    try:
+        f = open(path, 'a')  # an empty file; the kernel drops the lock if we die
+    except OSError as e:
+        what = 'is a directory' if path.is_dir() else f'cannot be opened ({e.strerror})'
+        raise ResumeError(f'{path} {what}; it should be the empty file the lab locks a run with: move it away '
+                          'and run again') from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -354,6 +363,19 @@ def check_sessions_load(run_dir: RunDir, spec: dict, loaded: dict[int, tuple[dic
         finally:
             session.close()
     return approximate
+
+
+def restore_layout(run_dir: RunDir) -> None:
+    """Make again the run's subdirectories the lab writes into (log/, info/, model/, graph/) where
+    they were deleted: they are the lab's own, and a resume writes them anew. ResumeError when a
+    file stands where a subdirectory belongs."""
+    from slm_lab.experiment.run_dir import SUBDIRS
+    for sub in SUBDIRS:
+        path = run_dir.root / sub
+        if path.exists() and not path.is_dir():
+            raise ResumeError(f'{path} is not a directory, where the run keeps its {sub} files; move it away and '
+                              'resume again')
+    run_dir.create()
 
 
 def append_run_record(run_dir: RunDir, record: dict) -> None:

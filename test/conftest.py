@@ -11,7 +11,9 @@ import gc
 import json
 import logging
 import os
+import struct
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,19 @@ def write_spec_file(path: Path, specs: dict) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(specs, indent=2))
     return str(path)
+
+
+def flip_weight_bytes(model: Path, count: int = 64) -> None:
+    """Invert `count` bytes inside the largest tensor record of a torch zip file, as bit rot in
+    a weight would (torch's loader does not notice it)."""
+    with zipfile.ZipFile(model) as z:
+        record = max((i for i in z.infolist() if '/data/' in i.filename), key=lambda i: i.file_size)
+    data = bytearray(model.read_bytes())
+    name_len, extra_len = struct.unpack('<HH', data[record.header_offset + 26:record.header_offset + 30])
+    start = record.header_offset + 30 + name_len + extra_len + record.file_size // 4
+    for i in range(min(count, record.file_size // 2)):
+        data[start + i] ^= 0xFF
+    model.write_bytes(bytes(data))
 
 
 @pytest.fixture

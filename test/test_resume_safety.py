@@ -19,6 +19,7 @@ from test_resume import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest
 
 from slm_lab import checkpoint, lab
 from slm_lab.lib.errors import ResumeError, TrainingDiverged
+from slm_lab.model_file import load_model_file, save_model_file
 
 
 def copy_spec(spec: dict, **env) -> dict:
@@ -154,10 +155,10 @@ def test_best_weights_from_a_discarded_future_are_kept_aside(tmp_path, no_png):
     lab.run(spec_file, 'future', 'train', ['env.max_frame=2000'], data_dir=data)
     (run,) = run_dirs(Path(data), 'future')
     best_path = run / 'model' / 'future_t0_s0_model_best.pt'
-    best = torch.load(best_path, weights_only=True)
+    best, _ = load_model_file(best_path)
     # as after a crash between saving a better model_best.pt and the next snapshot
     best['frame'], best['total_reward_ma'] = 1900, 1e6
-    torch.save(best, best_path)
+    save_model_file(best_path, best)
     for snap in checkpoint.list_snapshots(run / 'ckpt' / 'future_t0_s0'):
         if int(snap.name[1:]) > 1000:
             shutil.rmtree(snap)

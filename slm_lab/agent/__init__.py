@@ -105,6 +105,11 @@ class Agent:
         return [p.detach().clone() for net in self.algorithm.nets().values() for p in net.parameters()
                 if p.requires_grad]
 
+    def nonfinite_nets(self) -> list[str]:
+        """Names of the nets holding a NaN or infinite weight (training diverged into them)."""
+        return [name for name, net in self.algorithm.nets().items()
+                if any(not bool(torch.isfinite(p).all()) for p in net.parameters())]
+
     def model_state_dict(self) -> dict:
         """Weights, optimizers and LR schedulers: what model/ files hold."""
         state = self.algorithm.state_dict()

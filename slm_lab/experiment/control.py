@@ -25,7 +25,8 @@ from slm_lab.experiment.run_dir import RunDir
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, Preempted, ResumeError, TrainingDiverged
-from slm_lab.lib.io import append_json_list, atomic_write_text, atomic_write_with, write_json
+from slm_lab.lib.io import append_json_list, atomic_write_text, write_json
+from slm_lab.model_file import DamagedModelFile, load_model_file, save_model_file
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
@@ -116,6 +117,8 @@ class Session:
         self.last_snapshot_frame: int | None = None
         self._verifier = None  # background checksum of a resumed snapshot's arrays
         self._resume_state: dict | None = None
+        # called once, at the session's first write: a resumed trial records its resume only then
+        self.on_first_write = None
         self.global_nets = None  # meta.distributed: the trial's shared nets (attach_global_nets)
 
     # --- state ----------------------------------------------------------------------------------
@@ -218,15 +221,17 @@ class Session:
         """Called before anything is written to the run: after a resume, wait for the snapshot's
         arrays to pass their checksums (DamagedSnapshot when they do not: nothing was written, so
         the session can start again from an older snapshot), then record the resume."""
-        if self._verifier is None:
-            return
-        verifier, self._verifier = self._verifier, None
-        error = verifier.result()
-        if error is not None:
-            raise DamagedSnapshot(self._resume_path, str(error))
-        self.resume_record['verified_s'] = round(time.perf_counter() - self.resume_t0, 3)
-        append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), self.resume_record)
-        self._restore_best_model()
+        if self._verifier is not None:
+            verifier, self._verifier = self._verifier, None
+            error = verifier.result()
+            if error is not None:
+                raise DamagedSnapshot(self._resume_path, str(error))
+            self.resume_record['verified_s'] = round(time.perf_counter() - self.resume_t0, 3)
+            append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), self.resume_record)
+            self._restore_best_model()
+        if self.on_first_write is not None:
+            callback, self.on_first_write = self.on_first_write, None
+            callback()
 
     def _restore_best_model(self) -> None:
         """Make model_best.pt the best weights as of the snapshot. After a crash, the file may come
@@ -236,9 +241,16 @@ class Session:
         if self.best_model is None and not path.exists():
             return
         try:
-            disk_frame = torch.load(path, weights_only=True, map_location='cpu').get('frame') if path.exists() else None
-        except Exception:  # a torn file: replace it
+            disk_frame = load_model_file(path)[0].get('frame') if path.exists() else None
+        except DamagedModelFile as e:  # torn, or its bytes changed: replaced from the snapshot, or kept aside
             disk_frame = -1
+            if self.best_model is None:
+                aside = path.with_name(f'{path.stem}_damaged.pt')
+                os.replace(path, aside)
+                logger.warning(f'{self.prename}: {e}; kept aside as {aside.name} (the snapshot holds no best weights '
+                               'yet, so the next evaluation writes new ones)')
+                return
+            logger.warning(f'{self.prename}: {e}; written again from the best weights in the snapshot')
         best_frame = self.best_model['frame'] if self.best_model is not None else None
         if disk_frame == best_frame:
             return
@@ -248,8 +260,7 @@ class Session:
             logger.warning(f'{self.prename}: {path.name} came from frame {disk_frame}, past the snapshot this resume '
                            f'continues from (frame {self.clock.frame}); kept aside as {aside.name}')
         if self.best_model is not None:
-            best = self.best_model
-            atomic_write_with(path, lambda tmp: torch.save(best, tmp))
+            save_model_file(path, self.best_model)
         elif path.exists() and disk_frame is not None and disk_frame > self.clock.frame:
             os.replace(path, path.with_name(f'{path.stem}_discarded_f{disk_frame}.pt'))
 
@@ -275,7 +286,10 @@ class Session:
         dev_params = agent.parameters_snapshot() if self.mode == 'dev' else None
         try:
             while clock.frame < clock.max_frame:
-                action = agent.act(obs)
+                try:
+                    action = agent.act(obs)
+                except (ValueError, RuntimeError) as e:
+                    raise self._diverged_or(e, obs) from None
                 next_obs, reward, terminated, truncated, info = env.step(action)
                 done = np.logical_or(terminated, truncated)
                 true_next_obs = next_obs
@@ -284,7 +298,10 @@ class Session:
                     mask = info['_final_obs']
                     true_next_obs[mask] = np.stack(info['final_obs'][mask])
                     body.track_episodes(finished_returns(info, self.whole_games))
-                metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
+                try:
+                    metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
+                except (ValueError, RuntimeError) as e:
+                    raise self._diverged_or(e, obs, reward) from None
                 if metrics is not None:
                     if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):
                         raise self._diverged(metrics)
@@ -313,10 +330,24 @@ class Session:
             self.close()
         return self.finish()
 
-    def _diverged(self, metrics: dict) -> TrainingDiverged:
-        """The one-line error for a loss or gradient norm that became NaN or infinite."""
-        what = ', '.join(f'{k} {metrics[k]}' for k in ('loss', 'grad_norm') if k in metrics
-                         and not math.isfinite(metrics[k]))
+    def _diverged_or(self, error: Exception, *inputs) -> Exception:
+        """A torch error met while acting or training: TrainingDiverged when non-finite values
+        caused it (a net's weights, or the observations or rewards, hold NaN or infinity: e.g.
+        a Categorical's logits become NaN after a NaN update, or a huge env.reward_scale makes
+        the returns infinite), else the error itself (a bug)."""
+        nets = self.agent.nonfinite_nets()
+        bad_inputs = [name for name, x in zip(('observations', 'rewards'), inputs) if not _finite_in_float32(x)]
+        if not (nets or bad_inputs):
+            return error
+        what = f'non-finite weights in net(s) {", ".join(nets)}' if nets else \
+            f'non-finite {" and ".join(bad_inputs)} from the env (as float32, which training uses)'
+        return self._diverged({}, f'{what} (torch refused them with a {type(error).__name__})')
+
+    def _diverged(self, metrics: dict, what: str | None = None) -> TrainingDiverged:
+        """The one-line error for a loss, gradient norm (or, given as `what`, any other value
+        met in training) that became NaN or infinite."""
+        what = what or ', '.join(f'{k} {metrics[k]}' for k in ('loss', 'grad_norm') if k in metrics
+                                 and not math.isfinite(metrics[k]))
         run = self.run_dir.root
         if self.last_snapshot_frame is None:
             fix = ('no snapshot was saved before it; start a new run with a changed spec (e.g. a lower '
@@ -403,7 +434,7 @@ class Session:
         if which == 'best':  # a copy: the live tensors go on training
             state = _clone_state(state)
             self.best_model = state
-        atomic_write_with(self.run_dir.model_path(self.trial, self.index, which), lambda tmp: torch.save(state, tmp))
+        save_model_file(self.run_dir.model_path(self.trial, self.index, which), state)
 
     def plot(self, png: bool) -> None:
         title = f'{self.prename} {self.spec["agent"]["algorithm"]["name"]} {self.spec["env"]["name"]}'
@@ -520,6 +551,15 @@ def complete_finished_run(spec: dict, run_dir: RunDir, trial: int = 0) -> list[s
     return written
 
 
+def _finite_in_float32(x) -> bool:
+    """Whether every number of `x` is finite once in float32 (1e300 is not: it becomes inf)."""
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        return True
+    with np.errstate(over='ignore'):
+        return bool(np.isfinite(x.astype(np.float32)).all())
+
+
 def _as_tuple(x):
     """Random-state tuples come back from a snapshot as lists or tuples; make them tuples."""
     return tuple(_as_tuple(v) if isinstance(v, list) else v for v in x)
@@ -537,12 +577,15 @@ def _duration(seconds: float) -> str:
 
 
 def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
-                resume: bool = False, stop: StopSignal | None = None, global_nets=None) -> dict:
+                resume: bool = False, stop: StopSignal | None = None, global_nets=None,
+                on_first_write=None) -> dict:
     """Run one session with its own log file (in-process, or as a child process). With `resume`,
     continue from the session's newest intact snapshot (a session without one starts fresh: the
     lab has checked that it recorded nothing). When a snapshot's arrays turn out damaged before
     anything was written, the session starts again from the next older intact snapshot.
-    `global_nets`: the trial's shared nets of meta.distributed, which the session trains."""
+    `global_nets`: the trial's shared nets of meta.distributed, which the session trains.
+    `on_first_write`: called once, just before the session first writes to the run (a resumed
+    session's snapshot has then passed its checks)."""
     lab_logger.setup_console(log_level)
     handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
     own_stop = stop is None
@@ -552,6 +595,7 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         while True:
             t0 = time.perf_counter()
             sess = Session(spec, run_dir, mode, trial, session, stop=stop)
+            sess.on_first_write = on_first_write
             loaded = checkpoint.load_latest_snapshot(sess.ckpt_dir, skip=damaged) if resume else None
             if loaded is None:
                 if damaged:  # each failed before anything was written, and none is deleted
@@ -593,7 +637,7 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         lab_logger.remove_handler(handler)
 
 
-def _session_worker(args, queue, lab_pid: int, global_nets=None) -> None:
+def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_write: bool = False) -> None:
     # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
     # session to stop exactly once
     os.setpgrp()
@@ -607,7 +651,9 @@ def _session_worker(args, queue, lab_pid: int, global_nets=None) -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
     try:
-        queue.put(('ok', session, run_session(*args, stop=stop, global_nets=global_nets)))
+        first_write = (lambda: queue.put(('first_write', session, None))) if report_first_write else None
+        queue.put(('ok', session, run_session(*args, stop=stop, global_nets=global_nets,
+                                              on_first_write=first_write)))
     except Preempted as e:
         queue.put(('preempted', session, (e.signum, e.frame)))
     except LabError as e:  # a user-facing error (diverged, disk full, ...): the lab prints its line
@@ -623,9 +669,14 @@ class Trial:
     meta.distributed and several sessions, the sessions train one set of global nets together
     (experiment/distributed.py), each for its share of env.max_frame."""
 
-    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False):
+    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False,
+                 on_resumed=None):
+        """`on_resumed`: with `resume`, called once when the first session is about to write to the
+        run (its snapshot loaded and verified, or its fresh start made): the resume has happened,
+        so the lab records it then, not when a try that fails earlier began."""
         self.spec, self.run_dir, self.mode, self.index = spec, run_dir, mode, trial
         self.resume = resume
+        self._on_resumed = on_resumed
         self.max_session = 1 if mode == 'dev' else spec['meta']['max_session']
         self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
         # one session alone trains exactly as without meta.distributed: it runs in-process as one
@@ -659,13 +710,19 @@ class Trial:
         try:
             if self.max_session == 1:
                 session_metrics = [run_session(specs[0], self.run_dir, self.mode, self.index, 0, self.log_level,
-                                               self.resume, stop)]
+                                               self.resume, stop, on_first_write=self._first_write)]
             else:
                 global_nets = self.global_nets(specs[0]) if self.distributed else None
                 session_metrics = self._run_parallel(specs, stop, global_nets)
             return self.finish(session_metrics, stop)  # a stop signal here ends the run resumable
         finally:
             stop.uninstall()
+
+    def _first_write(self) -> None:
+        """A session is about to write to the run: report a resume once (see __init__)."""
+        if self._on_resumed is not None:
+            callback, self._on_resumed = self._on_resumed, None
+            callback()
 
     def global_nets(self, spec: dict):
         """meta.distributed: the global nets, built from session 0's spec in this process and
@@ -719,7 +776,7 @@ class Trial:
             # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
             proc = ctx.Process(target=_session_worker,
                                args=((specs[s], self.run_dir, self.mode, self.index, s, self.log_level, self.resume),
-                                     queue, os.getpid(), global_nets))
+                                     queue, os.getpid(), global_nets, self._on_resumed is not None))
             previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
             try:
                 proc.start()
@@ -768,6 +825,9 @@ class Trial:
                     continue
                 if status == 'started':
                     started.add(s)
+                    continue
+                if status == 'first_write':
+                    self._first_write()
                     continue
                 if s in ended:  # killed while starting up and already counted as stopped
                     continue

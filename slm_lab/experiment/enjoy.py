@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, ResumeError, SpecError
 from slm_lab.lib.io import read_json
+from slm_lab.model_file import DamagedModelFile, load_model_file
 
 logger = lab_logger.get_logger('slm_lab.enjoy')
 SESSION_SPEC_RE = re.compile(r'^(?P<name>.+)_t(?P<trial>\d+)_s(?P<session>\d+)_spec\.json$')
@@ -77,19 +77,21 @@ def _best_weights(run_dir, trial: int, session: int) -> SavedWeights:
     """The session's model_best.pt; a damaged or foreign file is a ResumeError naming it."""
     from slm_lab import checkpoint
     path = run_dir.model_path(trial, session, 'best')
-    if not path.is_file():
+    if not path.exists():
         if not checkpoint.list_snapshots(run_dir.ckpt_dir(trial, session)):
             raise _no_weights(run_dir, trial, session)
         raise ResumeError(f'{path} not found: this session saved no best weights yet; replay its newest snapshot '
                           'with --ckpt latest')
     try:
-        state = torch.load(path, weights_only=True, map_location='cpu')
-    except Exception as e:  # truncated, overwritten or not a torch file: torch raises many kinds
-        raise ResumeError(f'{path} is damaged or not a model file ({type(e).__name__}: {_first_line(e)}); '
-                          'replay the newest snapshot with --ckpt latest') from None
-    if not (isinstance(state, dict) and isinstance(state.get('nets'), dict)):
+        state, verified = load_model_file(path)
+    except DamagedModelFile as e:
+        raise DamagedModelFile(f'{e}; replay the newest snapshot with --ckpt latest') from None
+    if not isinstance(state.get('nets'), dict):
         raise ResumeError(f'{path} is not a model file of this lab (no net weights in it); replay the newest '
                           'snapshot with --ckpt latest')
+    if not verified:
+        logger.warning(f'{path} was written by an older version of the lab, without a checksum: its contents '
+                       'cannot be checked for damage')
     return SavedWeights(state['nets'], state.get('obs_norm'), path,
                         f'best weights ({path.name}, frame {state.get("frame")})')
 

@@ -720,6 +720,9 @@ def prune_models(run_dir: RunDir, df, keep: int) -> None:
     writes no records and prunes nothing), so no snapshot is needed to continue one; the records
     (info/, graph/, log/) and the trials' specs stay."""
     import shutil
+
+    from slm_lab.checkpoint import cleanup_stale_tmp  # imports torch: the search driver does not otherwise
+    cleanup_stale_tmp(run_dir.root / 'model')  # a trial killed mid-write left its temporary file
     order = df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()
     for i in order[keep:]:
         prename = run_dir.prename(int(i))

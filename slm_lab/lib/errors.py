@@ -59,6 +59,19 @@ class Preempted(Exception):
         return EXIT_CODES.get(self.signum, 1)
 
 
+class Terminated(BaseException):
+    """SIGTERM outside training (while a spec is checked, during enjoy@): the command ends as
+    Ctrl-C ends it, with one line and exit code 143. A BaseException, as KeyboardInterrupt, so
+    that no `except Exception` on the way turns it into another error."""
+
+    exit_code = EXIT_CODES[signal.SIGTERM]
+
+
+def raise_terminated(signum, _frame) -> None:
+    """SIGTERM handler of the lab's command outside training (Trial installs its own meanwhile)."""
+    raise Terminated()
+
+
 class DiskFullError(LabError):
     """A write failed because its disk (or the user's quota) is full. What was partly written has
     been removed, so earlier files (a run's previous snapshots) are intact; the message names the

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import build_spec, write_spec_file
+from conftest import build_spec, flip_weight_bytes, write_spec_file
 from slm_lab import checkpoint, lab
 from slm_lab.experiment import viz
 from slm_lab.experiment.enjoy import enjoy
@@ -85,7 +85,7 @@ def test_an_edited_session_spec_that_no_longer_fits_is_refused(run_copy):
     assert 'does not match the weights' in message and 'size mismatch' in message and '[64, 4]' in message
 
 
-@pytest.mark.parametrize('damage', ['truncated', 'not torch', 'not a model'])
+@pytest.mark.parametrize('damage', ['truncated', 'not torch', 'not a model', 'flipped weights', 'a directory'])
 def test_a_damaged_best_model_is_refused_naming_it(run_copy, damage):
     run = run_copy('dqn')
     model = run / 'model' / 'dqn_t0_s0_model_best.pt'
@@ -93,10 +93,22 @@ def test_a_damaged_best_model_is_refused_naming_it(run_copy, damage):
         model.write_bytes(model.read_bytes()[:1000])
     elif damage == 'not torch':
         model.write_text('garbage')
-    else:
+    elif damage == 'not a model':
         torch.save([1, 2], model)
+    elif damage == 'flipped weights':
+        torch.load(model, weights_only=True)  # still loads: only the checksum tells
+        flip_weight_bytes(model)
+        torch.load(model, weights_only=True)
+    else:
+        model.unlink()
+        model.mkdir()
     message = refusal(ResumeError, run / 'dqn_t0_s0_spec.json')
     assert message.startswith(f'{model} is ') and message.endswith('replay the newest snapshot with --ckpt latest')
+    assert 'not found' not in message
+    if damage == 'flipped weights':
+        assert 'checksum' in message
+    elif damage == 'a directory':
+        assert 'is a directory' in message
     # and the advice works: the snapshots are intact
     assert len(enjoy(str(run / 'dqn_t0_s0_spec.json'), episodes=1, ckpt='latest')) == 1
 

@@ -7,8 +7,7 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
-from slm_lab.env.ids import (ALL_FAMILIES_COMMAND, ENV_FAMILIES, EnvFamily, atari_frames,  # noqa: F401  (re-export)
-                             ensure_env_registered, env_family, is_ale_v5, warn_if_outdated)
+from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family, is_ale_v5
 from slm_lab.env.schema import ENV_SCHEMA
 from slm_lab.env.wrappers import FireReset, LifeLossTermination, NormalizeObservation, clip_observation
 from slm_lab.lib.schema import not_available

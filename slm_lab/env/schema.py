@@ -22,11 +22,13 @@ def _check_env_name(name: str, path: str) -> None:
     warn_if_outdated(name)
 
 
+@accepts('a number, `"sign"` or null')
 def _check_reward_scale(value, path: str) -> None:
     if isinstance(value, str) and value != 'sign':
         raise SpecError(f'{path}: {value!r} is not valid; give a number, "sign" or null')
 
 
+@accepts('a bound > 0, `[min, max]` with min < max, or null')
 def _check_clip_reward(value, path: str) -> None:
     if isinstance(value, list):
         if len(value) != 2 or not all(_is_number(x) for x in value) or not value[0] < value[1]:
@@ -40,7 +42,7 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@accepts('[width, height], each >= 1')
+@accepts('`[width, height]`, each >= 1, or null')
 def _check_downsize(value, path):
     if len(value) != 2 or min(value) < 1:
         raise SpecError(f'{path}: {value!r} is not a frame size; give [width, height], e.g. [84, 84]')

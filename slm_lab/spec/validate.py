@@ -123,7 +123,7 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
 def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     """Validate a raw spec and return it with every default filled in. Raises SpecError naming
     the key path of the first problem and the valid choices."""
-    # the registries import torch, which a spec error or `run_lab.py --help` should not wait for
+    # the registries import torch (seconds): reading a spec file, and its errors, need not wait for it
     from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS
     from slm_lab.agent.algorithm import PLANNED_KEYS as PLANNED_ALGORITHM_KEYS
     from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES

@@ -48,6 +48,9 @@ def _check_downsize(value, path):
         raise SpecError(f'{path}: {value!r} is not a frame size; give [width, height], e.g. [84, 84]')
 
 
+# a million years at 30,000 frames/s: larger is a typo, and 10**400 overflows the float schedules
+MAX_FRAME = 10**15
+
 ENV_SCHEMA = {
     'name': Field((str,), check=_check_env_name, doc='gymnasium environment id, e.g. CartPole-v1'),
     'num_envs': Field((int,), 1, min=1, max=4096,
@@ -55,7 +58,7 @@ ENV_SCHEMA = {
                           'by one process, or is a process of its own in async mode)'),
     'max_t': Field((int,), None, nullable=True, min=1,
                    doc="episode step limit (null: the env's own TimeLimit)"),
-    'max_frame': Field((int,), min=1, doc='frames (env steps over all envs) in a session'),
+    'max_frame': Field((int,), min=1, max=MAX_FRAME, doc='frames (env steps over all envs) in a session'),
     'normalize_obs': Field((bool,), False, doc='running mean/std observation normalisation'),
     'normalize_reward': Field((bool,), False, doc='scale rewards by a running std of the discounted return'),
     'vectorization_mode': Field((str,), 'sync', choices=('sync', 'async'),
@@ -155,7 +158,13 @@ def env_constructor_args(name: str) -> list[str] | None:
 def check_env_kwargs(env: dict, path: str = 'env') -> None:
     """Env keys that are not the lab's own go to gymnasium.make as keyword arguments of the env
     (SLM-Lab v5's rule, e.g. `"continuous": true` for LunarLander-v3); each must be an argument
-    of that env's constructor. A misspelt lab key is named with its likely spelling."""
+    of that env's constructor. A misspelt lab key is named with its likely spelling. Training
+    renders nothing: a render_mode is refused (enjoy@ --render shows a trained agent)."""
+    for where, kwargs in ((path, env), (f'{path}.make_kwargs', env.get('make_kwargs') or {})):
+        if isinstance(kwargs, dict) and 'render_mode' in kwargs:
+            raise SpecError(f'{where}.render_mode: training renders nothing (drawing every step would slow it); '
+                            'watch a trained agent with python run_lab.py enjoy@<run dir>/<spec_name>_t0_s0_spec.json '
+                            '--render (or --record)')
     extra = [k for k in env if k not in ENV_SCHEMA]
     if not extra:
         return

@@ -26,6 +26,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = json.loads(raw)
     except json.JSONDecodeError:
         value = raw
+    except ValueError as e:  # a number of more digits than Python converts (4300)
+        raise SpecError(f'-s {key}: {e.args[0].split(";")[0]}; no spec value is that long') from None
     except RecursionError:  # deeper than the JSON reader goes
         value = TOO_DEEP
     if value is TOO_DEEP or spec_depth_error(value) is not None:

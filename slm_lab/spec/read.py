@@ -156,6 +156,8 @@ def read_spec_file(spec_file: str) -> dict:
         raise SpecError(f'spec file {spec_file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}') from None
     except RecursionError:
         raise SpecError(f'spec file {spec_file}: nested too deeply to be a spec') from None
+    except ValueError as e:  # a number of more digits than Python converts (4300)
+        raise SpecError(f'spec file {spec_file}: {e.args[0].split(";")[0]}; no spec value is that long') from None
     if not isinstance(specs, dict):
         raise SpecError(f'spec file {spec_file}: expected a {kind} object mapping spec names to specs')
     deep = spec_depth_error(specs)

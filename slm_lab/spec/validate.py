@@ -19,6 +19,7 @@ MAX_TRIALS = 1000
 # bound leaves ample room below 2**63 for the per-session offsets added to it
 MAX_SEED = 10**18
 MAX_THREADS = 1024
+MAX_EVAL_EPISODES = 10_000  # SLM-Lab's specs use up to 8; each costs whole episodes of greedy play
 
 RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', 'spec_file', 'spec_name',
                 'overrides', 'mode')
@@ -33,7 +34,7 @@ META_SCHEMA = {
     'log_frequency': Field((int,), 1000, min=1, doc='frames between progress lines and CSV rows'),
     'eval_frequency': Field((int,), None, nullable=True, min=1,
                             doc='frames between evaluations (default: log_frequency)'),
-    'rigorous_eval': Field((int,), 0, min=0,
+    'rigorous_eval': Field((int,), 0, min=0, max=MAX_EVAL_EPISODES,
                            doc='episodes of greedy play on a separate env at each eval (0: use training returns)'),
     'max_session': Field((int,), 1, min=1, max=MAX_SESSIONS,
                          doc='sessions (seeds) per trial, run in parallel processes, at most one per CPU core at once'),

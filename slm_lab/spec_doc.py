@@ -781,7 +781,7 @@ def _slm_lab_sections() -> str:
 
 def _allowed_edits() -> tuple:
     """Spec keys that train@ lets change without --force."""
-    from slm_lab.resume import ALLOWED_EDITS
+    from slm_lab.persistence.edits import ALLOWED_EDITS
     return ALLOWED_EDITS
 
 

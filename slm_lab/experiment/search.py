@@ -29,12 +29,14 @@ import sys
 import time
 from pathlib import Path
 
-from slm_lab.experiment.run_dir import RunDir
 from slm_lab.experiment.search_space import Param, grid_points, parse_search
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, SpecError
 from slm_lab.lib.io import atomic_write_text, write_json
+from slm_lab.persistence import edits
+from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
 from slm_lab.spec import session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.search')
@@ -131,7 +133,7 @@ def trial_spec(spec: dict, values: dict, index: int) -> dict:
 def write_trial_specs(run_dir: RunDir, spec: dict, values: dict, index: int) -> None:
     """{name}_t{i}_spec.json and its sessions' specs, as train writes them (kept when a resumed
     search finds them: they hold what the trial drew)."""
-    from slm_lab.experiment.control import Trial
+    from slm_lab.experiment.trial import Trial  # imports torch: the search driver does not otherwise
     if run_dir.spec_path(index).exists():
         return
     trial = Trial(trial_spec(spec, values, index), run_dir, 'train', trial=index)
@@ -154,12 +156,11 @@ def resume_spec(spec_file: str, spec_name: str, overrides: list[str] | None, old
     """The spec a resumed search continues under: the spec file (with the search's own -s
     overrides, then these), keys it leaves out taken from the search's saved spec. Edits other
     than SEARCH_EDITS are refused with the list of them (unless force); max_trial cannot drop."""
-    from slm_lab import resume as resume_lib
     from slm_lab.lib.errors import ResumeError
     from slm_lab.spec import diff_specs
-    spec, old_spec = resume_lib.continuation_spec(spec_file, spec_name, overrides, old_spec, mode)
+    spec, old_spec = edits.continuation_spec(spec_file, spec_name, overrides, old_spec, mode)
     meta = spec['meta']
-    diff = [d for d in diff_specs(old_spec, spec) if not d[0].startswith(resume_lib.IGNORED) and d[0] != 'name']
+    diff = [d for d in diff_specs(old_spec, spec) if not d[0].startswith(edits.IGNORED) and d[0] != 'name']
     if meta['random_seed'] != old_spec['meta']['random_seed']:
         diff.append(('meta.random_seed', old_spec['meta']['random_seed'], meta['random_seed']))
     if meta['max_trial'] < old_spec['meta']['max_trial']:
@@ -721,7 +722,6 @@ def prune_models(run_dir: RunDir, df, keep: int) -> None:
     (info/, graph/, log/) and the trials' specs stay."""
     import shutil
 
-    from slm_lab.checkpoint import cleanup_stale_tmp  # imports torch: the search driver does not otherwise
     cleanup_stale_tmp(run_dir.root / 'model')  # a trial killed mid-write left its temporary file
     order = df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()
     for i in order[keep:]:

@@ -238,7 +238,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
     Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
     touched. Returns the experiment dataframe."""
-    from slm_lab.experiment import search as search_lib  # imports Ray: only a search needs it
+    from slm_lab.experiment import search as search_lib  # pandas and plotly: only a search needs them
     from slm_lab.persistence import resume as resume_lib  # imports torch (see preflight)
     search_lib.check_installed()
     if ray_address is None:

@@ -235,7 +235,7 @@ def write_twice(write, remove) -> tuple[float, float]:
 
 
 def phase_snapshot_save(work: Path, size: int) -> dict:
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     from slm_lab.lib.version import git_sha
     replay = make_replay(size, fill=True)
     state = {'memory': replay.state_dict()}
@@ -267,7 +267,7 @@ def phase_snapshot_save(work: Path, size: int) -> dict:
 
 
 def phase_snapshot_load(work: Path, size: int, path: str) -> dict:
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     path = Path(path)
     replay = make_replay(size, fill=False)  # a resumed Session builds its memory before loading
     cache = drop_page_cache([p for p in path.iterdir() if p.is_file()])
@@ -293,7 +293,7 @@ def phase_snapshot_load(work: Path, size: int, path: str) -> dict:
 
 def phase_snapshot_sample(work: Path, size: int, path: str) -> dict:
     """Sampling right after a resume, before the memory-mapped buffer is in the page cache."""
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     path = Path(path)
     replay = make_replay(size, fill=False)
     files = [p for p in path.iterdir() if p.is_file()]
@@ -382,7 +382,7 @@ def phase_verify_steps(work: Path, size: int, path: str, mode: str, steps: int) 
     verify_arrays=True: a full read before the first step). A step is one replay.sample() and an
     Adam update of a small MLP on it, as a DQN step does."""
     import torch
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     torch.manual_seed(0)
     path = Path(path)
     replay = make_replay(size, fill=False)
@@ -466,9 +466,10 @@ SESSION_CASES = [
 
 def bench_sessions(work: Path, table: Table, reps: int, frames: int) -> None:
     import logging
-    from slm_lab import __version__, checkpoint
-    from slm_lab.experiment.control import Session
-    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab import __version__
+    from slm_lab.persistence import snapshot as checkpoint
+    from slm_lab.experiment.session import Session
+    from slm_lab.persistence.run_dir import RunDir
     from slm_lab.lib import logger as lab_logger
     from slm_lab.spec import load_spec
     lab_logger.setup_console(logging.WARNING)

@@ -139,7 +139,7 @@ def measured(fn):
 
 def written_bytes(path: Path) -> tuple[int, int, int]:
     """(bytes written, bytes hard-linked from earlier snapshots, files written) of a snapshot."""
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     files = checkpoint.read_manifest(path)['files']
     written = sum(i['size'] for i in files.values() if not i.get('reused'))
     linked = sum(i['size'] for i in files.values() if i.get('reused'))
@@ -147,7 +147,7 @@ def written_bytes(path: Path) -> tuple[int, int, int]:
 
 
 def phase_load(path: str, max_size: int) -> dict:
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     files = [p for p in Path(path).iterdir() if p.is_file()]
     cache = drop_page_cache(files)
     replay = make_replay(max_size)
@@ -193,7 +193,7 @@ def main() -> None:
     if args.phase == 'load':
         print(json.dumps(phase_load(args.path, args.transitions)))
         return
-    from slm_lab import checkpoint
+    from slm_lab.persistence import snapshot as checkpoint
     gb = 1e9
     work = Path(tempfile.mkdtemp(prefix='bench_replay_io_', dir=REPO_ROOT / 'data'))
     try:

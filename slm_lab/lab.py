@@ -4,13 +4,19 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shutil
+import time
+import warnings
 
-from slm_lab import __version__
+from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError, SpecError
+from slm_lab.lib.errors import ModeError, ResumeError, SpecError
 from slm_lab.lib.io import write_json
 from slm_lab.lib.version import git_sha
-from slm_lab.spec import check_spec_name, load_spec
+from slm_lab.persistence import edits
+from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
+from slm_lab.persistence.tmpfiles import cleanup_stale_tmp, pid_is_stale
+from slm_lab.spec import check_spec_name, load_spec, session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.lab')
 MODES = ('dev', 'train', 'search')
@@ -36,8 +42,7 @@ def preflight(spec: dict) -> None:
     not fit the env's action space) fails before the run directory exists. Between the two, the
     memory the spec needs is estimated from the env's spaces, so a spec the machine cannot hold
     is refused before anything of its size is allocated."""
-    from slm_lab import resources
-    from slm_lab.agent import Agent
+    from slm_lab.agent import Agent  # imports torch: kept out of start-up, so a bad mode or spec fails fast
     from slm_lab.env import Clock, agent_action_space, make_env
     try:
         env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
@@ -58,16 +63,14 @@ def preflight(spec: dict) -> None:
 def _try_torch_pieces(algorithm) -> None:
     """Use the loss and step the LR schedulers of a throwaway agent once: some torch arguments
     (a loss's reduction, a scheduler's step_size) are only checked when first used."""
-    import warnings
-
-    import torch
+    import torch  # kept out of start-up (see preflight)
     loss_fn = getattr(algorithm, 'loss_fn', None)
     if loss_fn is not None:
         try:
             loss_fn(torch.zeros(2), torch.zeros(2))
         except (ValueError, TypeError, RuntimeError) as e:
             raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
-    from slm_lab.agent.net.net_util import step_lr_scheduler
+    from slm_lab.agent.net.net_util import step_lr_scheduler  # imports torch (see preflight)
     for sched in algorithm.lr_schedulers.values():
         try:
             with warnings.catch_warnings():
@@ -106,8 +109,7 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     if mode == 'search' or mode.startswith('search@'):
         return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep)
     spec = prepare_spec(spec_file, spec_name, mode, overrides)
-    from slm_lab.experiment.control import Trial
-    from slm_lab.experiment.run_dir import RunDir, new_experiment_ts
+    from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
     ts = new_experiment_ts(data_dir, spec_name)
     spec['meta']['experiment_ts'] = ts
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
@@ -127,12 +129,6 @@ def create_run_dir(run_dir, trial, write=None):
     temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
     run or a run with its specs (a kill's leftover is removed by the next run of the lab).
     Returns the open lock file that keeps other processes off the run while it trains."""
-    import os
-    import shutil
-
-    from slm_lab.checkpoint import pid_is_stale
-    from slm_lab.experiment.run_dir import RunDir
-    from slm_lab.resume import lock_run
     parent = run_dir.root.parent
     if parent.is_dir():
         for leftover in parent.glob('.*.tmp-*'):
@@ -165,9 +161,9 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
     """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
     edited) spec. Everything is checked before the run directory is touched, under a lock so that
     no other process trains the run meanwhile."""
-    from slm_lab import resume as resume_lib
+    from slm_lab.persistence import resume as resume_lib  # imports torch (see preflight)
     run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
-    lock = resume_lib.lock_run(run_dir)
+    lock = lock_run(run_dir)
     try:
         return _resume_locked(spec_file, spec_name, target, overrides, force, run_dir)
     finally:
@@ -175,22 +171,24 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
 
 
 def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> dict | None:
-    import time as _time
-    from slm_lab import checkpoint
-    from slm_lab import resume as resume_lib
-    from slm_lab.experiment.control import Trial, complete_finished_run
-    from slm_lab.lib.errors import ResumeError
-    spec, old_spec = resume_lib.continuation_spec(spec_file, spec_name, overrides, resume_lib.read_run_spec(run_dir),
-                                                  f'train@{target}')
+    """The resume itself, under the run's lock. Each session's snapshot is read once: the checks
+    load it into a session built from the spec, and a trial of one session continues with that
+    very session (experiment/trial.py)."""
+    # all three import torch (see preflight)
+    from slm_lab.experiment.results import complete_finished_run
+    from slm_lab.experiment.trial import Trial
+    from slm_lab.persistence import resume as resume_lib
+    spec, old_spec = edits.continuation_spec(spec_file, spec_name, overrides, resume_lib.read_run_spec(run_dir),
+                                             f'train@{target}')
     meta = spec['meta']
-    diff = resume_lib.check_edits(old_spec, spec, force)
+    diff = edits.check_edits(old_spec, spec, force)
     resume_lib.check_resume_logs(run_dir, max(old_spec['meta']['max_session'], meta['max_session']))
     # every session's newest intact snapshot, loaded now: nothing is written before all of them
     # (and the whole state of each) are known to load
-    loaded = resume_lib.load_sessions(run_dir, old_spec['meta']['max_session'])
-    frames = {s: manifest['frame'] for s, (_, manifest, _) in loaded.items()}
+    seconds: dict[int, float] = {}
+    loaded = resume_lib.load_sessions(run_dir, old_spec['meta']['max_session'], seconds)
+    frames = {s: snapshot.frame for s, snapshot in loaded.items()}
     reached = max(frames.values()) if frames else 0
-    from slm_lab.spec import session_max_frame
     n_sessions = spec['meta']['max_session']
     share = session_max_frame(spec)  # each session's frames (a distributed trial's share of env.max_frame)
     split = bool(spec['meta'].get('distributed')) and n_sessions > 1
@@ -206,27 +204,31 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
               f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * total}')
         return None
     preflight(spec)
-    approximate = resume_lib.check_sessions_load(run_dir, spec, loaded)
-    del loaded  # the sessions load their snapshots themselves
-    changes = resume_lib.schedule_changes(old_spec, spec, frames)
-    for change in changes:
-        logger.warning(f'schedule change on resume: {resume_lib.describe_schedule_change(change)}')
-    removed = checkpoint.cleanup_stale_tmp(run_dir.root)
-    if removed:
-        logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
-    resume_lib.restore_layout(run_dir)  # log/, info/, ... deleted by hand: the lab's own, made again
-    record = {
-        'when': _time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
-        'frames': {str(s): f for s, f in frames.items()},
-        'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force,
-        'schedule_changes': changes,
-        'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}}
-    logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
+    record = {}
     # recorded once a session has resumed (its snapshot verified): a try that fails before is no resume
     trial = Trial(spec, run_dir, 'train', trial=0, resume=True,
                   on_resumed=lambda: resume_lib.append_run_record(run_dir, record))
-    write_specs(run_dir, trial)
-    metrics = trial.run()
+    try:
+        approximate = trial.check_resume(loaded, seconds)
+        del loaded  # the trial keeps what its sessions continue from
+        changes = edits.schedule_changes(old_spec, spec, frames)
+        for change in changes:
+            logger.warning(f'schedule change on resume: {edits.describe_schedule_change(change)}')
+        removed = cleanup_stale_tmp(run_dir.root)
+        if removed:
+            logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
+        resume_lib.restore_layout(run_dir)  # log/, info/, ... deleted by hand: the lab's own, made again
+        record.update({
+            'when': time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
+            'frames': {str(s): f for s, f in frames.items()},
+            'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force,
+            'schedule_changes': changes,
+            'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}})
+        logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
+        write_specs(run_dir, trial)
+        metrics = trial.run()
+    finally:
+        trial.release()
     logger.info(f'done: {run_dir.root}')
     return metrics
 
@@ -236,9 +238,8 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
     Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
     touched. Returns the experiment dataframe."""
-    from slm_lab import resume as resume_lib
-    from slm_lab.experiment import search as search_lib
-    from slm_lab.experiment.run_dir import RunDir, new_experiment_ts
+    from slm_lab.experiment import search as search_lib  # pandas and plotly: only a search needs them
+    from slm_lab.persistence import resume as resume_lib  # imports torch (see preflight)
     search_lib.check_installed()
     if ray_address is None:
         ray_address = os.environ.get('RAY_ADDRESS') or None
@@ -260,7 +261,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     else:
         target = mode[len('search@'):]
         run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search')
-        lock = resume_lib.lock_run(run_dir)
+        lock = lock_run(run_dir)
         try:
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)

@@ -19,7 +19,7 @@ import torch
 
 from conftest import tmpfs
 
-from slm_lab import checkpoint
+from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.lib.errors import DiskFullError, ResumeError
 from slm_lab.lib.io import atomic_write_bytes, atomic_write_with, tmp_file_pid
 
@@ -100,9 +100,9 @@ def test_small_slice_of_damaged_mapping_is_not_copied_into_state_pt(tmp_path):
 def test_fallback_load_with_verified_arrays_skips_the_damaged_one(tmp_path):
     old, new = saved(tmp_path, frames=(100, 200))
     flip_byte(new / 'memory.states.npy')
-    _, _, path = checkpoint.load_latest_snapshot(tmp_path / 'ckpt', verify_arrays=True)
+    _, _, path = session_snapshots.load_latest_snapshot(tmp_path / 'ckpt', verify_arrays=True)
     assert path == old
-    _, _, path = checkpoint.load_latest_snapshot(tmp_path / 'ckpt', skip=[new])
+    _, _, path = session_snapshots.load_latest_snapshot(tmp_path / 'ckpt', skip=[new])
     assert path == old
 
 
@@ -114,7 +114,7 @@ def test_pruning_keeps_the_newest_intact_snapshots(tmp_path):
     s100, s200, s300, s400 = saved(tmp_path, frames=(100, 200, 300, 400))
     (s400 / checkpoint.STATE_FILE).write_bytes(b'torn')  # damaged, newer than every intact one
     (s200 / checkpoint.MANIFEST).write_text('[]')  # damaged, between intact ones
-    removed = checkpoint.prune_snapshots(tmp_path / 'ckpt', keep=2)
+    removed = session_snapshots.prune_snapshots(tmp_path / 'ckpt', keep=2)
     assert checkpoint.list_snapshots(tmp_path / 'ckpt') == [s400, s300, s100]
     assert removed == [s200]
 
@@ -123,19 +123,19 @@ def test_pruning_removes_nothing_without_an_intact_snapshot(tmp_path):
     snaps = saved(tmp_path, frames=(100, 200, 300))
     for snap in snaps:
         (snap / checkpoint.STATE_FILE).write_bytes(b'torn')
-    removed = checkpoint.prune_snapshots(tmp_path / 'ckpt', keep=1)
+    removed = session_snapshots.prune_snapshots(tmp_path / 'ckpt', keep=1)
     assert checkpoint.list_snapshots(tmp_path / 'ckpt') == snaps[::-1]
     assert removed == []
 
 
 def test_set_aside_snapshot_is_hidden_then_pruned_once_older_than_an_intact_one(tmp_path):
     s100, s200 = saved(tmp_path, frames=(100, 200))
-    aside = checkpoint.set_aside_damaged(s200)
+    aside = session_snapshots.set_aside_damaged(s200)
     assert aside.name == 'f000000000200.damaged' and aside.is_dir()
     assert checkpoint.list_snapshots(tmp_path / 'ckpt') == [s100]
-    assert checkpoint.prune_snapshots(tmp_path / 'ckpt', keep=2) == []  # newer than every intact one
+    assert session_snapshots.prune_snapshots(tmp_path / 'ckpt', keep=2) == []  # newer than every intact one
     (s300,) = saved(tmp_path, frames=(300,))
-    assert checkpoint.prune_snapshots(tmp_path / 'ckpt', keep=2) == [aside]
+    assert session_snapshots.prune_snapshots(tmp_path / 'ckpt', keep=2) == [aside]
     assert checkpoint.list_snapshots(tmp_path / 'ckpt') == [s300, s100]
 
 
@@ -165,7 +165,7 @@ def test_malformed_manifest_falls_back_to_the_previous_snapshot(tmp_path, case):
     if isinstance(manifest, dict) and manifest.get('files') == 'KEEP':
         manifest = {**manifest, 'files': good['files']}
     (new / checkpoint.MANIFEST).write_text(json.dumps(manifest))
-    _, loaded_manifest, path = checkpoint.load_latest_snapshot(tmp_path / 'ckpt')
+    _, loaded_manifest, path = session_snapshots.load_latest_snapshot(tmp_path / 'ckpt')
     assert path == old and loaded_manifest['frame'] == 100
     with pytest.raises(ResumeError, match='MANIFEST.json is malformed'):
         checkpoint.verify_snapshot(new)
@@ -180,7 +180,7 @@ def test_state_file_that_is_not_a_state_is_damage(tmp_path):
     (new / checkpoint.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ResumeError, match='state.pt cannot be read'):
         checkpoint.load_snapshot(new)
-    assert checkpoint.load_latest_snapshot(tmp_path / 'ckpt')[2] == old
+    assert session_snapshots.load_latest_snapshot(tmp_path / 'ckpt')[2] == old
 
 
 def test_odd_entries_in_the_snapshot_directory_are_ignored(tmp_path):
@@ -192,7 +192,7 @@ def test_odd_entries_in_the_snapshot_directory_are_ignored(tmp_path):
     (ckpt / 'f000000000900').symlink_to(snap)
     (ckpt / '.f000000000700.tmp-1').mkdir()
     assert checkpoint.list_snapshots(ckpt) == [snap]
-    assert checkpoint.load_latest_snapshot(ckpt)[2] == snap
+    assert session_snapshots.load_latest_snapshot(ckpt)[2] == snap
     assert checkpoint.list_snapshots(tmp_path / 'missing') == []
 
 
@@ -302,7 +302,7 @@ def test_leftovers_of_killed_writers_are_removed_and_live_ones_kept(tmp_path):
         own_tmp.mkdir()
         live_tmp = [p for p in run.iterdir() if tmp_file_pid(p.name) == live.pid]
 
-        removed = checkpoint.cleanup_stale_tmp(run)
+        removed = session_snapshots.cleanup_stale_tmp(run)
 
         assert sorted(removed) == sorted([left[0], snapshot_tmp])
         assert not left[0].exists() and not snapshot_tmp.exists()

@@ -17,7 +17,8 @@ import torch
 from conftest import build_spec, flip_weight_bytes, write_spec_file
 from test_resume import PPO, RUN_LAB, cli, run_dirs, tree_digest, write_spec
 
-from slm_lab import checkpoint, lab, model_file
+from slm_lab import lab
+from slm_lab.persistence import model_file, snapshot as checkpoint
 from slm_lab.experiment import viz
 from slm_lab.lib.errors import ResumeError, SpecError, TrainingDiverged
 from slm_lab.resources import format_bytes
@@ -238,13 +239,13 @@ def test_a_deleted_log_directory_is_made_again_and_the_resume_recorded_once(dama
 
 
 def test_a_resume_that_fails_before_any_session_resumed_is_not_recorded(damaged, monkeypatch):
-    from slm_lab.experiment import control
+    from slm_lab.experiment.session import Session
     run, spec_file = damaged
     monkeypatch.setattr(viz, 'png_available', lambda: False)
 
     def fails(self, *args, **kwargs):
         raise RuntimeError('failed while loading')
-    monkeypatch.setattr(control.Session, 'resume_from', fails)
+    monkeypatch.setattr(Session, 'resume_from', fails)
     with pytest.raises(RuntimeError, match='failed while loading'):
         lab.run(spec_file, 'stopped', 'train@latest', data_dir=str(run.parent))
     assert not (run / 'stopped_resumes.json').exists()

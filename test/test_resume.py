@@ -16,7 +16,8 @@ import pytest
 import torch
 from gymnasium.envs.classic_control import CartPoleEnv
 
-from slm_lab import checkpoint, lab
+from slm_lab import lab
+from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.lib.errors import ResumeError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -323,7 +324,7 @@ def test_damaged_newest_snapshot_falls_back(tmp_path):
     handler.emit = records.append
     logging.getLogger('slm_lab').addHandler(handler)  # the lab's logger does not propagate
     try:
-        _, manifest, path = checkpoint.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
+        _, manifest, path = session_snapshots.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
     finally:
         logging.getLogger('slm_lab').removeHandler(handler)
     assert path == snaps[1] and manifest['frame'] == 1500
@@ -334,7 +335,7 @@ def test_damaged_newest_snapshot_falls_back(tmp_path):
     m['format_version'] = 99
     manifest_path.write_text(json.dumps(m))
     with pytest.raises(ResumeError, match='unknown snapshot format version 99'):
-        checkpoint.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
+        session_snapshots.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
 
 
 def test_enjoy_replays_without_touching_the_run(tmp_path):
@@ -427,8 +428,8 @@ def test_latest_skips_dev_runs(tmp_path):
 
 
 def test_a_run_being_trained_cannot_be_resumed_twice(tmp_path):
-    from slm_lab.experiment.run_dir import RunDir
-    from slm_lab.resume import lock_run
+    from slm_lab.persistence.run_dir import RunDir
+    from slm_lab.persistence.run_dir import lock_run
     spec_file = write_spec(tmp_path, 'locked', PPO)
     data = str(tmp_path / 'data')
     lab.run(spec_file, 'locked', 'train', ['env.max_frame=1000'], data_dir=data)

@@ -17,9 +17,10 @@ import torch
 from conftest import LabWarnings, tmpfs
 from test_resume import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
 
-from slm_lab import checkpoint, lab
+from slm_lab import lab
+from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.lib.errors import ResumeError, TrainingDiverged
-from slm_lab.model_file import load_model_file, save_model_file
+from slm_lab.persistence.model_file import load_model_file, save_model_file
 
 
 def copy_spec(spec: dict, **env) -> dict:
@@ -326,9 +327,9 @@ def test_a_new_run_directory_appears_with_its_specs_and_old_leftovers_go(tmp_pat
 
 
 def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_png):
-    from slm_lab.experiment import control
+    from slm_lab.experiment.signals import StopSignal
     from slm_lab.lib.errors import Preempted
-    install = control.StopSignal.install
+    install = StopSignal.install
 
     def stopped_at_once(self):  # as if SIGTERM arrived while the session started
         install(self)
@@ -336,10 +337,10 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
         return self
     spec_file = write_spec(tmp_path, 'first', copy_spec(PPO, num_envs=1))
     data = str(tmp_path / 'data')
-    monkeypatch.setattr(control.StopSignal, 'install', stopped_at_once)
+    monkeypatch.setattr(StopSignal, 'install', stopped_at_once)
     with pytest.raises(Preempted, match='at frame 1;'):
         lab.run(spec_file, 'first', 'train', ['env.max_frame=500'], data_dir=data)
-    monkeypatch.setattr(control.StopSignal, 'install', install)
+    monkeypatch.setattr(StopSignal, 'install', install)
     lab.run(spec_file, 'first', 'train@latest', ['env.max_frame=500'], data_dir=data)
     (run,) = run_dirs(Path(data), 'first')
     assert train_csv(run, 'first')['frame'].iloc[-1] == 500
@@ -387,8 +388,8 @@ def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):
 
 
 def test_extending_linear_to_zero_moves_the_rate_from_the_first_resumed_update(tmp_path, no_png):
-    from slm_lab.experiment.control import Session
-    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab.experiment.session import Session
+    from slm_lab.persistence.run_dir import RunDir
     from slm_lab.spec import load_spec
     spec = json.loads(json.dumps(PPO))  # 4 envs x time_horizon 32: an update every 128 frames
     spec['agent']['net']['lr_scheduler_spec'] = {'name': 'LinearToZero'}

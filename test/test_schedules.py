@@ -128,7 +128,7 @@ def _ppo_spec(clip_eps_spec: dict, max_frame: int) -> dict:
 
 
 def test_extending_past_the_end_of_a_falling_schedule_says_it_stays_at_end_val():
-    from slm_lab.resume import schedule_changes
+    from slm_lab.persistence.edits import schedule_changes
     piece = {'name': 'linear_decay', 'start_val': 0.2, 'end_val': 0.02, 'start_step': 0, 'end_step': 1000}
     (change,) = schedule_changes(_ppo_spec(piece, 1000), _ppo_spec(piece, 2000), {0: 1000})
     assert 'stays at end_val 0.02' in change['why']
@@ -136,7 +136,7 @@ def test_extending_past_the_end_of_a_falling_schedule_says_it_stays_at_end_val()
 
 def test_extending_past_the_end_of_a_rising_schedule_says_it_goes_on_rising():
     # SLM-Lab's linear_decay 0.1 -> 0.3 over 1000 frames: max(0.1 + 0.0002 f, 0.3) is 0.5 at frame 2000
-    from slm_lab.resume import schedule_changes
+    from slm_lab.persistence.edits import schedule_changes
     piece = {'name': 'linear_decay', 'start_val': 0.1, 'end_val': 0.3, 'start_step': 0, 'end_step': 1000}
     (change,) = schedule_changes(_ppo_spec(piece, 1000), _ppo_spec(piece, 2000), {0: 1000})
     assert 'goes on from 0.3 to 0.5 to env.max_frame 2000' in change['why'], change['why']
@@ -144,6 +144,6 @@ def test_extending_past_the_end_of_a_rising_schedule_says_it_goes_on_rising():
 
 
 def test_a_zero_end_val_schedule_is_constant_so_extending_warns_of_nothing():
-    from slm_lab.resume import schedule_changes
+    from slm_lab.persistence.edits import schedule_changes
     piece = {'name': 'linear_decay', 'start_val': 0.2, 'end_val': 0.0, 'start_step': 0, 'end_step': 1000}
     assert schedule_changes(_ppo_spec(piece, 1000), _ppo_spec(piece, 2000), {0: 1000}) == []

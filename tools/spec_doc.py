@@ -32,7 +32,7 @@ from slm_lab.agent.net.net_util import PLANNED_OPTIMIZERS
 from slm_lab.lib.decay import SCHEDULE_SCHEMA
 from slm_lab.lib.io import atomic_write_text
 from slm_lab.lib.schema import MISSING, OMIT, TYPE_NAMES, Field  # noqa: F401  (MISSING: for the tests)
-from slm_lab.resume import ALLOWED_EDITS
+from slm_lab.persistence.edits import ALLOWED_EDITS
 from slm_lab.spec import AGENT_SCHEMA, ENV_PLANNED_KEYS, ENV_SCHEMA, META_SCHEMA, RUNTIME_META, TOP_SCHEMA
 
 TEMPLATE_PATH = Path(__file__).resolve().with_suffix('.md')

@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 
 from slm_lab.lib import logger as lab_logger
+from slm_lab.persistence.snapshots import load_latest_snapshot
+from slm_lab.persistence.state import Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
 MODES = ('shared', 'synced')
@@ -188,26 +191,25 @@ def _after_step(pairs: list[tuple], updates, _opt, _args, _kwargs) -> None:
 
 
 def newest_global_state(ckpt_dirs: list[Path]) -> tuple[dict, dict] | None:
+    """newest_global_state_of the newest intact snapshot in each of `ckpt_dirs` (read here)."""
+    return newest_global_state_of(s for s in map(load_latest_snapshot, ckpt_dirs) if s is not None)
+
+
+def newest_global_state_of(snapshots: Iterable[Snapshot]) -> tuple[dict, dict] | None:
     """The global state to resume a distributed trial with, from its sessions' newest intact
     snapshots: that of the snapshot with the most global updates (the last written). A run whose
     snapshots have none (resumed with --force from a run that was not distributed) takes the nets
     and optimizers of its newest snapshot. Returns (state, {'snapshot', 'updates'}) or None."""
-    from slm_lab import checkpoint
     best = None
-    for ckpt_dir in ckpt_dirs:
-        loaded = checkpoint.load_latest_snapshot(ckpt_dir)
-        if loaded is None:
-            continue
-        state, manifest, path = loaded
-        glob = state.get('global')
+    for snapshot in snapshots:
+        glob = snapshot.global_state
         if glob is not None:
-            key = (1, glob['updates'], manifest.get('created', 0))
+            key = (1, glob['updates'], snapshot.manifest.get('created', 0))
         else:
-            algo = state['agent']['algorithm']
-            glob = {'updates': 0, 'nets': algo['nets'], 'optimizers': algo['optimizers']}
-            key = (0, 0, manifest.get('created', 0))
+            glob = {'updates': 0, 'nets': snapshot.nets, 'optimizers': snapshot.optimizers}
+            key = (0, 0, snapshot.manifest.get('created', 0))
         if best is None or key > best[0]:
-            best = (key, glob, path)
+            best = (key, glob, snapshot.path)
     if best is None:
         return None
     _, glob, path = best

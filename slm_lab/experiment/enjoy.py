@@ -16,10 +16,16 @@ from typing import NamedTuple
 
 import numpy as np
 
+from slm_lab.agent import Agent
+from slm_lab.env import Clock, agent_action_space, make_single_env
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, ResumeError, SpecError
 from slm_lab.lib.io import read_json
-from slm_lab.model_file import DamagedModelFile, load_model_file
+from slm_lab.persistence.model_file import DamagedModelFile, load_model_file
+from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.snapshot import list_snapshots
+from slm_lab.persistence.snapshots import load_latest_snapshot
+from slm_lab.spec import validate_spec
 
 logger = lab_logger.get_logger('slm_lab.enjoy')
 SESSION_SPEC_RE = re.compile(r'^(?P<name>.+)_t(?P<trial>\d+)_s(?P<session>\d+)_spec\.json$')
@@ -44,7 +50,6 @@ def parse_session_spec_path(path: str) -> tuple[Path, str, int, int]:
 
 def read_session_spec(path: str, spec_name: str) -> dict:
     """The session spec at `path`, validated; a SpecError naming the file otherwise."""
-    from slm_lab.spec import validate_spec
     try:
         raw = read_json(path)
     except (OSError, ValueError) as e:
@@ -75,10 +80,9 @@ def _no_weights(run_dir, trial: int, session: int) -> ResumeError:
 
 def _best_weights(run_dir, trial: int, session: int) -> SavedWeights:
     """The session's model_best.pt; a damaged or foreign file is a ResumeError naming it."""
-    from slm_lab import checkpoint
     path = run_dir.model_path(trial, session, 'best')
     if not path.exists():
-        if not checkpoint.list_snapshots(run_dir.ckpt_dir(trial, session)):
+        if not list_snapshots(run_dir.ckpt_dir(trial, session)):
             raise _no_weights(run_dir, trial, session)
         raise ResumeError(f'{path} not found: this session saved no best weights yet; replay its newest snapshot '
                           'with --ckpt latest')
@@ -99,18 +103,15 @@ def _best_weights(run_dir, trial: int, session: int) -> SavedWeights:
 def _latest_weights(run_dir, trial: int, session: int) -> SavedWeights:
     """The newest intact snapshot's weights, skipping damaged snapshots (with one warning that
     names them); when none is intact, a ResumeError that says what was damaged."""
-    from slm_lab import checkpoint
-    from slm_lab.env.snapshot import obs_norm_from_state
     ckpt_dir = run_dir.ckpt_dir(trial, session)
     found: list = []  # (path, error) of each damaged snapshot, reported here in one line
-    loaded = checkpoint.load_latest_snapshot(ckpt_dir, damaged=found)  # an unknown format is refused
+    loaded = load_latest_snapshot(ckpt_dir, damaged=found)  # an unknown format is refused
     damaged = [f'{path.name}: {str(e).split(": ", 1)[-1]}' for path, e in found]
     if loaded is not None:
-        state, manifest, path = loaded
+        path = loaded.path
         if damaged:
             logger.warning(f'{ckpt_dir}: skipped damaged snapshot(s) ({"; ".join(damaged)}); replaying {path.name}')
-        return SavedWeights(state['agent']['algorithm']['nets'], obs_norm_from_state(state['env']), path,
-                            f'snapshot {path.name} (frame {manifest["frame"]})')
+        return SavedWeights(loaded.nets, loaded.obs_norm, path, f'snapshot {path.name} (frame {loaded.frame})')
     if not damaged:
         if not run_dir.model_path(trial, session, 'best').is_file():
             raise _no_weights(run_dir, trial, session)
@@ -122,7 +123,6 @@ def _latest_weights(run_dir, trial: int, session: int) -> SavedWeights:
 def load_weights(run_root: Path, spec_name: str, trial: int, session: int, which: str) -> SavedWeights:
     """The weights to replay: the best model file (`which` 'best') or the newest intact
     snapshot ('latest'). Every way these files can be missing or damaged is a ResumeError."""
-    from slm_lab.experiment.run_dir import RunDir
     run_dir = RunDir(run_root, spec_name)
     return _best_weights(run_dir, trial, session) if which == 'best' else _latest_weights(run_dir, trial, session)
 
@@ -162,8 +162,6 @@ def _first_line(e: BaseException) -> str:
 def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render: bool = False,
           record: bool = False) -> list[float]:
     """Play `episodes` greedy episodes with a trained session's agent; returns their returns."""
-    from slm_lab.agent import Agent
-    from slm_lab.env import Clock, agent_action_space, make_single_env
     run_root, spec_name, trial, session = parse_session_spec_path(session_spec_path)
     if render and not (os.environ.get('DISPLAY') or os.environ.get('WAYLAND_DISPLAY')):
         raise SpecError('--render needs a display (DISPLAY is not set); use --record to write videos instead')

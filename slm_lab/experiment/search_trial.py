@@ -42,9 +42,9 @@ def warm_up() -> None:
 
 
 def main() -> int:
-    from slm_lab.experiment.control import Trial
+    from slm_lab.experiment.trial import Trial
     from slm_lab.experiment.signals import die_with_parent
-    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab.persistence.run_dir import RunDir
     from slm_lab.lib.errors import LabError, Preempted
     die_with_parent()  # a trial never outlives its Ray worker
     try:

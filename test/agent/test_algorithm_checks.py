@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from slm_lab import checkpoint
+from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.reinforce import scale_returns

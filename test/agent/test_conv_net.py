@@ -118,7 +118,7 @@ def test_an_atari_game_continues_from_its_snapshot_exactly_unless_ale_makes_its_
     import pickle
 
     from slm_lab.env import make_env
-    from slm_lab.env.snapshot import load_vector_env_state_dict, vector_env_state_dict
+    from slm_lab.persistence.env_state import load_vector_env_state_dict, vector_env_state_dict
     spec = {'name': name, 'num_envs': 2, 'max_frame': 1000, **extra}
     a, b = make_env(spec), make_env(spec)
     try:
@@ -172,7 +172,7 @@ def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
     for the agent, the game goes on, and the records get one return per whole game (the sum of
     its lives' rewards, unclipped)."""
     from slm_lab.env import make_env
-    from slm_lab.experiment.control import finished_returns
+    from slm_lab.experiment.session import finished_returns
     spec = validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'life_loss_info': True}))
     env = make_env(spec['env'])
     try:

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from slm_lab import checkpoint, lab
+from slm_lab import lab
+from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.agent.net import net_util
 from slm_lab.lib.errors import SpecError
 
@@ -117,9 +118,10 @@ def test_a_forced_scheduler_argument_applies_after_resume(tmp_path, no_png):
     edited argument (its state brings back only where it is, not how it was built)."""
     import json
 
-    from slm_lab import checkpoint, lab
-    from slm_lab.experiment.control import Session
-    from slm_lab.experiment.run_dir import RunDir
+    from slm_lab import lab
+    from slm_lab.persistence import snapshot as checkpoint
+    from slm_lab.experiment.session import Session
+    from slm_lab.persistence.run_dir import RunDir
     from slm_lab.spec import load_spec
     spec = {'agent': {'name': 'DQN', 'algorithm': {'name': 'DQN', 'training_start_step': 32},
                       'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1000},

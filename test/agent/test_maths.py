@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from slm_lab import checkpoint
+from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.dqn import q_targets
 from slm_lab.agent.algorithm.ppo import gae, ppo_policy_loss, ppo_value_loss

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from slm_lab import checkpoint
+from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.agent.memory import replay as replay_module
 from slm_lab.agent.memory.prioritized import PrioritizedReplay
 from slm_lab.agent.memory.replay import Replay
@@ -197,7 +197,7 @@ def test_snapshots_are_exact_map_back_without_copies_and_write_only_what_changed
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x, y)
     # pruning the first snapshot leaves the second complete
-    checkpoint.prune_snapshots(ckpt, keep=1)
+    session_snapshots.prune_snapshots(ckpt, keep=1)
     assert not first.exists() and checkpoint.verify_snapshot(second)
     # the resumed replay continues (copy-on-write: the snapshot's files do not change) and its next
     # snapshot writes only the chunks it changed

@@ -61,7 +61,7 @@ def test_env_snapshots_pair_wrapper_layers_by_type():
     (a wrapper an edit resumed with --force removed) is dropped, not put on its neighbour; a
     snapshot from before the types were recorded (no RescaleAction layer then) is refused when its
     number of layers differs."""
-    from slm_lab.env.snapshot import load_vector_env_state_dict, vector_env_state_dict
+    from slm_lab.persistence.env_state import load_vector_env_state_dict, vector_env_state_dict
     from slm_lab.lib.errors import ResumeError
     spec = {'name': 'Pendulum-v1', 'num_envs': 2, 'max_frame': 100}
     env = make_env(spec)

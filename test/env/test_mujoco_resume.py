@@ -13,7 +13,7 @@ pytest.importorskip('mujoco', reason='the MuJoCo extra is not installed')
 @pytest.mark.parametrize('name', ['Hopper-v5', 'Ant-v5', 'Humanoid-v5'])
 def test_a_mujoco_env_continues_from_its_snapshot_exactly(name):
     from slm_lab.env import make_env
-    from slm_lab.env.snapshot import load_vector_env_state_dict, vector_env_state_dict
+    from slm_lab.persistence.env_state import load_vector_env_state_dict, vector_env_state_dict
     spec = {'name': name, 'num_envs': 2, 'max_frame': 1000}
     a, b = make_env(spec), make_env(spec)
     try:

@@ -15,13 +15,15 @@ import pandas as pd
 import pytest
 import torch
 
-from slm_lab import checkpoint, lab
+from slm_lab import lab
+from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.agent.net.optimizers import GlobalAdam, GlobalRMSprop
-from slm_lab.experiment.control import Session, Trial
+from slm_lab.experiment.session import Session
+from slm_lab.experiment.trial import Trial
 from slm_lab.experiment.distributed import GlobalNets, newest_global_state
-from slm_lab.experiment.run_dir import RunDir
+from slm_lab.persistence.run_dir import RunDir
 from slm_lab.lib.errors import ResumeError, SpecError
-from slm_lab.resume import check_edits
+from slm_lab.persistence.edits import check_edits
 from slm_lab.spec import validate_spec
 
 RUN_LAB = str(Path(__file__).resolve().parents[2] / 'run_lab.py')

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from conftest import build_spec, flip_weight_bytes, write_spec_file
-from slm_lab import checkpoint, lab
+from slm_lab import lab
+from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.experiment import viz
 from slm_lab.experiment.enjoy import enjoy
 from slm_lab.lib.errors import LabError, ResumeError, SpecError

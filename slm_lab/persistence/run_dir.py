@@ -1,10 +1,15 @@
-"""The run directory layout: data/{spec_name}_{YYYY_MM_DD_HHMMSS}/ and the paths inside it."""
+"""The run directory layout: data/{spec_name}_{YYYY_MM_DD_HHMMSS}/ and the paths inside it, and the
+lock that keeps a second process off a run."""
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from slm_lab.lib.errors import ResumeError
+from slm_lab.spec import check_spec_name
 
 TS_FORMAT = '%Y_%m_%d_%H%M%S'
 SUBDIRS = ('info', 'model', 'graph', 'log')
@@ -31,7 +36,6 @@ class RunDir:
     def for_spec(cls, data_dir: str, spec_name: str, experiment_ts: str) -> 'RunDir':
         """The run directory of a new run; a spec name that is not a plain name (a path such as
         '../x') is refused, so a run never lands outside data_dir."""
-        from slm_lab.spec import check_spec_name
         return cls(Path(data_dir) / f'{check_spec_name(spec_name)}_{experiment_ts}', spec_name)
 
     def create(self) -> None:
@@ -80,3 +84,22 @@ class RunDir:
 
     def log_path(self, trial: int, session: int) -> Path:
         return self.root / 'log' / f'{self.prename(trial, session)}.log'
+
+
+def lock_run(run_dir: RunDir):
+    """Hold an exclusive lock on the run for as long as the returned file stays open, so two
+    processes never train one run at once; ResumeError when another process holds it."""
+    path = run_dir.root / '.lock'
+    try:
+        f = open(path, 'a')  # an empty file; the kernel drops the lock if we die
+    except OSError as e:
+        what = 'is a directory' if path.is_dir() else f'cannot be opened ({e.strerror})'
+        raise ResumeError(f'{path} {what}; it should be the empty file the lab locks a run with: move it away '
+                          'and run again') from None
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise ResumeError(f'{run_dir.root} is being trained by another process; wait for it to finish or '
+                          'stop it first') from None
+    return f

@@ -1,0 +1,248 @@
+"""Running a trial's sessions: one session with its own log file (run_session, in the lab's
+process or in a child), and several in spawned processes (run_in_processes): at most one per CPU
+core at once, stop signals passed on once, a killed or failing session stopping the others."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import traceback
+from queue import Empty
+from typing import NamedTuple
+
+from slm_lab import resources
+from slm_lab.experiment.session import Session
+from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
+from slm_lab.lib import errors as lab_errors_module
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import LabError, Preempted, SessionKilled
+from slm_lab.persistence.fallback import continue_from_newest
+from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.state import Snapshot
+
+logger = lab_logger.get_logger('slm_lab.session')
+
+
+class ResumePoint(NamedTuple):
+    """What the lab read and checked before a resumed session runs in its own process: the
+    session's newest intact snapshot, the session it built to check that the snapshot fits (its
+    state loaded; None to build it again), why that continuation is approximate, and how long
+    reading and loading took (the session's resume record counts it)."""
+
+    snapshot: Snapshot
+    session: Session | None
+    approximate: list[str] | None
+    seconds: float
+
+
+def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
+                resume: bool = False, stop: StopSignal | None = None, global_nets=None,
+                on_first_write=None, resume_point: ResumePoint | None = None) -> dict:
+    """Run one session with its own log file (in-process, or as a child process). With `resume`,
+    continue from the session's newest intact snapshot (a session without one starts fresh: the
+    lab has checked that it recorded nothing): `resume_point`'s when the lab read it already (the
+    snapshot is then not read again, and its session, when given, not built again), else read
+    here (a session in a child process reads its snapshot itself: its replay arrays are memory-
+    mapped from the files, not sent through a pipe). When a snapshot's arrays turn out damaged
+    before anything was written, the session starts again from the next older intact snapshot
+    (persistence.fallback). `global_nets`: the trial's shared nets of meta.distributed, which the
+    session trains. `on_first_write`: called once, just before the session first writes to the
+    run (a resumed session's snapshot has then passed its checks)."""
+    lab_logger.setup_console(log_level)
+    handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
+    own_stop = stop is None
+    stop = (stop or StopSignal()).install() if own_stop else stop
+    pending = [resume_point]  # the first session built is the one the lab built, if any
+
+    def build() -> Session:
+        point, pending[0] = pending[0], None
+        if point is not None and point.session is not None:
+            sess = point.session
+            sess.stop = stop
+        else:
+            sess = Session(spec, run_dir, mode, trial, session, stop=stop)
+        sess.on_first_write = on_first_write
+        return sess
+
+    def attempt(sess: Session, snapshot: Snapshot | None, fell_back_from: list[str], t0: float) -> dict:
+        if snapshot is None:
+            if resume:
+                logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
+            if global_nets is not None:
+                sess.attach_global_nets(global_nets)
+            return sess.run()
+        approximate = None
+        if resume_point is not None and snapshot is resume_point.snapshot:
+            t0 -= resume_point.seconds  # read and loaded by the lab
+            approximate = resume_point.approximate if sess is resume_point.session else None
+        sess.resume_t0 = t0
+        sess.resume_from(snapshot, approximate)
+        if global_nets is not None:
+            sess.attach_global_nets(global_nets)
+            if global_nets.restored_from is not None:
+                sess.resume_record['global_nets_from'] = global_nets.restored_from
+        if fell_back_from:
+            sess.resume_record['fell_back_from'] = fell_back_from  # snapshots with damaged arrays
+        return sess.run(resumed=True)
+
+    try:
+        if not resume:
+            sess = build()
+            try:
+                return attempt(sess, None, [], 0.0)
+            finally:
+                sess.close()
+        return continue_from_newest(run_dir.ckpt_dir(trial, session), run_dir.prename(trial, session), build, attempt,
+                                    first=resume_point.snapshot if resume_point is not None else None)
+    finally:
+        if own_stop:
+            stop.uninstall()
+        lab_logger.remove_handler(handler)
+
+
+def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_write: bool = False) -> None:
+    # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
+    # session to stop exactly once
+    os.setpgrp()
+    die_with_parent()
+    if os.getppid() != lab_pid:  # the lab died while this process started: the death signal missed it
+        os._exit(1)
+    session = args[4]
+    stop = StopSignal().install()
+    # the lab started this process with stop signals blocked (so a Ctrl-C to the terminal's
+    # process group during start-up cannot kill it half-made); a pending one is handled now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
+    try:
+        first_write = (lambda: queue.put(('first_write', session, None))) if report_first_write else None
+        queue.put(('ok', session, run_session(*args, stop=stop, global_nets=global_nets,
+                                              on_first_write=first_write)))
+    except Preempted as e:
+        queue.put(('preempted', session, (e.signum, e.frame)))
+    except LabError as e:  # a user-facing error (diverged, disk full, ...): the lab prints its line
+        queue.put(('lab_error', session, (type(e).__name__, str(e))))
+    except BaseException as e:  # report to the parent, which re-raises
+        queue.put(('error', session, f'{type(e).__name__}: {e}\n{traceback.format_exc()}'))
+
+
+def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, log_level: int, resume: bool,
+                     stop: StopSignal, global_nets=None, on_first_write=None) -> list[dict]:
+    """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
+    cores) alive at once; the next starts when one ends. SLM-Lab starts them all together,
+    which with more sessions than cores only makes each slower while all of them hold their
+    memory at once (1000 sessions: 1000 processes). The sessions of a distributed trial
+    (`global_nets`) do start all together, as SLM-Lab's: they are the workers of one training.
+    On a stop signal the started sessions are asked to stop once (each saves a snapshot) and
+    the ones not started yet count as stopped; a failing session stops the others. Returns the
+    session metrics in session order. `on_first_write`: called (in this process) each time a
+    session is about to write to the run for the first time."""
+    ctx = mp.get_context('spawn')
+    queue = ctx.Queue()
+    width = len(specs) if global_nets is not None else min(len(specs), resources.session_pool_width())
+    if width < len(specs):
+        logger.info(f'trial {trial}: {len(specs)} sessions, {width} at a time (one per CPU core)')
+    waiting = list(range(len(specs)))  # not started yet, in session order
+    procs: dict[int, mp.process.BaseProcess] = {}
+    results: dict[int, dict] = {}
+    preempted, errors, lab_errors, killed = [], [], [], []
+    started, signalled, ended = set(), set(), set()  # ended: its outcome is known
+
+    def launch(s: int) -> None:
+        # not a daemon: a daemon may not start processes, and an async vector env is made of
+        # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
+        proc = ctx.Process(target=_session_worker,
+                           args=((specs[s], run_dir, mode, trial, s, log_level, resume),
+                                 queue, os.getpid(), global_nets, on_first_write is not None))
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
+        try:
+            proc.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        procs[s] = proc
+
+    def stopped_before_starting(s: int) -> None:  # nothing to save: stopped, not failed
+        preempted.append((stop.signum, None))
+        ended.add(s)
+
+    try:
+        while len(ended) < len(specs):
+            if stop.requested:
+                for s in waiting:
+                    stopped_before_starting(s)
+                waiting.clear()
+                for s, p in procs.items():
+                    if s in signalled or s in ended or not p.is_alive():
+                        continue
+                    if s in started:  # it saves a snapshot and reports 'preempted'
+                        os.kill(p.pid, stop.signum)  # the signal the lab got, so its log names it
+                    else:  # still starting up: nothing to save yet
+                        p.kill()
+                        stopped_before_starting(s)
+                    signalled.add(s)
+                if len(ended) >= len(specs):
+                    break
+            while waiting and not stop.requested and sum(p.is_alive() for p in procs.values()) < width:
+                launch(waiting.pop(0))
+            try:
+                status, s, payload = queue.get(timeout=0.2)
+            except Empty:
+                for s, p in procs.items():
+                    # dead first, then nothing queued: a report is in the pipe before its sender exits
+                    if s not in ended and not p.is_alive() and queue.empty():
+                        if stop.requested:
+                            stopped_before_starting(s)
+                            continue
+                        if p.exitcode is not None and p.exitcode < 0:  # killed by a signal it cannot catch
+                            killed.append((s, -p.exitcode))
+                        else:
+                            errors.append(f'session {s} process died without reporting (exit code {p.exitcode})')
+                        ended.add(s)
+                        stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
+                continue
+            if status == 'started':
+                started.add(s)
+                continue
+            if status == 'first_write':
+                on_first_write()
+                continue
+            if s in ended:  # killed while starting up and already counted as stopped
+                continue
+            ended.add(s)
+            if status == 'ok':
+                results[s] = payload
+            elif status == 'preempted':
+                preempted.append(payload)
+            elif status == 'lab_error':
+                lab_errors.append(payload)
+                stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
+            else:
+                errors.append(f'session {s} failed: {payload}')
+                stop.signum = stop.signum or signal.SIGTERM  # stop the others cleanly
+    finally:
+        for p in procs.values():
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    if errors:
+        raise RuntimeError('; '.join(errors))
+    if killed:
+        s, signum = killed[0]
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f'signal {signum}'
+        why = ' (kill -9, or the out-of-memory killer: see `dmesg`)' if signum == signal.SIGKILL else ''
+        raise SessionKilled(f'session {s} was killed by {name}{why} at some frame after its last snapshot; '
+                            'the other sessions stopped with snapshots; continue with train@latest', signum)
+    if lab_errors:
+        name, message = lab_errors[0]
+        cls = getattr(lab_errors_module, name, LabError)
+        raise (cls if isinstance(cls, type) and issubclass(cls, LabError) else LabError)(message)
+    if preempted:
+        frames = [f for _, f in preempted if f is not None]
+        if frames:
+            raise Preempted(stop.signum or preempted[0][0], min(frames))
+        raise Preempted(stop.signum or preempted[0][0], None,
+                        f'with {len(results)} session(s) finished and {len(preempted)} not started yet '
+                        '(they start with train@latest)' if results else None)
+    return [results[s] for s in range(len(specs))]

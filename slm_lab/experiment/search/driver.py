@@ -1,0 +1,249 @@
+"""Running a search on Ray Tune: the ASHA scheduler, Ray started (or joined) and shut down, each
+trial's resources, and the experiment's records when it ends (experiment_df, graphs, --keep)."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from slm_lab.experiment import viz
+from slm_lab.experiment.search.specs import total_trials
+from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, trial_reports, values_of
+from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
+from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
+from slm_lab.experiment.search_space import Param
+from slm_lab.experiment.signals import StopSignal
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import Preempted
+from slm_lab.lib.io import atomic_write_text
+from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
+from slm_lab.spec import session_max_frame
+
+logger = lab_logger.get_logger('slm_lab.search')
+REPO_ROOT = Path(__file__).resolve().parents[3]
+_OWN_TOKEN: str | None = None  # the RAY_AUTH_TOKEN this process made for its own local Ray
+
+
+def make_scheduler(spec: dict):
+    """ASHA on frames from meta.search_scheduler, or None without one. A grace_period longer than a
+    trial's sessions run (a search shortened with -s env.max_frame) could stop no trial, and Ray
+    refuses it: then every trial runs to its end, with a warning."""
+    from ray.tune.schedulers import AsyncHyperBandScheduler  # the search extra, found by check_installed
+    options = spec['meta'].get('search_scheduler')
+    if not options:
+        return None
+    frames = session_max_frame(spec)
+    if options['grace_period'] > frames:
+        lab_logger.warn_once('slm_lab.search', f"meta.search_scheduler.grace_period {options['grace_period']} is "
+                             f'more than the {frames} frames a session of each trial runs, so no trial can be '
+                             'stopped early: every trial runs to its end (lower grace_period to stop the weak ones)')
+        return None
+    return AsyncHyperBandScheduler(time_attr=TIME_ATTR, max_t=frames, **options)
+
+
+def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None = None,
+               keep: int | None = None) -> 'pd.DataFrame':
+    """Run (or continue) the search in run_dir; returns the experiment dataframe."""
+    global _OWN_TOKEN
+    if not ray_address and 'RAY_AUTH_TOKEN' not in os.environ:
+        # a loopback cluster of this process only, with token authentication whose token lives in
+        # the environment rather than in ~/.ray; set before Ray is imported, which reads them once
+        # (a token the user exported is theirs: the lab uses it and never sweeps by it)
+        os.environ.setdefault('RAY_AUTH_MODE', 'token')
+        os.environ['RAY_AUTH_TOKEN'] = _OWN_TOKEN = secrets.token_hex(32)
+    import ray  # the search extra, found by check_installed
+    from ray import tune  # the search extra, found by check_installed
+    meta = spec['meta']
+    resources = trial_resources(meta, local=not ray_address)
+    os.environ['PYTHONPATH'] = os.pathsep.join(
+        [str(REPO_ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
+    os.environ.setdefault('RAY_DEDUP_LOGS', '0')
+    os.environ['TUNE_DISABLE_SIGINT_HANDLER'] = '1'  # Ctrl-C is the lab's: _SearchStop
+    os.environ['RAY_AIR_NEW_OUTPUT'] = '0'
+    init = dict(include_dashboard=False, log_to_driver=False, logging_level='WARNING', configure_logging=True)
+    temp_dir = reaper = None
+    if ray_address:
+        ray.init(address=ray_address, **init)
+    else:
+        previous = run_dir.root / 'search' / 'ray_temp'
+        if previous.exists():  # the session files of a run of this search that was killed
+            keep_ray_logs(previous.read_text().strip(), run_dir)
+        temp_dir = ray_temp_dir(run_dir)
+        atomic_write_text(previous, temp_dir)
+        reaper, marker = start_reaper()
+        ray.init(num_cpus=os.cpu_count(), _temp_dir=temp_dir, _node_ip_address='127.0.0.1', **init)
+    shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
+    searcher = make_searcher(run_dir, spec, params)
+    stop = _SearchStop(searcher, run_dir).install()
+    try:
+        scheduler = make_scheduler(spec)
+        trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
+                                         spec_name=spec['name'], max_session=meta['max_session'],
+                                         max_frame=session_max_frame(spec))
+        tuner = tune.Tuner(
+            tune.with_resources(trainable, resources),
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
+                                        num_samples=total_trials(spec, params), reuse_actors=True),
+            run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
+                                      verbose=0, log_to_file=True))
+        tuner.fit()
+    finally:
+        stop.uninstall()
+        ray.shutdown()
+        if reaper is not None:
+            sweep(marker, _OWN_TOKEN)  # whatever of the local Ray outlived its shutdown
+            os.environ.pop(MARKER_VAR, None)
+            reaper.kill()
+            reaper.wait()
+        if temp_dir is not None:
+            keep_ray_logs(temp_dir, run_dir)
+            (run_dir.root / 'search' / 'ray_temp').unlink(missing_ok=True)
+    if stop.signum is not None:
+        raise Preempted(stop.signum, None, 'with the running trials saved in snapshots')
+    return write_experiment(spec, run_dir, params, searcher.study, keep)
+
+
+def trial_resources(meta: dict, local: bool) -> dict:
+    """meta.search_resources (default one CPU, no GPU). On this machine, a trial asking for more
+    CPUs than it has gets all of them, and GPUs only when torch sees one (as SLM-Lab does), with a
+    warning each: Ray would otherwise wait for them forever."""
+    asked = meta.get('search_resources') or {}
+    cpu, gpu = asked.get('cpu', 1), asked.get('gpu', 0)
+    if local:
+        cores = os.cpu_count() or 1
+        if cpu > cores:
+            logger.warning(f'meta.search_resources.cpu {cpu} is more than the {cores} CPU cores here; each trial '
+                           f'reserves {cores}')
+            cpu = cores
+        if gpu:
+            import torch  # kept out of the search driver, which does not otherwise need it
+            if not torch.cuda.is_available():
+                logger.warning(f'meta.search_resources.gpu {gpu}: no GPU here; the trials run on the CPU')
+                gpu = 0
+    return {'cpu': cpu, 'gpu': gpu}
+
+
+def start_reaper() -> tuple[subprocess.Popen, str]:
+    """The watchdog (search_reaper) that kills the local Ray's processes if this process dies;
+    they are marked through the environment they inherit from here."""
+    marker = secrets.token_hex(8)
+    env = {k: v for k, v in os.environ.items() if k not in (MARKER_VAR, 'RAY_AUTH_TOKEN')}
+    if _OWN_TOKEN:
+        env['SLM_LAB_REAPER_TOKEN'] = _OWN_TOKEN  # not on its command line, which any user can read
+    reaper = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_reaper', marker, str(os.getpid())],
+                              env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    os.environ[MARKER_VAR] = marker
+    return reaper, marker
+
+
+def ray_temp_dir(run_dir: RunDir) -> str:
+    """Ray's session files (logs, sockets) inside the run directory; a Unix socket path has at
+    most 107 bytes, so a deep run directory gets a short directory under /tmp instead (named in
+    the log)."""
+    path = (run_dir.root / 'search' / 'ray').resolve()
+    if len(str(path)) > 40:
+        short = tempfile.mkdtemp(prefix='slm_ray_')
+        logger.info(f"Ray's session files: {short} (the run directory's path is too long for Ray's sockets)")
+        return short
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
+def keep_ray_logs(temp_dir: str, run_dir: RunDir) -> None:
+    """Ray's session logs into search/ray/ of the run directory when they had to live elsewhere
+    (a short directory under /tmp, see ray_temp_dir), and that directory removed."""
+    dest = (run_dir.root / 'search' / 'ray').resolve()
+    if not Path(temp_dir).is_dir() or Path(temp_dir).resolve() == dest:
+        return
+    for session in Path(temp_dir).glob('session_2*'):
+        logs = session / 'logs'
+        if logs.is_dir():
+            shutil.move(str(logs), str(dest / session.name / 'logs'))
+    shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class _SearchStop(StopSignal):
+    """SIGTERM / SIGINT during a search (a second one exits at once, as StopSignal): the searcher
+    starts no new trial and every running trial's process stops itself with a snapshot when the
+    stop file appears, on any node; Tuner.fit then returns and search@ continues the search."""
+
+    def __init__(self, searcher, run_dir: RunDir):
+        super().__init__()
+        self.searcher, self.run_dir = searcher, run_dir
+
+    def _handle(self, signum, frame):
+        super()._handle(signum, frame)
+        self.searcher.stopping = True
+        request_stop(self.run_dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# the experiment's records
+
+def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, keep: int | None):
+    """info/{name}_experiment_df.csv (one row per trial) and the experiment graphs."""
+    rows = []
+    max_frame = session_max_frame(spec)  # each session's frames (a distributed trial's share)
+    for ot in study.get_trials(deepcopy=False):
+        i = ot.number
+        row = {'trial': i, **{p.path: json.dumps(v) if isinstance(v, (list, dict)) else v
+                              for p, v in zip(params, values_of(ot, params).values())}}
+        reports = trial_reports(run_dir, i, spec['meta']['max_session'])
+        stopped_at = ot.user_attrs.get('last_frame')
+        stopped = ot.state.name == 'COMPLETE' and stopped_at is not None and stopped_at < max_frame
+        if stopped:  # the trial's records end where ASHA stopped it (its process may have gone a little further)
+            reports = [r for r in reports if r[TIME_ATTR] <= stopped_at]
+        row['frame'] = reports[-1][TIME_ATTR] if reports else 0
+        row[METRIC] = reports[-1][METRIC] if reports else float('nan')
+        scalar = {}
+        if stopped:
+            row['status'] = 'stopped early (ASHA)'
+        elif ot.state.name == 'FAIL':
+            row['status'] = 'error'
+        elif trial_finished(run_dir, i):
+            scalar = json.loads(run_dir.trial_metrics_path(i).read_text()).get('scalar', {})
+            row['status'] = 'completed'
+        else:
+            row['status'] = 'not finished'
+        for key in ('final_return_ma', 'strength', 'max_strength', 'sample_efficiency', 'training_efficiency',
+                    'stability', 'consistency'):
+            row[key] = scalar.get(key, float('nan'))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    atomic_write_text(run_dir.root / 'info' / f'{spec["name"]}_experiment_df.csv', df.to_csv(index=False))
+    if keep is not None:
+        prune_models(run_dir, df, keep)
+    try:
+        viz.plot_experiment(df, [p.path for p in params], str(run_dir.root / 'graph' / spec['name']))
+    except Exception as e:  # a graph must not lose the search's results
+        logger.warning(f'experiment graphs not drawn: {type(e).__name__}: {e}')
+    best = df.sort_values(METRIC, ascending=False).head(1)
+    if len(best):
+        b = best.iloc[0]
+        logger.info(f'search done: {len(df)} trials; best trial {int(b["trial"])} with {METRIC} {b[METRIC]:.2f}: '
+                    + ', '.join(f'{p.path}={b[p.path]}' for p in params))
+    return df
+
+
+def prune_models(run_dir: RunDir, df, keep: int) -> None:
+    """--keep N: delete the model files and the session snapshots (ckpt/) of all trials but the N
+    best (by final total_reward_ma). Every trial has ended by then (a search that stopped early
+    writes no records and prunes nothing), so no snapshot is needed to continue one; the records
+    (info/, graph/, log/) and the trials' specs stay."""
+
+    cleanup_stale_tmp(run_dir.root / 'model')  # a trial killed mid-write left its temporary file
+    order = df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()
+    for i in order[keep:]:
+        prename = run_dir.prename(int(i))
+        for f in (run_dir.root / 'model').glob(f'{prename}_*'):
+            f.unlink()
+        for d in (run_dir.root / 'ckpt').glob(f'{prename}_s*'):
+            shutil.rmtree(d, ignore_errors=True)

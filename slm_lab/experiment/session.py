@@ -1,0 +1,439 @@
+"""Session: one agent in one (vector) env, the RL loop (act, step, update, tick) and its records
+at log / eval points, its snapshots, and continuing from one (resume_from)."""
+from __future__ import annotations
+
+import copy
+import math
+import random
+import time
+
+import numpy as np
+import torch
+
+from slm_lab.agent import Agent
+from slm_lab.agent.body import Body
+from slm_lab.env import Clock, agent_action_space, make_env, make_single_env, normalize_obs_fn, obs_norm_state
+from slm_lab.experiment import viz
+from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfinite_metrics
+from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, write_session_results
+from slm_lab.experiment.signals import StopSignal
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import Preempted, TrainingDiverged
+from slm_lab.lib.io import append_json_list, atomic_write_text
+from slm_lab.persistence import state as snapshot_parts
+from slm_lab.persistence.arrays import verify_arrays_async
+from slm_lab.persistence.env_state import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
+                                           vector_env_state_dict)
+from slm_lab.persistence.fallback import DamagedSnapshot, reconcile_best_model
+from slm_lab.persistence.model_file import save_model_file
+from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.snapshot import save_snapshot as write_snapshot
+from slm_lab.persistence.snapshots import prune_snapshots
+from slm_lab.persistence.state import Snapshot
+
+logger = lab_logger.get_logger('slm_lab.session')
+GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
+
+
+def session_seed(spec: dict, trial: int, session: int) -> int:
+    """The seed of session s in trial t: random_seed + 1000 * t + s of the trial's spec. A
+    session's own spec (Trial.session_spec, meta.session set) records that seed as its
+    random_seed, so it is read from there as it is."""
+    meta = spec['meta']
+    if meta.get('session') is not None:
+        return int(meta['random_seed'])
+    return int(meta['random_seed']) + 1000 * trial + session
+
+
+def set_global_seeds(seed: int) -> None:
+    """Seed python, numpy and torch global generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def finished_returns(info: dict, whole_games: bool = False) -> np.ndarray:
+    """The returns of the episodes that ended in a vector step, from its info: the vector
+    RecordEpisodeStatistics' ('episode'), or with env.life_loss_info, where an episode is a life,
+    those of the games that ended (LifeLossTermination's 'game_return', in the final step's info)."""
+    if not whole_games:
+        return info['episode']['r'][info['_episode']]
+    final = info.get('final_info') or {}
+    if '_game_return' not in final:
+        return np.zeros(0)
+    return np.asarray(final['game_return'])[final['_game_return']]
+
+
+class Session:
+    """One agent in one (vector) env: act, step, update, tick; at log / eval frequency record a
+    row and save. `run()` returns the session metrics."""
+
+    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, session: int = 0,
+                 stop: StopSignal | None = None):
+        self.spec = spec
+        self.stop = stop or StopSignal()
+        self.run_dir, self.mode = run_dir, mode
+        self.trial, self.index = trial, session
+        self.prename = run_dir.prename(trial, session)
+        meta, env_spec = spec['meta'], spec['env']
+        self.seed = session_seed(spec, trial, session)
+        torch.set_num_threads(meta['torch_num_threads'])
+        set_global_seeds(self.seed)
+        self.env = make_env(env_spec, gamma=spec['agent']['algorithm']['gamma'])
+        self.num_envs = self.env.num_envs
+        self.whole_games = bool(env_spec.get('life_loss_info'))  # an episode is a life; records count games
+        self.clock = Clock(env_spec['max_frame'], self.num_envs)
+        self.agent = Agent(spec, self.env.single_observation_space, agent_action_space(self.env), self.num_envs,
+                           self.clock, self.seed)
+        self.body = Body()
+        self.log_frequency = meta['log_frequency']
+        self.eval_frequency = meta['eval_frequency'] or meta['log_frequency']
+        self.rigorous_eval = meta['rigorous_eval']
+        self.eval_env = make_single_env(env_spec) if self.rigorous_eval else None
+        self._eval_seeded = False
+        self._last_graph_t = -math.inf
+        self.checkpoint_frequency = meta['checkpoint_frequency'] or self.log_frequency
+        self.keep_checkpoints = meta['keep_checkpoints']
+        self.ckpt_dir = run_dir.ckpt_dir(trial, session)
+        self.obs = None
+        self.resume_record: dict = {}
+        self.resume_t0 = time.perf_counter()
+        self.best_model: dict | None = None  # what model_best.pt holds, kept for snapshots
+        self.last_snapshot_frame: int | None = None
+        self._verifier = None  # background checksum of a resumed snapshot's arrays
+        self._resume_state: dict | None = None
+        # called once, at the session's first write: a resumed trial records its resume only then
+        self.on_first_write = None
+        self.global_nets = None  # meta.distributed: the trial's shared nets (attach_global_nets)
+
+    # --- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything that shapes what happens next, as plain data (see STYLE: state_dict). A
+        session of a distributed trial adds the global nets as it reads them ('global')."""
+        state = {
+            'clock': self.clock.state_dict(),
+            'agent': self.agent.state_dict(),
+            'body': self.body.state_dict(),
+            'env': vector_env_state_dict(self.env),
+            'obs': np.array(self.obs),
+            'eval_env': {'seeded': self._eval_seeded,
+                         'env': env_state_dict(self.eval_env) if self.eval_env is not None else None},
+            'best_model': self.best_model,
+            'rng': {'python': random.getstate(), 'numpy': np.random.get_state(),
+                    'torch': torch.get_rng_state(),
+                    'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+        }
+        if self.global_nets is not None:
+            state['global'] = self.global_nets.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict, quiet: bool = False) -> list[str]:
+        """Restore a snapshot's state. Returns why the continuation is approximate (empty when it
+        is exact): fresh episodes for an env that cannot be snapshotted mid-episode, a replay
+        memory that refills because it was not in the snapshot. Each reason is logged unless quiet."""
+        saved_envs = np.shape(state['obs'])[0] if np.ndim(state['obs']) else None
+        if saved_envs != self.num_envs:
+            raise ValueError(f'the snapshot holds {saved_envs} envs, the spec asks for env.num_envs {self.num_envs}')
+        self.clock.load_state_dict(state['clock'])
+        self.agent.load_state_dict(state['agent'])
+        self.body.load_state_dict(state['body'])
+        rng = state['rng']
+        random.setstate(_as_tuple(rng['python']))
+        np.random.set_state(_as_tuple(rng['numpy']))
+        torch.set_rng_state(torch.as_tensor(rng['torch']))
+        if rng['cuda'] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng['cuda'])
+        self._eval_seeded = state['eval_env']['seeded']
+        if self.eval_env is not None and state['eval_env']['env'] is not None:
+            load_env_state_dict(self.eval_env, state['eval_env']['env'])
+        self.best_model = snapshot_parts.best_model(state)
+        approximate = []
+        if load_vector_env_state_dict(self.env, state['env']):
+            self.obs = np.array(state['obs'])
+        else:
+            approximate.append(f'{self.spec["env"]["name"]} cannot be snapshotted mid-episode: fresh episodes start '
+                               'now')
+            self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
+            self.agent.start_fresh_episodes()
+        # the agent's replay memory, or a replay an algorithm keeps in its own state (SIL's)
+        replay_states = snapshot_parts.replay_states(state)
+        global_state = snapshot_parts.global_state(state)
+        if global_state is not None and self.spec['meta'].get('distributed'):  # restored by the trial
+            approximate.append(f"meta.distributed '{global_state['mode']}': the sessions update the global "
+                               'weights asynchronously, which no snapshot can replay; the global weights come from '
+                               "the sessions' newest snapshot")
+        if any(isinstance(s, dict) and s.get('persisted') is False for s in replay_states):
+            start = self.spec['agent']['algorithm'].get('training_start_step')
+            approximate.append('the replay memory was not in the snapshot (meta.snapshot_replay is false): it '
+                               f'refills from empty, and training waits for {start} transitions again'
+                               if start else 'the replay memory was not in the snapshot (meta.snapshot_replay is '
+                               'false): it refills from empty')
+        if not quiet:
+            for reason in approximate:
+                logger.warning(f'{self.prename}: {reason}, so this continuation is approximate')
+        return approximate
+
+    def attach_global_nets(self, global_nets) -> None:
+        """meta.distributed: train the trial's global nets (after any snapshot was loaded)."""
+        global_nets.attach(self.agent.algorithm, self.index)
+        self.global_nets = global_nets
+
+    def save_snapshot(self) -> None:
+        """Snapshot the whole session state at the current frame and keep the newest few."""
+        self.before_write()
+        path = write_snapshot(self.ckpt_dir, self.clock.frame, self.state_dict(), self.spec)
+        self.last_snapshot_frame = self.clock.frame
+        prune_snapshots(self.ckpt_dir, self.keep_checkpoints)
+        logger.debug(f'{self.prename}: snapshot {path}')
+
+    # --- resuming -------------------------------------------------------------------------------
+    def resume_from(self, snapshot: Snapshot, approximate: list[str] | None = None) -> None:
+        """Continue from a snapshot: load its state (unless the caller loaded it already into this
+        session, quietly, and passes the `approximate` reasons load_state_dict returned) and check
+        its memory-mapped arrays in the background while the first steps run; the resume is
+        recorded (and model_best.pt made consistent with it) only once they are verified, at the
+        first write (see before_write)."""
+        state, manifest, path = snapshot
+        if approximate is None:
+            approximate = self.load_state_dict(state)
+        else:
+            for reason in approximate:
+                logger.warning(f'{self.prename}: {reason}, so this continuation is approximate')
+        self.approximate = approximate
+        self.last_snapshot_frame = manifest['frame']
+        self.resume_record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'),
+                              'snapshot': str(path.relative_to(self.run_dir.root)), 'frame': manifest['frame'],
+                              'load_s': round(time.perf_counter() - self.resume_t0, 3),
+                              'lab_version': manifest.get('lab_version'),
+                              'exact': not self.approximate, 'approximate': self.approximate}
+        self._resume_path = path
+        self._verifier = verify_arrays_async(path, manifest)
+        logger.info(f'{self.prename}: resumed at frame {self.clock.frame}/{self.clock.max_frame} from snapshot '
+                    f'{self.resume_record["snapshot"]} (loaded in {self.resume_record["load_s"]:.2f}s)')
+
+    def before_write(self) -> None:
+        """Called before anything is written to the run: after a resume, wait for the snapshot's
+        arrays to pass their checksums (DamagedSnapshot when they do not: nothing was written, so
+        the session can start again from an older snapshot), then record the resume."""
+        if self._verifier is not None:
+            verifier, self._verifier = self._verifier, None
+            error = verifier.result()
+            if error is not None:
+                raise DamagedSnapshot(self._resume_path, str(error))
+            self.resume_record['verified_s'] = round(time.perf_counter() - self.resume_t0, 3)
+            append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), self.resume_record)
+            reconcile_best_model(self.run_dir.model_path(self.trial, self.index, 'best'), self.best_model,
+                                 self.clock.frame, bool(self.approximate), self.prename)
+        if self.on_first_write is not None:
+            callback, self.on_first_write = self.on_first_write, None
+            callback()
+
+
+    # --- the RL loop ----------------------------------------------------------------------------
+    def run(self, resumed: bool = False) -> dict:
+        """Train until max_frame (continuing the state resume_from loaded when `resumed`); write
+        the records, models, snapshots and graphs. Returns session metrics. On SIGTERM/SIGINT:
+        finish the step, save a snapshot and the records, raise Preempted. A loss or gradient that
+        becomes non-finite raises TrainingDiverged, with nothing of that step saved."""
+        clock, agent, body = self.clock, self.agent, self.body
+        if not resumed:
+            logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
+                        f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
+            self.obs, _ = self.env.reset(seed=self.seed)
+            # a snapshot before the first step: a session that recorded anything always has one to
+            # continue from, so train@ can tell a crash early in a run from damage
+            self.save_snapshot()
+        env = self.env
+        obs = self.obs
+        next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
+        next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
+        next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
+        dev_params = agent.parameters_snapshot() if self.mode == 'dev' else None
+        try:
+            while clock.frame < clock.max_frame:
+                try:
+                    action = agent.act(obs)
+                except (ValueError, RuntimeError) as e:
+                    raise self._diverged_or(e, obs) from None
+                next_obs, reward, terminated, truncated, info = env.step(action)
+                done = np.logical_or(terminated, truncated)
+                true_next_obs = next_obs
+                if done.any():
+                    true_next_obs = next_obs.copy()
+                    mask = info['_final_obs']
+                    true_next_obs[mask] = np.stack(info['final_obs'][mask])
+                    body.track_episodes(finished_returns(info, self.whole_games))
+                try:
+                    metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
+                except (ValueError, RuntimeError) as e:
+                    raise self._diverged_or(e, obs, reward) from None
+                if metrics is not None:
+                    if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):
+                        raise self._diverged(metrics)
+                    body.track_update(metrics)
+                    if dev_params is not None:
+                        self._dev_check_learning(dev_params)
+                        dev_params = None
+                clock.tick(int(done.sum()))
+                obs = self.obs = next_obs
+                at_end = clock.frame >= clock.max_frame
+                if clock.frame >= next_log or at_end:
+                    self.log_row()
+                    next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
+                if clock.frame >= next_eval or at_end:
+                    self.eval_row()
+                    next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
+                if clock.frame >= next_ckpt or at_end or self.stop.requested:
+                    self.save_snapshot()
+                    next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
+                if self.stop.requested:
+                    self.save_records()
+                    logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
+                                   'continue with train@latest')
+                    raise Preempted(self.stop.signum, clock.frame)
+        finally:
+            self.close()
+        return self.finish()
+
+    def _diverged_or(self, error: Exception, *inputs) -> Exception:
+        """A torch error met while acting or training (on `inputs`: observations, rewards):
+        TrainingDiverged when non-finite values caused it, else the error itself (a bug)."""
+        what = nonfinite_cause(self.agent.nonfinite_nets(), inputs, error)
+        return error if what is None else self._diverged({}, what)
+
+    def _diverged(self, metrics: dict, what: str | None = None) -> TrainingDiverged:
+        """The one-line error for a loss, gradient norm (or, given as `what`, any other value
+        met in training) that became NaN or infinite."""
+        return diverged_error(self.prename, self.run_dir, self.clock.frame, self.clock.opt_step,
+                              self.last_snapshot_frame, what or nonfinite_metrics(metrics))
+
+    def _dev_check_learning(self, before: list[torch.Tensor]) -> None:
+        """dev mode: after the first training update some parameter must have changed."""
+        after = self.agent.parameters_snapshot()
+        if before and all(torch.equal(a, b) for a, b in zip(before, after)):
+            raise RuntimeError(f'{self.prename}: dev check failed: no network parameter changed in the first '
+                               'training update (is the loss detached from the net, or the learning rate 0?)')
+        logger.debug(f'{self.prename}: dev check passed: parameters change in training')
+
+    # --- records --------------------------------------------------------------------------------
+    def log_row(self) -> None:
+        row = self.body.train_row(self.clock, self.agent.algorithm)
+        self.write_csv('train')
+        clock = self.clock
+        left = (clock.max_frame - clock.frame) / row['fps'] if row['fps'] and row['fps'] > 0 else math.nan
+        logger.info(
+            f'trial {self.trial} session {self.index} | frame {clock.frame}/{clock.max_frame} | '
+            f'fps {row["fps"]:.0f} | epi {clock.epi} | total_reward_ma {row["total_reward_ma"]:.2f} | '
+            f'loss {row["loss"]:.4g} | lr {row["lr"]:.3g} | left {_duration(left)}')
+
+    def eval_row(self) -> None:
+        rows = self.body.train_rows
+        if rows and rows[-1]['frame'] == self.clock.frame:  # a train row was just made: same numbers
+            row = dict(rows[-1])
+        else:
+            row = self.body.current_row(self.clock, self.agent.algorithm)
+        returns = self.run_eval() if self.rigorous_eval else None
+        row = self.body.eval_row(row, returns)
+        self.write_csv('eval')
+        if returns is not None:
+            logger.info(f'trial {self.trial} session {self.index} | eval at frame {self.clock.frame}: '
+                        f'mean return {row["total_reward"]:.2f} over {len(returns)} episodes, '
+                        f'ma {row["total_reward_ma"]:.2f}')
+        ma = row['total_reward_ma']
+        if not math.isnan(ma) and ma > self.body.best_total_reward_ma:
+            self.body.best_total_reward_ma = ma
+            self.save_model('best')
+        self.save_model('latest')
+        if time.monotonic() - self._last_graph_t > GRAPH_INTERVAL_S:
+            self.plot(png=False)
+
+    def run_eval(self) -> list[float]:
+        """rigorous_eval episodes of greedy play on the eval env; their returns."""
+        normalize = normalize_obs_fn(self.env)
+        returns = []
+        for _ in range(self.rigorous_eval):
+            if not self._eval_seeded:
+                obs, _ = self.eval_env.reset(seed=self.seed + 10**6)
+                self._eval_seeded = True
+            else:
+                obs, _ = self.eval_env.reset()
+            total, done = 0.0, False
+            self.agent.start_greedy_episode()
+            while not done:
+                o = obs[None].astype(np.float32)
+                action = self.agent.act_greedy(normalize(o) if normalize else o)[0]
+                obs, reward, terminated, truncated, _ = self.eval_env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+        return returns
+
+    def write_csv(self, df_mode: str) -> None:
+        self.before_write()
+        rows = self.body.train_rows if df_mode == 'train' else self.body.eval_rows
+        atomic_write_text(self.run_dir.session_df_path(self.trial, self.index, df_mode), rows_to_csv(rows))
+
+    def save_model(self, which: str) -> None:
+        """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt."""
+        self.before_write()
+        state = {**self.agent.model_state_dict(), 'frame': self.clock.frame,
+                 'total_reward_ma': self.body.best_total_reward_ma if which == 'best' else self.body.total_reward_ma,
+                 'obs_norm': obs_norm_state(self.env)}
+        if which == 'best':  # a copy: the live tensors go on training
+            state = _clone_state(state)
+            self.best_model = state
+        save_model_file(self.run_dir.model_path(self.trial, self.index, which), state)
+
+    def plot(self, png: bool) -> None:
+        title = f'{self.prename} {self.spec["agent"]["algorithm"]["name"]} {self.spec["env"]["name"]}'
+        viz.plot_session(rows_to_df(self.body.train_rows), title,
+                         self.run_dir.graph_prefix(self.trial, self.index), png=png)
+        self._last_graph_t = time.monotonic()
+
+    def save_records(self) -> None:
+        """Rewrite the CSVs, latest weights and the session graph (HTML only)."""
+        self.write_csv('train')
+        self.write_csv('eval')
+        self.save_model('latest')
+        self.plot(png=False)
+
+    def finish(self) -> dict:
+        """Write session metrics and final graphs; return the metrics. A stop signal during this
+        raises Preempted: the final snapshot is saved, and train@ completes what is missing."""
+        self.before_write()  # a session resumed at its max_frame records (and verifies) its resume too
+        metrics = write_session_results(self.spec, self.run_dir, self.trial, self.index,
+                                        rows_to_df(self.body.train_rows), rows_to_df(self.body.eval_rows),
+                                        png=True, stop=self.stop, frame=self.clock.frame)
+        s = metrics['eval']['scalar']
+        logger.info(f'{self.prename}: done at frame {self.clock.frame} | final_return_ma '
+                    f'{fmt_metric(s["final_return_ma"])} | strength {fmt_metric(s["strength"])} | stability {fmt_metric(s["stability"])}')
+        return metrics
+
+    def close(self) -> None:
+        """Close the envs (again is harmless)."""
+        self.env.close()
+        if self.eval_env is not None:
+            self.eval_env.close()
+
+
+def _clone_state(obj):
+    """A deep copy of a state dict whose tensors no longer share storage with live ones."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _clone_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone_state(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
+def _as_tuple(x):
+    """Random-state tuples come back from a snapshot as lists or tuples; make them tuples."""
+    return tuple(_as_tuple(v) if isinstance(v, list) else v for v in x)
+
+
+def _duration(seconds: float) -> str:
+    if seconds is None or math.isnan(seconds) or math.isinf(seconds):
+        return '?'
+    seconds = int(seconds)
+    return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'

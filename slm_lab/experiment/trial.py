@@ -1,0 +1,172 @@
+"""Trial: max_session sessions of one spec, their resume prepared from the snapshots the lab
+read, and their metrics and graph aggregated."""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+
+from slm_lab.experiment.distributed import GlobalNets, newest_global_state_of
+from slm_lab.experiment.pool import ResumePoint, run_in_processes, run_session
+from slm_lab.experiment.results import fmt_metric, write_trial_results
+from slm_lab.experiment.session import Session, session_seed
+from slm_lab.experiment.signals import StopSignal
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import ResumeError
+from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.snapshots import load_latest_snapshot
+from slm_lab.persistence.state import Snapshot
+from slm_lab.spec import session_max_frame
+
+logger = lab_logger.get_logger('slm_lab.session')
+
+
+class Trial:
+    """max_session sessions of one spec with seeds random_seed + 1000*trial + s; sessions run in
+    parallel processes when there are several. Aggregates their metrics and graphs. With
+    meta.distributed and several sessions, the sessions train one set of global nets together
+    (experiment/distributed.py), each for its share of env.max_frame."""
+
+    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False,
+                 on_resumed=None):
+        """`on_resumed`: with `resume`, called once when the first session is about to write to the
+        run (its snapshot loaded and verified, or its fresh start made): the resume has happened,
+        so the lab records it then, not when a try that fails earlier began."""
+        self.spec, self.run_dir, self.mode, self.index = spec, run_dir, mode, trial
+        self.resume = resume
+        self._on_resumed = on_resumed
+        self._snapshots: dict[int, Snapshot] | None = None  # read by the lab (check_resume)
+        self._resume_point: ResumePoint | None = None  # a single session's, checked in this process
+        self.max_session = 1 if mode == 'dev' else spec['meta']['max_session']
+        self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
+        # one session alone trains exactly as without meta.distributed: it runs in-process as one
+        self.distributed = (spec['meta'].get('distributed') or False) if self.max_session > 1 else False
+
+    def session_spec(self, session: int | None) -> dict:
+        """The spec of the trial (session None) or of one of its sessions, as the run directory
+        saves it. As in SLM-Lab, a session's spec records the seed that session used as
+        meta.random_seed; with meta.max_session 1 it is a spec that repeats that session alone
+        (the first session of a run uses random_seed itself). The trial's spec keeps the base seed."""
+        spec = copy.deepcopy(self.spec)
+        meta = spec['meta']
+        meta['trial'], meta['session'] = self.index, session
+        if session is not None:
+            meta['random_seed'] = session_seed(self.spec, self.index, session)
+            meta['max_session'] = 1
+            if meta.get('distributed'):
+                # as SLM-Lab: each session runs its share of the frames (the records count each
+                # session's own); the global nets are in CPU shared memory, so the nets are on the CPU
+                spec['env']['max_frame'] = session_max_frame(self.spec, self.max_session)
+                if self.distributed and spec['agent'].get('net'):
+                    spec['agent']['net']['gpu'] = False
+        return spec
+
+    def run(self) -> dict:
+        """Run every session, then write the trial metrics and graph. Returns trial metrics.
+        Raises Preempted when stopped by a signal (after every session saved a snapshot)."""
+        specs = [self.session_spec(s) for s in range(self.max_session)]
+        stop = StopSignal().install()
+        try:
+            if self.max_session == 1:
+                point, self._resume_point = self._resume_point, None
+                session_metrics = [run_session(specs[0], self.run_dir, self.mode, self.index, 0, self.log_level,
+                                               self.resume, stop, on_first_write=self._first_write,
+                                               resume_point=point)]
+            else:
+                global_nets = self.global_nets(specs[0]) if self.distributed else None
+                self._snapshots = None  # each session in its own process reads its snapshot again
+                on_first_write = self._first_write if self._on_resumed is not None else None
+                session_metrics = run_in_processes(specs, self.run_dir, self.mode, self.index, self.log_level,
+                                                   self.resume, stop, global_nets, on_first_write)
+            return self.finish(session_metrics, stop)  # a stop signal here ends the run resumable
+        finally:
+            stop.uninstall()
+            self.release()
+
+    def check_resume(self, snapshots: dict[int, Snapshot], seconds: dict[int, float] | None = None) -> dict[int, list]:
+        """Load each session's snapshot (read once by the lab: `snapshots`, by session index, with
+        how long each took to read in `seconds`) into a session built from its spec, so that a
+        snapshot that does not fit (a net shape or env count changed with --force) is refused
+        before the run changes. Nothing is written. A trial of one session keeps that session,
+        its state loaded, to run it (run); the sessions of a trial of several run in their own
+        processes and read their snapshots there again (this process keeps only the global state
+        a meta.distributed trial needs). Returns, per session, why its continuation will be
+        approximate (empty when exact)."""
+        n_sessions, share = self.spec['meta']['max_session'], session_max_frame(self.spec)
+        if share != self.spec['env']['max_frame']:  # meta.distributed: each session runs its share of env.max_frame
+            reached = max((snapshot.frame for snapshot in snapshots.values()), default=0)
+            if share < reached:
+                raise ResumeError(f"env.max_frame {self.spec['env']['max_frame']} gives each of the {n_sessions} "
+                                  f'sessions of this meta.distributed run {share} frames, below frame {reached} that '
+                                  f'a session already reached; use env.max_frame >= {reached * n_sessions}')
+        approximate = {}
+        for s, snapshot in snapshots.items():
+            t0 = time.perf_counter()
+            session = Session(self.session_spec(s), self.run_dir, self.mode, self.index, s)
+            keep = self.max_session == 1 and s == 0
+            try:
+                approximate[s] = session.load_state_dict(snapshot.state, quiet=True)
+            except (RuntimeError, KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
+                keep = False
+                raise ResumeError(f'snapshot {snapshot.path} does not fit this spec ({type(e).__name__}: {first}); '
+                                  'resume with the spec the run was trained with') from None
+            finally:
+                if not keep:
+                    session.close()
+            if keep:
+                seconds_before = (seconds or {}).get(s, 0.0)
+                self._resume_point = ResumePoint(snapshot, session, approximate[s],
+                                                 seconds_before + time.perf_counter() - t0)
+        self._snapshots = snapshots if self.distributed else None
+        return approximate
+
+    def release(self) -> None:
+        """Close the session check_resume kept, if run did not take it (again is harmless)."""
+        point, self._resume_point = self._resume_point, None
+        if point is not None and point.session is not None:
+            point.session.close()
+
+    def _first_write(self) -> None:
+        """A session is about to write to the run: report a resume once (see __init__)."""
+        if self._on_resumed is not None:
+            callback, self._on_resumed = self._on_resumed, None
+            callback()
+
+    def global_nets(self, spec: dict):
+        """meta.distributed: the global nets, built from session 0's spec in this process and
+        put in shared memory; when resuming, with the global state of the sessions' newest snapshot."""
+        mode = self.spec['meta']['distributed']
+        restored = None
+        if self.resume:
+            snapshots = self._snapshots
+            if snapshots is None:  # not read by the lab (check_resume): read here
+                snapshots = {s: load_latest_snapshot(self.run_dir.ckpt_dir(self.index, s))
+                             for s in range(self.max_session)}
+            restored = newest_global_state_of(s for s in snapshots.values() if s is not None)
+            if restored:  # named as the session's resume record names its own snapshot
+                restored[1]['snapshot'] = os.path.relpath(restored[1]['snapshot'], self.run_dir.root)
+        sess = Session(spec, self.run_dir, self.mode, self.index, 0)
+        try:
+            global_nets = GlobalNets.build(mode, sess.agent.algorithm, *(restored or (None, None)),
+                                           n_sessions=self.max_session)
+        finally:
+            sess.close()
+        if restored:
+            logger.info(f'trial {self.index}: global nets ({mode}) restored from {restored[1]["snapshot"]} '
+                        f'({restored[1]["updates"]} updates)')
+        else:
+            logger.info(f'trial {self.index}: global nets ({mode}) {", ".join(global_nets.nets) or "(none)"} for '
+                        f'{self.max_session} sessions of {spec["env"]["max_frame"]} frames each')
+        return global_nets
+
+    def finish(self, session_metrics: list[dict], stop: StopSignal | None = None) -> dict:
+        """Write the trial metrics and graph; Preempted when a stop signal arrives meanwhile."""
+        metrics = write_trial_results(self.spec, self.run_dir, self.index, len(session_metrics), session_metrics,
+                                      stop, self.spec['env']['max_frame'])
+        s = metrics['scalar']
+        logger.info(f'trial {self.index}: {len(session_metrics)} session(s) | final_return_ma '
+                    f'{fmt_metric(s.get("final_return_ma"))} | strength {fmt_metric(s.get("strength"))} | '
+                    f'consistency {fmt_metric(s.get("consistency"))}')
+        return metrics

@@ -1,0 +1,177 @@
+"""Checking that an edited spec is consistent with the run it continues: the edits a resume
+allows, keys a newer lab added, how frame-driven schedules change, and the spec a run continues
+under."""
+from __future__ import annotations
+
+import re
+
+from slm_lab import __version__
+from slm_lab.lib.decay import Schedule
+from slm_lab.lib.errors import ResumeError, SpecError
+from slm_lab.lib.version import git_sha
+from slm_lab.spec import RUNTIME_META, diff_specs, load_spec, validate_spec
+
+# edits that keep the past and the future of a run consistent
+ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
+                 'meta.keep_checkpoints', 'meta.rigorous_eval', 'meta.snapshot_replay', 'meta.max_session',
+                 'meta.torch_num_threads')
+IGNORED = tuple(f'meta.{k}' for k in RUNTIME_META) + ('meta.random_seed',)
+
+
+# Keys a newer lab added whose default changes what a run made before them did: a run's saved spec
+# lacks them, and resuming it fills them with the value that keeps its old behaviour (not the
+# new default), so a run continues as it was started.
+KEYS_ADDED_LATER = {
+    ('env', 'clip_obs'): None,  # no clipping before clip_obs existed (its default is 10 with normalize_obs)
+    ('env', 'clip_reward'): None,
+}
+
+
+def fill_keys_added_later(spec: dict) -> dict:
+    """The run's saved spec with each key of KEYS_ADDED_LATER it lacks set to its old behaviour."""
+    for (section, key), old_value in KEYS_ADDED_LATER.items():
+        if isinstance(spec.get(section), dict) and key not in spec[section]:
+            spec[section][key] = old_value
+    return spec
+
+
+SCHEDULE_EDIT_RE = re.compile(r'^agent\.algorithm\.(\w+_spec)\.(name|start_val|end_val|start_step|end_step|'
+                              r'decay_rate|frequency)$')
+
+
+def _is_schedule_edit(key: str, old_spec: dict, new_spec: dict) -> bool:
+    """An edit inside a frame-driven schedule (explore_var_spec, clip_eps_spec, ...): a schedule
+    is a function of the frame with no state of its own, so the run continues under the edited
+    one as if it had been started with it."""
+    m = SCHEDULE_EDIT_RE.match(key)
+    if not m:
+        return False
+    pieces = [spec['agent']['algorithm'].get(m.group(1)) for spec in (old_spec, new_spec)]
+    return all(isinstance(p, dict) and 'start_val' in p for p in pieces)
+
+
+def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
+    """The spec diff (key, old, new). Edits outside ALLOWED_EDITS raise ResumeError listing each
+    one, unless force; a lower max_session is never allowed. The run's spec is first filled with
+    this lab's defaults, so a key a newer lab added (at its default) is not an edit."""
+    try:
+        old_spec = {**validate_spec({k: v for k, v in old_spec.items() if k != 'name'}), 'name': old_spec.get('name')}
+    except SpecError:  # read_run_spec has checked it; diff it as saved
+        pass
+    diff = [d for d in diff_specs(old_spec, new_spec) if not d[0].startswith(IGNORED) and d[0] != 'name']
+    seed_old, seed_new = old_spec['meta'].get('random_seed'), new_spec['meta'].get('random_seed')
+    if seed_new != seed_old:
+        diff.append(('meta.random_seed', seed_old, seed_new))
+    bad = [d for d in diff if d[0] not in ALLOWED_EDITS and not _is_schedule_edit(d[0], old_spec, new_spec)]
+    old_sessions, new_sessions = old_spec['meta']['max_session'], new_spec['meta']['max_session']
+    if new_sessions < old_sessions:
+        raise ResumeError(f'meta.max_session: {old_sessions} -> {new_sessions}: a run cannot lose sessions; '
+                          f'use meta.max_session >= {old_sessions}')
+    if new_sessions != old_sessions and (old_spec['meta'].get('distributed') or new_spec['meta'].get('distributed')):
+        raise ResumeError(f'meta.max_session: {old_sessions} -> {new_sessions}: the sessions of a meta.distributed '
+                          'run train one set of weights and split env.max_frame between them, so their number '
+                          f'cannot change; use meta.max_session={old_sessions}')
+    if bad and not force:
+        changes = '; '.join(f'{k}: {o!r} -> {n!r}' for k, o, n in bad)
+        raise ResumeError(f'the spec changed in ways that break the run\'s continuity: {changes}; '
+                          'revert them, or pass --force to resume anyway (recorded in the run)')
+    return diff
+
+
+def _schedules(spec: dict) -> dict[str, tuple]:
+    """Every frame-driven schedule of a spec: {key path: (kind, spec piece)}."""
+    out = {}
+    for key, value in spec['agent']['algorithm'].items():
+        if key.endswith('_spec') and isinstance(value, dict) and 'start_val' in value:
+            out[f'agent.algorithm.{key}'] = ('schedule', value)
+    net = spec['agent'].get('net') or {}
+    lr_spec = net.get('lr_scheduler_spec')
+    if isinstance(lr_spec, dict) and lr_spec.get('name') == 'LinearToZero':
+        for optim_key in ('optim_spec', 'actor_optim_spec', 'critic_optim_spec'):
+            if isinstance(net.get(optim_key), dict) and 'lr' in net[optim_key]:
+                out[f'agent.net.{optim_key}.lr'] = ('linear_to_zero', (net[optim_key]['lr'], lr_spec))
+    return out
+
+
+def _schedule_value(kind: str, piece, frame: int, max_frame: int) -> float:
+    if kind == 'linear_to_zero':  # see net_util.make_lr_scheduler
+        from slm_lab.agent.net.net_util import linear_to_zero_end  # imports torch: checking edits does not
+        lr, lr_spec = piece
+        return float(lr) * max(0.0, 1.0 - frame / linear_to_zero_end(lr_spec, max_frame))
+    return Schedule(piece).value(frame)
+
+
+def schedule_changes(old_spec: dict, new_spec: dict, frames: dict[int, int]) -> list[dict]:
+    """How resuming under new_spec changes each frame-driven schedule (the lab's rule, SLM-Lab's:
+    the run continues as if it had been started with the edited spec). One entry per affected
+    schedule: its key, its value before and after at each session's resume frame, and why.
+
+    A schedule is affected when its value at the resume frame changes (LinearToZero follows
+    env.max_frame; an edited schedule), or when the run is extended past the end_step of a
+    schedule that was set to span the whole old run (end_step == the old env.max_frame: it then
+    stays at end_val for the whole extension)."""
+    old_max, new_max = old_spec['env']['max_frame'], new_spec['env']['max_frame']
+    old_scheds, new_scheds = _schedules(old_spec), _schedules(new_spec)
+    changes = []
+    for key, (kind, piece) in new_scheds.items():
+        old_kind, old_piece = old_scheds.get(key, (kind, piece))
+        values = {s: (_schedule_value(old_kind, old_piece, f, old_max), _schedule_value(kind, piece, f, new_max))
+                  for s, f in frames.items()}
+        moved = {s: v for s, v in values.items() if not _same(*v)}
+        if moved:
+            if kind == 'linear_to_zero' and old_max != new_max:
+                why = (f'LinearToZero decays the learning rate to 0 at env.max_frame, which changed from {old_max} '
+                       f'to {new_max}')
+            else:
+                why = 'the schedule was edited'
+            changes.append({'key': key, 'frames': {str(s): frames[s] for s in moved},
+                            'before': {str(s): v[0] for s, v in moved.items()},
+                            'after': {str(s): v[1] for s, v in moved.items()}, 'why': why})
+            continue
+        end_step = piece.get('end_step', 0) if kind == 'schedule' else None
+        decays = kind == 'schedule' and piece.get('name') != 'no_decay' and \
+            piece.get('start_val') != _schedule_value(kind, piece, end_step, new_max)
+        if decays and new_max > old_max and end_step == old_max:
+            end_val = _schedule_value(kind, piece, end_step, new_max)
+            last_val = _schedule_value(kind, piece, new_max, new_max)
+            # SLM-Lab's linear_decay keeps rising past end_step when end_val > start_val
+            after_end = (f'it stays at end_val {end_val:g} for the whole extension' if _same(end_val, last_val) else
+                         f'past it the value goes on from {end_val:g} to {last_val:g}')
+            changes.append({'key': key, 'frames': {str(s): f for s, f in frames.items()},
+                            'before': {str(s): v[0] for s, v in values.items()},
+                            'after': {str(s): v[1] for s, v in values.items()},
+                            'why': f'its end_step {end_step} spanned the old run (env.max_frame {old_max}); '
+                                   f'{after_end} to env.max_frame {new_max}; '
+                                   f'to stretch it, resume with -s {key}.end_step={new_max}'})
+    return changes
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)  # NaN == NaN for unset schedules
+
+
+def describe_schedule_change(change: dict) -> str:
+    """One log line for a schedule change."""
+    pairs = [f"{change['before'][s]:.4g} -> {change['after'][s]:.4g}" + (f' (session {s})' if len(change['before']) > 1
+                                                                          else '')
+             for s in change['before']]
+    frames = sorted(set(change['frames'].values()))
+    at = f"frame {frames[0]}" if len(frames) == 1 else f"frames {', '.join(map(str, frames))}"
+    return f"{change['key']}: at {at} the value goes {', '.join(pairs)}: {change['why']}"
+
+
+def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | None, old_spec: dict,
+                      mode: str) -> tuple[dict, dict]:
+    """The spec a run (or search) continues under: the spec file with the run's own -s overrides
+    first (so a bare train@latest continues the run as it was started), then these; keys the file
+    leaves out taken from the run's saved spec; its seed and timestamp kept. Returns (spec, the
+    saved spec filled with keys added later)."""
+    old_spec = fill_keys_added_later(old_spec)
+    overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
+    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = old_spec['meta']['random_seed']
+    meta['experiment_ts'] = old_spec['meta']['experiment_ts']
+    meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), mode
+    return spec, old_spec

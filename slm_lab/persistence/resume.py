@@ -1,0 +1,195 @@
+"""Resolving train@latest / train@<run dir>: the run directory, its saved spec and resume logs,
+the lock that keeps other processes off it, and each session's newest intact snapshot, read once
+(lab.py hands what it read to the sessions that continue from it). The checks of an edited spec
+are in edits.py."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import ResumeError, SpecError
+from slm_lab.lib.io import append_json_list, read_json
+from slm_lab.persistence.run_dir import SUBDIRS, RunDir
+from slm_lab.persistence.snapshot import list_snapshots
+from slm_lab.persistence.snapshots import load_latest_snapshot
+from slm_lab.persistence.state import Snapshot
+from slm_lab.spec import validate_spec
+
+logger = lab_logger.get_logger('slm_lab.resume')
+
+
+def _runs_of(spec_name: str, data_dir: str) -> list[Path]:
+    pattern = re.compile(re.escape(spec_name) + r'_\d{4}_\d{2}_\d{2}_\d{6}$')
+    root = Path(data_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p for p in root.iterdir() if p.is_dir() and pattern.match(p.name)), key=lambda p: p.name[-17:])
+
+
+def _is_dev_run(root: Path, spec_name: str) -> bool:
+    try:
+        return read_json(root / f'{spec_name}_spec.json')['meta'].get('mode') == 'dev'
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: read_run_spec says so
+        return False
+
+
+def is_search_run(root: Path) -> bool:
+    """A search's run directory has search/ (made with the directory itself)."""
+    return (root / 'search').is_dir()
+
+
+def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'train') -> RunDir:
+    """The run directory named by {mode}@<target>: 'latest' (newest run of spec_name of that
+    kind, by the timestamp in its name) or a path. train@ continues train runs and search@
+    searches; each refuses the other's run directory, which it would damage."""
+    search = mode == 'search'
+    if target == 'latest':  # dev runs are debugging runs: resume them only by name
+        runs = []
+        for r in _runs_of(spec_name, data_dir):
+            if not (r / f'{spec_name}_spec.json').is_file():
+                # killed while it was being created: it never started, so there is nothing to resume
+                logger.warning(f'{mode}@latest: skipping {r}: it has no {spec_name}_spec.json (a run that never '
+                               'started); remove it when no process is creating it')
+            elif is_search_run(r) == search and not _is_dev_run(r, spec_name):
+                runs.append(r)
+        if not runs:
+            raise ResumeError(f"{mode}@latest: no {'search' if search else 'run'} of spec '{spec_name}' in "
+                              f'{data_dir}/; start one with: python run_lab.py SPEC_FILE {spec_name} {mode}')
+        root = runs[-1]
+    else:
+        root = Path(target.rstrip('/') or '/')
+        if not root.is_dir():
+            runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
+            raise ResumeError(f'{mode}@{target}: no such run directory; runs of {spec_name}: {runs}')
+    run_dir = RunDir(root, spec_name)
+    if not run_dir.spec_path().is_file():
+        runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
+        raise ResumeError(f'{mode}@{target}: {root} is not a run of spec {spec_name} '
+                          f'(no {run_dir.spec_path().name}); runs of {spec_name}: {runs}')
+    if is_search_run(root) != search:
+        other = 'train' if search else 'search'
+        raise ResumeError(f'{mode}@{target}: {root} is a {"train run" if search else "search"}, not a '
+                          f'{"search" if search else "train run"}; continue it with {other}@{target}')
+    return run_dir
+
+
+def read_run_spec(run_dir: RunDir) -> dict:
+    """The run's saved spec, checked to be a valid spec; ResumeError naming the file otherwise."""
+    path = run_dir.spec_path()
+    try:
+        spec = read_json(path)
+    except (OSError, ValueError) as e:
+        raise ResumeError(f"{path}: cannot read the run's spec ({e}); the run cannot be resumed without it") from None
+    problem = None
+    if not isinstance(spec, dict):
+        problem = f'expected a JSON object, got {type(spec).__name__}'
+    else:
+        for key in ('agent', 'env', 'meta'):
+            if not isinstance(spec.get(key), dict):
+                problem = f'"{key}" is missing or not an object'
+                break
+    if problem is None:
+        try:
+            validate_spec({k: v for k, v in spec.items() if k != 'name'}, run_dir.spec_name)
+        except SpecError as e:
+            problem = str(e)
+        else:
+            meta = spec['meta']
+            for key, types in (('random_seed', int), ('experiment_ts', str), ('max_session', int)):
+                if not isinstance(meta.get(key), types) or isinstance(meta.get(key), bool):
+                    problem = f'meta.{key} is missing or not a {types.__name__}'
+                    break
+            if problem is None and not isinstance(meta.get('overrides') or [], list):
+                problem = 'meta.overrides is not a list'
+    if problem:
+        raise ResumeError(f"{path}: the run's saved spec is damaged or not valid for this lab ({problem}); "
+                          f"restore it from the trial's spec ({run_dir.spec_name}_t0_spec.json holds the same "
+                          "spec; a session's spec records that session's own seed) or start a new run")
+    return spec
+
+
+def check_resume_logs(run_dir: RunDir, max_session: int) -> None:
+    """The run's and each session's resume logs must be JSON lists (they are appended to)."""
+    paths = [run_dir.resume_log_path()] + [run_dir.session_resume_log_path(0, s) for s in range(max_session)]
+    for path in paths:
+        if not path.exists():
+            continue
+        try:
+            records = read_json(path)
+        except (OSError, ValueError) as e:
+            records = e
+        if not isinstance(records, list):
+            raise ResumeError(f'{path}: not a JSON list of resume records (damaged); it is only a log: move it '
+                              'away and resume again')
+
+
+def session_has_progress(run_dir: RunDir, session: int) -> list[str]:
+    """What a session has recorded on disk (rows, weights, snapshot directories): its progress,
+    which a fresh start would overwrite. Empty when the session never got that far."""
+    found = []
+    for df_mode in ('train', 'eval'):
+        path = run_dir.session_df_path(0, session, df_mode)
+        try:
+            text = path.read_bytes()
+        except OSError:
+            continue
+        try:
+            if sum(1 for line in text.decode('utf-8').splitlines() if line.strip()) > 1:  # a header and a row
+                found.append(str(path))
+        except UnicodeDecodeError:  # damaged, and still what a fresh start would overwrite
+            found.append(f'{path}, damaged: not UTF-8 text')
+    for which in ('latest', 'best'):
+        if run_dir.model_path(0, session, which).exists():
+            found.append(str(run_dir.model_path(0, session, which)))
+    ckpt = run_dir.ckpt_dir(0, session)
+    found += [str(p) for p in list_snapshots(ckpt)]
+    if ckpt.is_dir():  # snapshots set aside as damaged are progress too
+        found += [str(p) for p in sorted(ckpt.glob('f*.damaged*'))]
+    return found
+
+
+def load_sessions(run_dir: RunDir, max_session: int, seconds: dict[int, float] | None = None) -> dict[int, Snapshot]:
+    """The newest intact snapshot of each session, by session index (each read once: the lab
+    hands it on to the session that continues from it; `seconds`, when given, receives how long
+    each took to load). A session with recorded progress but no intact snapshot cannot continue:
+    ResumeError (a fresh start would overwrite its records). Sessions that never recorded
+    anything are left out."""
+    loaded = {}
+    for s in range(max_session):
+        # damaged snapshots are reported by the session that falls back past them (in its log), or
+        # named in the refusal below: not twice
+        damaged: list = []
+        t0 = time.perf_counter()
+        found = load_latest_snapshot(run_dir.ckpt_dir(0, s), damaged=damaged)
+        if found is not None:
+            loaded[s] = found
+            if seconds is not None:
+                seconds[s] = time.perf_counter() - t0
+            continue
+        progress = session_has_progress(run_dir, s)
+        if progress:
+            what = (f'all {len(damaged)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged (newest: {damaged[0][1]})'
+                    if damaged else f'it has no snapshot ({run_dir.ckpt_dir(0, s)} is missing or empty)')
+            raise ResumeError(f'session {s} of {run_dir.root} has recorded progress ({progress[0]}) but {what}; '
+                              'it cannot continue without starting over its records: start a new run with '
+                              f'python run_lab.py SPEC_FILE {run_dir.spec_name} train (this run is left unchanged)')
+    return loaded
+
+
+def restore_layout(run_dir: RunDir) -> None:
+    """Make again the run's subdirectories the lab writes into (log/, info/, model/, graph/) where
+    they were deleted: they are the lab's own, and a resume writes them anew. ResumeError when a
+    file stands where a subdirectory belongs."""
+    for sub in SUBDIRS:
+        path = run_dir.root / sub
+        if path.exists() and not path.is_dir():
+            raise ResumeError(f'{path} is not a directory, where the run keeps its {sub} files; move it away and '
+                              'resume again')
+    run_dir.create()
+
+
+def append_run_record(run_dir: RunDir, record: dict) -> None:
+    """Append a record of this resume to the run's resume log."""
+    append_json_list(run_dir.resume_log_path(), record)

@@ -1,0 +1,95 @@
+"""The one accessor of a snapshot's parts. A session's snapshot state is
+`{component: component.state_dict()}` (Session.state_dict): its nesting (the agent's algorithm
+inside the agent, the replay memory beside it, the env's wrapper layers...) is known here and
+nowhere else outside persistence/, so a reader asks for `nets(state)`, not for
+`state['agent']['algorithm']['nets']`.
+
+    snapshot = load_latest_snapshot(ckpt_dir)      # a Snapshot, or None
+    snapshot.frame, snapshot.nets, snapshot.obs_norm, snapshot.replay_states
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from slm_lab.persistence.env_state import obs_norm_from_state
+
+
+def nets(state: dict) -> dict[str, dict]:
+    """The algorithm's nets: {net name: its state_dict}."""
+    return state['agent']['algorithm']['nets']
+
+
+def optimizers(state: dict) -> dict[str, dict]:
+    """The algorithm's optimizers: {optimizer name: its state_dict}."""
+    return state['agent']['algorithm']['optimizers']
+
+
+def replay_states(state: dict) -> list[Any]:
+    """The replay states a snapshot holds: the agent's memory (None without one), then any replay
+    an algorithm keeps in its own state (`extra`, e.g. SIL's)."""
+    return [state['agent'].get('memory'), *state['agent']['algorithm'].get('extra', {}).values()]
+
+
+def env_state(state: dict) -> dict:
+    """The training vector env's state (env_state.vector_env_state_dict)."""
+    return state['env']
+
+
+def obs_norm(state: dict) -> dict | None:
+    """The observation-normalisation statistics of the training env, None when not normalised."""
+    return obs_norm_from_state(env_state(state))
+
+
+def global_state(state: dict) -> dict | None:
+    """meta.distributed: the global nets as the session read them ('mode', 'updates', 'nets',
+    'optimizers'); None in a session that trained alone."""
+    return state.get('global')
+
+
+def best_model(state: dict) -> dict | None:
+    """What model_best.pt held at the snapshot's frame (None before the first, and in snapshots of
+    older lab versions)."""
+    return state.get('best_model')
+
+
+class Snapshot(NamedTuple):
+    """A loaded snapshot: its state (arrays memory-mapped), manifest and directory. Unpacks as
+    (state, manifest, path)."""
+
+    state: dict
+    manifest: dict
+    path: Path
+
+    @property
+    def frame(self) -> int:
+        """The frame the snapshot was taken at."""
+        return self.manifest['frame']
+
+    @property
+    def nets(self) -> dict[str, dict]:
+        return nets(self.state)
+
+    @property
+    def optimizers(self) -> dict[str, dict]:
+        return optimizers(self.state)
+
+    @property
+    def replay_states(self) -> list[Any]:
+        return replay_states(self.state)
+
+    @property
+    def env_state(self) -> dict:
+        return env_state(self.state)
+
+    @property
+    def obs_norm(self) -> dict | None:
+        return obs_norm(self.state)
+
+    @property
+    def global_state(self) -> dict | None:
+        return global_state(self.state)
+
+    @property
+    def best_model(self) -> dict | None:
+        return best_model(self.state)

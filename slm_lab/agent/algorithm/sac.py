@@ -40,7 +40,7 @@ from torch import distributions as D
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
-from slm_lab.agent.algorithm.ppo import symlog
+from slm_lab.agent.algorithm.maths import symlog
 from slm_lab.agent.net import IMAGE_NETS, build_net, net_util
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, accepts

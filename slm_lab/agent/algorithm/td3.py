@@ -80,8 +80,8 @@ TD3_SCHEMA = {
 
 
 class TD3(OffPolicyAlgorithm):
-    """TD3: twin critics, clipped double-Q targets, delayed policy updates and target policy
-    smoothing, on a Replay memory."""
+    """Twin critics, clipped double-Q targets, delayed policy updates and target policy smoothing,
+    on a Replay memory; continuous (Box) actions only."""
 
     spec_schema = TD3_SCHEMA
     memory_names = ('Replay',)

@@ -45,7 +45,6 @@ Where this differs from SLM-Lab's SIL (v4.2.4 and v5), and why:
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util

@@ -64,7 +64,7 @@ def _try_torch_pieces(algorithm) -> None:
     """Use the loss and step the LR schedulers of a throwaway agent once: some torch arguments
     (a loss's reduction, a scheduler's step_size) are only checked when first used."""
     import torch  # kept out of start-up (see preflight)
-    loss_fn = getattr(algorithm, 'loss_fn', None)
+    loss_fn = algorithm.loss_fn
     if loss_fn is not None:
         try:
             loss_fn(torch.zeros(2), torch.zeros(2))

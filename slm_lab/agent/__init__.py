@@ -122,6 +122,12 @@ class Agent:
             state['recurrent'] = self.seq.state_dict()
         return state
 
+    def replay_states(self, state: dict) -> list[dict | None]:
+        """The replays in one of this agent's state_dict()s: its memory's, then each the algorithm
+        keeps itself (Algorithm.owned_replay_keys); a replay state's 'persisted' false means
+        meta.snapshot_replay left its contents out."""
+        return [state.get('memory'), *type(self.algorithm).owned_replay_states(state['algorithm'])]
+
     def load_state_dict(self, state: dict) -> None:
         self.algorithm.load_state_dict(state['algorithm'])
         if self.memory is not None:

@@ -165,16 +165,16 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         cls = _component_schema(section, registry, planned, agent[section], f'agent.{section}')
         schema = cls.spec_schema
         if section == 'memory':  # keys an algorithm reads in its memory's section (SIL's replay)
-            schema = {**schema, **getattr(algo_cls, 'memory_schema', {})}
+            schema = {**schema, **algo_cls.memory_schema}
         agent[section] = check_object(agent[section], schema, f'agent.{section}', planned_keys=planned_keys)
     if agent.get('critic_net') is not None:
-        if not getattr(algo_cls, 'uses_critic_net', False):
+        if not algo_cls.uses_critic_net:
             raise SpecError(f'agent.critic_net: {algo_cls.__name__} has no separate critic net (CrossQ reads it); '
                             'remove agent.critic_net, or describe the critic in agent.net')
         cls = _component_schema('net', NETS, PLANNED_NETS, agent['critic_net'], 'agent.critic_net')
         agent['critic_net'] = check_object(agent['critic_net'], cls.spec_schema, 'agent.critic_net',
                                            planned_keys=PLANNED_NET_KEYS)
-    planned_memory = getattr(algo_cls, 'planned_memory_names', {}).get((agent['memory'] or {}).get('name'))
+    planned_memory = algo_cls.planned_memory_names.get((agent['memory'] or {}).get('name'))
     if planned_memory:
         raise not_available('agent.memory.name', planned_memory, f'; use one of: {", ".join(algo_cls.memory_names)}')
     if agent['memory'] is not None and algo_cls.memory_names is not None \

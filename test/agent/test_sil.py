@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import make_agent
-from slm_lab.agent.algorithm.sil import (PrioritizedSILReplay, SILReplay, episode_return_parts, sil_losses,
-                                         sil_returns)
+from slm_lab.agent.algorithm.sil import sil_losses, sil_returns
+from slm_lab.agent.memory.sil_replay import PrioritizedSILReplay, SILReplay, episode_return_parts
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 from test_resume import check_resume_after_max_frame, run_dirs, write_spec

@@ -27,8 +27,9 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
-from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, RolloutBatch
+from slm_lab.agent.algorithm.base import BASE_SCHEMA
+from slm_lab.agent.algorithm.on_policy import OnPolicyAlgorithm
+from slm_lab.agent.memory.onpolicy import EpisodeBatch, RolloutBatch
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.actor_critic import ActorCriticNet
 from slm_lab.lib.decay import schedule_field
@@ -178,7 +179,7 @@ class Rollout(NamedTuple):
     dones: torch.Tensor
 
 
-class ActorCritic(Algorithm):
+class ActorCritic(OnPolicyAlgorithm):
     """A2C with GAE, n-step or plain returns, on whole episodes (OnPolicyReplay) or batches of
     training_frequency vector steps (OnPolicyBatchReplay), with a shared or separate actor and
     critic (net.shared)."""
@@ -297,18 +298,9 @@ class ActorCritic(Algorithm):
         return policy_util.to_env_actions(self.model.head.greedy_action(out), self.action_space)
 
     # --- training -------------------------------------------------------------------------------
-    def update(self, obs, action, reward, next_obs, terminated, truncated):
-        self.memory.add(obs, action, reward, next_obs, terminated, truncated)
-        if not self.train_due():
-            return None
-        return self.train(self.memory.sample())
-
-    def train_due(self) -> bool:
-        """Whether the memory holds a training batch: training_frequency vector steps
-        (OnPolicyBatchReplay) or finished episodes (OnPolicyReplay)."""
-        if isinstance(self.memory, OnPolicyBatchReplay):
-            return self.memory.size >= self.training_frequency
-        return self.memory.num_finished >= self.training_frequency
+    def train_batch(self, batch: RolloutBatch | EpisodeBatch) -> dict:
+        """One update (train, which PPO overrides) on the memory's batch."""
+        return self.train(batch)
 
     def rollout(self, batch: RolloutBatch | EpisodeBatch) -> Rollout:
         """A memory's batch as a Rollout: (T, N) for a RolloutBatch, (T, 1) for an EpisodeBatch."""

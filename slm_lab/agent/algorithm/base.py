@@ -40,6 +40,20 @@ class Algorithm:
     # what nets this algorithm builds from agent.net and which optimizers and losses train them
     # (docs/spec.md lists it under agent.net); empty for an algorithm without nets
     nets_doc: str = ''
+    # keys this algorithm reads in agent.memory beside the memory's own schema (SIL's replay), by
+    # name: validation checks the memory section against both
+    memory_schema: dict = {}
+    # whether it reads agent.critic_net (a net spec of its own for the critics, CrossQ); without
+    # it, validation refuses a critic_net
+    uses_critic_net: bool = False
+    # memory names SLM-Lab pairs with this algorithm in a later version, each with what it is:
+    # validation says "not available yet" for them instead of "cannot use"
+    planned_memory_names: dict[str, str] = {}
+    # keys of extra_state() that hold a replay the algorithm keeps itself, beside the agent's memory
+    # (SIL's 'sil_replay'); each such state carries 'persisted' (see owned_replay_states)
+    owned_replay_keys: tuple[str, ...] = ()
+    # the loss a net spec's loss_spec builds, when the algorithm has one (validation tries it once)
+    loss_fn = None
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:
@@ -64,6 +78,13 @@ class Algorithm:
         if pdtype in policy_util.PLANNED_PDTYPES:
             raise not_available('agent.algorithm.action_pdtype', f"SLM-Lab's action distribution '{pdtype}'",
                                 f'; available: {", ".join(policy_util.PDTYPES)}')
+
+    @classmethod
+    def owned_replay_states(cls, algorithm_state: dict) -> list[dict]:
+        """The states of the replays this algorithm keeps itself (owned_replay_keys), from one of
+        its state_dict()s: where a resume learns whether they were in the snapshot."""
+        extra = algorithm_state.get('extra') or {}
+        return [extra[key] for key in cls.owned_replay_keys if key in extra]
 
     @classmethod
     def recurrent_slots(cls, agent_spec: dict) -> int:

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.agent.algorithm.base import BASE_SCHEMA
+from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
 from slm_lab.lib.schema import Field, ignored_field
@@ -49,7 +50,7 @@ def q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_q_select: t
     return rewards + gamma * (1.0 - terminateds) * next_value
 
 
-class VanillaDQN(Algorithm):
+class VanillaDQN(OffPolicyAlgorithm):
     """Q-learning with a replay memory and no target net."""
 
     spec_schema = {
@@ -79,6 +80,7 @@ class VanillaDQN(Algorithm):
         weighted by the importance weights of a PrioritizedReplay with `beta` > 0."""
     uses_target_net = False
     double = False
+    polyak_lerp = False  # SLM-Lab's DQN arithmetic, (1 - c) * target + c * online (see off_policy.py)
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:
@@ -132,13 +134,14 @@ class VanillaDQN(Algorithm):
     def act_greedy(self, obs):
         return self.net(self.tensor(obs)).argmax(dim=-1).cpu().numpy()
 
+    def target_pairs(self):
+        return [(self.target_net, self.net)] if self.target_net is not None else []
+
     def update(self, obs, action, reward, next_obs, terminated, truncated):
-        self.memory.add(obs, action, reward, next_obs, terminated, truncated)
-        metrics = None
-        if len(self.memory) >= self.training_start_step and self.crossed_next(self.training_frequency):
-            metrics = self.train()
+        """Store and train when due; then the target net follows every update_frequency frames."""
+        metrics = super().update(obs, action, reward, next_obs, terminated, truncated)
         if self.target_net is not None and self.crossed_next(self.update_frequency):
-            self.update_target()
+            self.update_target_nets(self.update_type, self.polyak_coef)
         return metrics
 
     @property
@@ -179,19 +182,6 @@ class VanillaDQN(Algorithm):
                 losses.append(loss.detach())
         self.step_lr_schedulers()
         return {'loss': float(torch.stack(losses).mean()), 'grad_norm': sum(norms) / len(norms)}
-
-    @torch.no_grad()
-    def update_target(self) -> None:
-        if self.update_type == 'replace':
-            # copy every tensor in place: what load_state_dict(state_dict()) does, without its
-            # per-call bookkeeping (this runs every update_frequency frames)
-            for tp, p in zip(self.target_net.parameters(), self.net.parameters()):
-                tp.copy_(p)
-            for tb, b in zip(self.target_net.buffers(), self.net.buffers()):
-                tb.copy_(b)
-        else:
-            for tp, p in zip(self.target_net.parameters(), self.net.parameters()):
-                tp.mul_(1.0 - self.polyak_coef).add_(p, alpha=self.polyak_coef)
 
 
 class DQN(VanillaDQN):

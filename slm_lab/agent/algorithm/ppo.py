@@ -27,6 +27,7 @@ import torch
 
 from slm_lab.agent.algorithm.actor_critic import ActorCritic, gae  # noqa: F401 (gae: PPO's maths, tested here)
 from slm_lab.agent.algorithm.base import BASE_SCHEMA
+from slm_lab.agent.algorithm.maths import symlog
 from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, RolloutBatch
 from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
@@ -94,12 +95,6 @@ class PercentileNormalizer:
 
     def load_state_dict(self, state: dict) -> None:
         self.perc5, self.perc95 = float(state['perc5']), float(state['perc95'])
-
-
-def symlog(x: torch.Tensor) -> torch.Tensor:
-    """symlog(x) = sign(x) * ln(1 + |x|): near x for small |x|, logarithmic for large ones
-    (DreamerV3), so value targets of very different scales weigh alike in the value loss."""
-    return torch.sign(x) * torch.log1p(x.abs())
 
 
 class PPO(ActorCritic):

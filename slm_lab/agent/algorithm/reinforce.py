@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.agent.algorithm.base import BASE_SCHEMA
+from slm_lab.agent.algorithm.on_policy import OnPolicyAlgorithm
 from slm_lab.agent.memory import OnPolicyBatchReplay
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
@@ -45,7 +46,7 @@ def scale_returns(returns: torch.Tensor, center: bool, normalize: bool) -> torch
     return returns
 
 
-class Reinforce(Algorithm):
+class Reinforce(OnPolicyAlgorithm):
     """Policy gradient from whole episodes (OnPolicyReplay) or fixed batches (OnPolicyBatchReplay,
     returns cut at the batch end)."""
 
@@ -100,22 +101,14 @@ class Reinforce(Algorithm):
         out = self.net(self.tensor(obs))
         return policy_util.to_env_actions(self.head.greedy_action(out), self.action_space)
 
-    def update(self, obs, action, reward, next_obs, terminated, truncated):
-        self.memory.add(obs, action, reward, next_obs, terminated, truncated)
+    def train_batch(self, batch):
+        """REINFORCE's returns over the batch (cut at the batch end for an OnPolicyBatchReplay),
+        then one gradient step (train)."""
         if isinstance(self.memory, OnPolicyBatchReplay):
-            if not self.memory.size >= self.training_frequency:
-                return None
-            batch = self.memory.sample()
             dones = np.maximum(batch.terminateds, batch.truncateds)
             returns = discounted_returns(batch.rewards, dones, self.gamma).reshape(-1)
-            states, actions = batch.flat('states'), batch.flat('actions')
-        else:
-            if self.memory.num_finished < self.training_frequency:
-                return None
-            batch = self.memory.sample()
-            returns = discounted_returns(batch.rewards, batch.dones, self.gamma)
-            states, actions = batch.states, batch.actions
-        return self.train(states, actions, returns)
+            return self.train(batch.flat('states'), batch.flat('actions'), returns)
+        return self.train(batch.states, batch.actions, discounted_returns(batch.rewards, batch.dones, self.gamma))
 
     def train(self, states: np.ndarray, actions: np.ndarray, returns: np.ndarray) -> dict:
         """One gradient step on a batch: states (B, obs), actions (B,) or (B, act_dim), returns (B,)."""

@@ -32,21 +32,18 @@ from __future__ import annotations
 import copy
 import math
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch import distributions as D
 
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
-from slm_lab.agent.algorithm.ppo import symlog
-from slm_lab.agent.net import IMAGE_NETS, build_net, net_util
+from slm_lab.agent.algorithm.base import BASE_SCHEMA
+from slm_lab.agent.algorithm.maths import symlog
+from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm, state_action_value
+from slm_lab.agent.net import build_net, net_util
+from slm_lab.agent.net.squashed_gaussian import GaussianPolicy, squashed_log_prob  # noqa: F401 (tested here)
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, accepts
-
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # SLM-Lab's clamp of a Gaussian policy's log standard deviation
-
 
 # --- maths --------------------------------------------------------------------------------------
 def soft_q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_values: torch.Tensor,
@@ -67,14 +64,6 @@ def discrete_soft_value(next_logits: torch.Tensor, next_q: torch.Tensor, alpha: 
     actions; next_logits and next_q (B, n_actions), pi = softmax(next_logits). Returns (B,)."""
     log_pi = F.log_softmax(next_logits, dim=-1)
     return (log_pi.exp() * (next_q - alpha * log_pi)).sum(dim=-1)
-
-
-def squashed_log_prob(normal_log_prob: torch.Tensor, raw_actions: torch.Tensor) -> torch.Tensor:
-    """log pi(tanh(u)|s) for a = tanh(u): the Gaussian's log density of u, summed over the action
-    dimensions (B,), less the log |det da/du| = sum_i log(1 - tanh(u_i)^2), computed stably as
-    2 * (log 2 - u - softplus(-2u)). raw_actions u (B, act_dim)."""
-    correction = 2.0 * (math.log(2.0) - raw_actions - F.softplus(-2.0 * raw_actions))
-    return normal_log_prob - correction.sum(dim=-1)
 
 
 def continuous_policy_loss(log_probs: torch.Tensor, q1: torch.Tensor, q2: torch.Tensor,
@@ -109,35 +98,6 @@ def discrete_target_entropy(n_actions: int, start_ratio: float, end_ratio: float
 
 
 # --- nets ---------------------------------------------------------------------------------------
-class GaussianPolicy(nn.Module):
-    """The continuous policy: a net of net.type giving the mean (B, act_dim) and, in a second
-    head, the log standard deviation (B, act_dim); with net.log_std_init the log standard
-    deviation is one state-independent parameter per action dimension instead (SLM-Lab's
-    CleanRL-style option). The log standard deviation is clamped to [-5, 2]."""
-
-    def __init__(self, net_spec: dict, in_dim: int | tuple[int, ...], act_dim: int):
-        super().__init__()
-        log_std_init = net_spec.get('log_std_init')
-        self.body = build_net(net_spec, in_dim, act_dim if log_std_init is not None else [act_dim, act_dim])
-        self.log_std = (nn.Parameter(torch.full((act_dim,), float(log_std_init))) if log_std_init is not None
-                        else None)
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.log_std is None:
-            loc, log_std = self.body(x)
-        else:
-            loc = self.body(x)
-            log_std = self.log_std.expand_as(loc)
-        return loc, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
-
-    def sample(self, x: torch.Tensor, reparam: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """a = tanh(u), u ~ N(loc, std): returns (a (B, act_dim), log pi(a|s) (B,))."""
-        loc, log_std = self(x)
-        normal = D.Normal(loc, log_std.exp())
-        raw = normal.rsample() if reparam else normal.sample()
-        return torch.tanh(raw), squashed_log_prob(normal.log_prob(raw).sum(dim=-1), raw)
-
-
 class Temperature(nn.Module):
     """log_alpha, the entropy temperature's logarithm, as a parameter (so it rides the nets'
     state_dict and has an optimizer of its own). Starts at 0 (alpha = 1), as in SLM-Lab."""
@@ -188,7 +148,7 @@ SAC_SCHEMA = {
 }
 
 
-class SoftActorCritic(Algorithm):
+class SoftActorCritic(OffPolicyAlgorithm):
     """SAC with twin critics, polyak targets and a learned temperature, on Replay or PrioritizedReplay."""
 
     spec_schema = SAC_SCHEMA
@@ -237,14 +197,7 @@ class SoftActorCritic(Algorithm):
             q_in, q_out, q_extra = self.in_shape, self.act_dim, 0
         else:
             self.net = GaussianPolicy(net_spec, self.in_shape, self.act_dim).to(self.device)
-            # the env's own bounds (the Agent gets the space under ClipAction, see env.agent_action_space)
-            low, high = (self.action_space.low.astype(np.float64).reshape(-1),
-                         self.action_space.high.astype(np.float64).reshape(-1))
-            if not (np.isfinite(low).all() and np.isfinite(high).all()):
-                raise SpecError(f"env.name: {type(self).__name__} squashes its actions into the bounds of the env's "
-                                f'action space, and {self.env_spec["name"]} has infinite bounds ({low}, {high}); use an env '
-                                'with finite action bounds')
-            self.action_center, self.action_half = (high + low) / 2, (high - low) / 2
+            self.init_unit_actions()
             q_in, q_out, q_extra = self.in_shape, 1, self.act_dim
         self.q1_net = self.build_critic(q_in, q_out, q_extra).to(self.device)
         self.q2_net = self.build_critic(q_in, q_out, q_extra).to(self.device)
@@ -326,14 +279,6 @@ class SoftActorCritic(Algorithm):
         start, end, frames = self.entropy_anneal
         return discrete_target_entropy(self.act_dim, start, start if end is None else end, frames, self.clock.frame)
 
-    def to_env(self, unit_actions: np.ndarray) -> np.ndarray:
-        """Squashed actions in [-1, 1] (N, act_dim) to the env's bounds."""
-        return (unit_actions * self.action_half + self.action_center).astype(self.action_space.dtype)
-
-    def to_unit(self, env_actions: np.ndarray) -> np.ndarray:
-        """The env's actions back to [-1, 1], as the critics take them."""
-        return ((np.asarray(env_actions, dtype=np.float64) - self.action_center) / self.action_half).astype(np.float32)
-
     @torch.no_grad()
     def act(self, obs):
         n = len(obs)
@@ -358,21 +303,16 @@ class SoftActorCritic(Algorithm):
         return self.to_env(torch.tanh(loc).cpu().numpy())
 
     # --- training -----------------------------------------------------------------------------
-    def update(self, obs, action, reward, next_obs, terminated, truncated):
-        self.memory.add(obs, action if self.discrete else self.to_unit(action), reward, next_obs, terminated,
-                        truncated)
-        if len(self.memory) >= self.training_start_step and self.crossed_next(self.training_frequency):
-            return self.train()
-        return None
+    def memory_action(self, action):
+        """Continuous actions are stored in [-1, 1], as the critics take them."""
+        return action if self.discrete else self.to_unit(action)
 
     def q(self, q_net: nn.Module, states: torch.Tensor, actions: torch.Tensor | None) -> torch.Tensor:
         """Q(s, .) (B, n_actions) for discrete actions (actions None), Q(s, a) (B,) for continuous
         ones and for GumbelSoftmax's one-hot actions (B, n_actions)."""
         if self.discrete and not self.relaxed:
             return q_net(states)
-        if isinstance(q_net, IMAGE_NETS):  # the action joins the image's features
-            return q_net(states, actions).squeeze(-1)
-        return q_net(torch.cat([states.flatten(start_dim=1), actions], dim=-1)).squeeze(-1)
+        return state_action_value(q_net, states, actions)
 
     def critic_values(self, states, actions, next_states, rewards, terminateds, alpha):
         """(Q1(s, a) (B,), Q2(s, a) (B,), targets y (B,), Q1(s, .), Q2(s, .) (B, n) or None):
@@ -494,23 +434,10 @@ class SoftActorCritic(Algorithm):
             metrics['entropy'] = sum(entropies) / len(entropies)
         return metrics
 
-    @torch.no_grad()
-    def update_targets(self) -> None:
-        """Move the target critics towards the online ones (see the module docstring)."""
+    def target_pairs(self):
         if not self.uses_target_nets:
-            return
-        pairs = ((self.target_q1_net, self.q1_net), (self.target_q2_net, self.q2_net))
-        if self.net_spec['update_type'] == 'polyak':
-            coef = self.net_spec['polyak_coef']
-            for target, online in pairs:
-                for tp, p in zip(target.parameters(), online.parameters()):
-                    tp.lerp_(p, coef)
-        elif self.crossed_next(self.net_spec['update_frequency']):
-            for target, online in pairs:
-                for tp, p in zip(target.parameters(), online.parameters()):
-                    tp.copy_(p)
-                for tb, b in zip(target.buffers(), online.buffers()):
-                    tb.copy_(b)
+            return []
+        return [(self.target_q1_net, self.q1_net), (self.target_q2_net, self.q2_net)]
 
     # --- state ----------------------------------------------------------------------------------
     def extra_state(self) -> dict:

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.algorithm.base import BASE_SCHEMA, Algorithm
+from slm_lab.agent.algorithm.base import BASE_SCHEMA
+from slm_lab.agent.algorithm.on_policy import OnPolicyAlgorithm
 from slm_lab.agent.memory import OnPolicyBatchReplay
 from slm_lab.agent.memory.onpolicy import RolloutBatch
 from slm_lab.agent.net import build_net, net_util
@@ -71,7 +72,7 @@ def next_actions_in_episodes(actions: np.ndarray, dones: np.ndarray) -> np.ndarr
     return next_actions
 
 
-class SARSA(Algorithm):
+class SARSA(OnPolicyAlgorithm):
     """On-policy Q-learning of the acting policy's own actions (see the module doc)."""
 
     spec_schema = {
@@ -108,12 +109,16 @@ class SARSA(Algorithm):
     def act_greedy(self, obs):
         return self.net(self.tensor(obs)).argmax(dim=-1).cpu().numpy()
 
-    def update(self, obs, action, reward, next_obs, terminated, truncated):
-        self.memory.add(obs, action, reward, next_obs, terminated, truncated)
+    def train_due(self) -> bool:
+        """A full batch (OnPolicyBatchReplay), or training_frequency finished episodes."""
         if isinstance(self.memory, OnPolicyBatchReplay):
-            if not self.memory.is_full:
-                return None
-            batch = self.memory.sample()
+            return self.memory.is_full
+        return super().train_due()
+
+    def train_batch(self, batch):
+        """A batch of vector steps trains with the held-back step at its head and its own last
+        step held back (None on the very first step); whole episodes train as they are."""
+        if isinstance(batch, RolloutBatch):
             if self.held is not None:
                 batch = RolloutBatch(*(np.concatenate([h, b]) for h, b in zip(self.held, batch)))
             self.held = RolloutBatch(*(v[-1:] for v in batch))
@@ -124,9 +129,6 @@ class SARSA(Algorithm):
             return self.train(steps.flat('states'), steps.flat('actions'), steps.flat('rewards'),
                               steps.flat('next_states'), next_actions, steps.flat('terminateds'),
                               steps.flat('truncateds'))
-        if self.memory.num_finished < self.training_frequency:
-            return None
-        batch = self.memory.sample()
         return self.train(batch.states, batch.actions, batch.rewards, batch.next_states,
                           next_actions_in_episodes(batch.actions, batch.dones), batch.terminateds, batch.truncateds)
 

@@ -113,6 +113,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def report(error: BaseException, mode: str) -> int:
+    """Print how a command that did not finish ended (one line on stderr); its exit code."""
+    from slm_lab.lib.errors import LabError, Preempted, Terminated
+    if isinstance(error, LabError):
+        print(f'error: {error}', file=sys.stderr)
+        return error.exit_code
+    if isinstance(error, Preempted):
+        again = 'search@latest' if mode.startswith('search') else 'train@latest'
+        print(f'stopped: {error}; continue with {again}', file=sys.stderr)
+        return error.exit_code
+    if isinstance(error, Terminated):
+        what = 'during the replay (it writes nothing)' if mode.startswith('enjoy@') else \
+            'before training started; nothing was written'
+        print(f'stopped by SIGTERM {what}', file=sys.stderr)
+        return error.exit_code
+    print('interrupted', file=sys.stderr)  # KeyboardInterrupt
+    return EXIT_INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> int:
     import signal
 
@@ -128,28 +147,21 @@ def main(argv: list[str] | None = None) -> int:
         from slm_lab import lab
         if args.mode.startswith('enjoy@'):
             lab.check_mode(args.mode)
+            from slm_lab.lib import logger as lab_logger
+            lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
             from slm_lab.experiment.enjoy import enjoy
             enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
         else:
             lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
                     ray_address=args.ray_address, keep=args.keep)
-    except LabError as e:
-        print(f'error: {e}', file=sys.stderr)
-        return e.exit_code
-    except Preempted as e:
-        again = 'search@latest' if args.mode.startswith('search') else 'train@latest'
-        print(f'stopped: {e}; continue with {again}', file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print('interrupted', file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Terminated as e:
-        what = 'during the replay (it writes nothing)' if args.mode.startswith('enjoy@') else \
-            'before training started; nothing was written'
-        print(f'stopped by SIGTERM {what}', file=sys.stderr)
-        return e.exit_code
+    except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it has ended: a SIGTERM now must not change how
+        return report(e, args.mode)
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        if argv is not None:  # a caller of main() gets its own handler back
+            signal.signal(signal.SIGTERM, previous_sigterm)
+    if argv is None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0
 
 

@@ -130,6 +130,29 @@ def test_the_deepest_slm_lab_spec_is_far_from_the_depth_limit():
     assert spec_depth_error(specs) is None and MAX_SPEC_DEPTH >= 32
 
 
+@pytest.mark.parametrize('override,start', [
+    ('env.max_frame=1' + '0' * 400, 'env.max_frame: 100000000000... (401 digits) is out of range'),
+    ('env.max_frame=' + '9' * 5000, '-s env.max_frame: Exceeds the limit (4300 digits)'),
+    ('meta.rigorous_eval=1e308', 'meta.rigorous_eval: 1e+308 is out of range'),
+    ('env.make_kwargs={"render_mode": "human"}', 'env.make_kwargs.render_mode: training renders nothing'),
+    ('env.render_mode=human', 'env.render_mode: training renders nothing'),
+])
+def test_values_no_run_can_use_are_refused(tmp_path, override, start):
+    message = refused_before_writing(tmp_path, PPO, [override])
+    assert message.startswith(start), message
+
+
+@pytest.mark.parametrize('ext,text', [
+    ('json', '{"x": {"env": {"max_frame": ' + '9' * 5000 + '}}}'),
+    ('yaml', 'x:\n  env:\n    max_frame: ' + '9' * 5000 + '\n'),
+])
+def test_a_number_too_long_to_read_in_a_spec_file_is_one_line(tmp_path, ext, text):
+    path = tmp_path / f'long.{ext}'
+    path.write_text(text)
+    with pytest.raises(SpecError, match='4300 digits'):
+        lab.run(str(path), 'x', 'train', data_dir=str(tmp_path / 'data'))
+
+
 def test_an_atari_refusal_is_one_line_without_ales_banner(tmp_path):
     pytest.importorskip('ale_py')
     done = cli([ATARI_SPEC, 'ppo_pong', 'train', '-s', 'env.make_kwargs.mode=99'], cwd=tmp_path)

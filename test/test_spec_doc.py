@@ -1,5 +1,6 @@
-"""docs/spec.md is generated from the schemas (slm_lab/spec_doc.py): it must be up to date, name
-every key the validator accepts, and what it says by hand about the code must hold."""
+"""docs/spec.md is generated from the schemas and a Markdown template (tools/spec_doc.py,
+tools/spec_doc.md): it must be up to date, name every key the validator accepts, and what it says
+by hand about the code must hold."""
 from __future__ import annotations
 
 import difflib
@@ -12,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from slm_lab import spec_doc
+from slm_lab import spec as spec_package
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import ENV_SCHEMA, META_SCHEMA, validate_spec
+from tools import spec_doc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-REGENERATE = 'run: python -m slm_lab.spec_doc --write'
+REGENERATE = 'run: python -m tools.spec_doc --write'
 MINIMAL = {'agent': {'algorithm': {'name': 'Random'}}, 'env': {'name': 'CartPole-v1', 'max_frame': 10}}
 
 
@@ -88,7 +90,9 @@ def test_every_schema_key_has_a_row_in_its_section(level, heading, schema, keys)
     assert not missing, f'docs/spec.md section {heading} has no row for {missing}; {REGENERATE}'
 
 
-def test_mirrored_top_and_agent_keys_match_the_validator():
+def test_documented_top_and_agent_keys_are_the_validators():
+    # one copy of each schema: the generator documents the validator's own dicts
+    assert spec_doc.TOP_SCHEMA is spec_package.TOP_SCHEMA and spec_doc.AGENT_SCHEMA is spec_package.AGENT_SCHEMA
     spec = validate_spec(MINIMAL)
     # keys with the OMIT default (SLM-Lab's spec_params) stay out of a spec that does not give them
     assert list(spec) == [k for k, f in spec_doc.TOP_SCHEMA.items() if f.default is not spec_doc.OMIT]
@@ -114,7 +118,7 @@ def test_every_custom_check_is_described():
                 note = spec_doc.check_note(fld, section_name, key)
                 assert note is not None, (f'{heading}.{key}: describe its check '
                                           f'{getattr(fld.check, "__name__", fld.check)!r} in spec_doc.CHECK_NOTES '
-                                          'or KEY_NOTES')
+                                          'or with @accepts on the check')
 
 
 def test_the_spec_examples_in_the_doc_are_valid():
@@ -149,9 +153,16 @@ def test_write_replaces_the_file(tmp_path, monkeypatch, capsys):
 
 
 def test_module_prints_the_same_text_in_a_fresh_process():
-    """`python -m slm_lab.spec_doc` prints docs/spec.md exactly, whatever the hash seed."""
+    """`python -m tools.spec_doc` prints docs/spec.md exactly, whatever the hash seed."""
     env = {**os.environ, 'PYTHONHASHSEED': '12345'}
-    out = subprocess.run([sys.executable, '-m', 'slm_lab.spec_doc'], cwd=REPO_ROOT, env=env,
+    out = subprocess.run([sys.executable, '-m', 'tools.spec_doc'], cwd=REPO_ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == doc_text(), REGENERATE
+
+
+def test_every_placeholder_of_the_template_is_filled_and_every_part_used():
+    template = spec_doc.TEMPLATE_PATH.read_text(encoding='utf-8')
+    body = '\n\n'.join(p for p in template.split('\n\n') if not p.startswith(spec_doc.TEMPLATE_COMMENT))
+    assert sorted(set(spec_doc.PLACEHOLDER_RE.findall(body))) == sorted(spec_doc.parts())
+    assert not spec_doc.PLACEHOLDER_RE.search(spec_doc.generate())

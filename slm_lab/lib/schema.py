@@ -142,14 +142,20 @@ def check_value(value: Any, fld: Field, path: str) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if fld.min is not None and (value < fld.min or (fld.min_exclusive and value == fld.min)):
             op = '>' if fld.min_exclusive else '>='
-            raise SpecError(f'{path}: {written!r} is out of range; it must be {op} {fld.min}')
+            raise SpecError(f'{path}: {_short(written)} is out of range; it must be {op} {fld.min}')
         if fld.max is not None and value > fld.max:
-            raise SpecError(f'{path}: {written!r} is out of range; it must be <= {fld.max}')
+            raise SpecError(f'{path}: {_short(written)} is out of range; it must be <= {fld.max}')
     if fld.schema is not None:
         value = check_object(value, fld.schema, path)
     if fld.check is not None:
         fld.check(value, path)
     return value
+
+
+def _short(value) -> str:
+    """repr of a value as an error quotes it: an integer of hundreds of digits by its length."""
+    text = repr(value)
+    return f'{text[:12]}... ({len(text)} digits)' if isinstance(value, int) and len(text) > 40 else text
 
 
 def _json(value) -> str:

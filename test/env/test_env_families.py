@@ -16,9 +16,10 @@ import pytest
 from conftest import LabWarnings
 
 from slm_lab import lab
-from slm_lab.env import ENV_FAMILIES, RENAMED_ENV_IDS, ensure_env_registered
+from slm_lab.env import ENV_FAMILIES, ensure_env_registered
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
+from slm_lab.spec.compat import RENAMED_ENV_IDS
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_LAB = str(ROOT / 'run_lab.py')

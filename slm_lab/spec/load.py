@@ -1,0 +1,52 @@
+"""Load a spec: read it from its file, apply the -s overrides, fill what it leaves out (from a
+run's saved spec when resuming, then from the defaults) and validate it."""
+from __future__ import annotations
+
+import copy
+import os
+
+from slm_lab.spec.compat import flatten_v4_layout
+from slm_lab.spec.overrides import apply_overrides
+from slm_lab.spec.read import get_raw_spec
+from slm_lab.spec.validate import RUNTIME_META, validate_spec
+
+
+def load_raw_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None) -> dict:
+    """The named spec with overrides applied, before defaults and validation."""
+    raw = get_raw_spec(spec_file, spec_name)
+    flatten_v4_layout(raw)  # so that -s agent.x / env.x paths work on SLM-Lab v4 list specs too
+    if isinstance(raw.get('meta'), dict):
+        # a spec the lab saved in a run directory records that run (its timestamp, session index,
+        # overrides...); run again, it starts a new run, which records its own
+        raw['meta'] = {k: v for k, v in raw['meta'].items() if k not in RUNTIME_META}
+    return apply_overrides(raw, overrides or [])
+
+
+def merge_specs(base: dict, over: dict) -> dict:
+    """`base` with every key that `over` gives replaced by `over`'s value (objects merged key by
+    key). Resuming fills what the spec file leaves out from the run's saved spec, so a default
+    that changed in a newer lab does not change an older run."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_specs(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None,
+              base: dict | None = None) -> dict:
+    """Read, override and validate a spec (keys it omits filled from `base` when given, then
+    from the defaults); record its origin in meta."""
+    raw = load_raw_spec(spec_file, spec_name, overrides)
+    if base is not None:
+        base = {k: v for k, v in base.items() if k != 'name'}
+        base['meta'] = {k: v for k, v in base.get('meta', {}).items() if k not in RUNTIME_META}
+        raw = merge_specs(base, raw)
+    spec = validate_spec(raw, spec_name)
+    spec['name'] = spec_name
+    spec['meta']['spec_file'] = os.path.abspath(spec_file)
+    spec['meta']['spec_name'] = spec_name
+    spec['meta']['overrides'] = list(overrides or [])
+    return spec

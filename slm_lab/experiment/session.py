@@ -156,7 +156,7 @@ class Session:
             self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
             self.agent.start_fresh_episodes()
         # the agent's replay memory, or a replay an algorithm keeps in its own state (SIL's)
-        replay_states = snapshot_parts.replay_states(state)
+        replay_states = self.agent.replay_states(snapshot_parts.agent_state(state))
         global_state = snapshot_parts.global_state(state)
         if global_state is not None and self.spec['meta'].get('distributed'):  # restored by the trial
             approximate.append(f"meta.distributed '{global_state['mode']}': the sessions update the global "

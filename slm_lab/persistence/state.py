@@ -5,12 +5,12 @@ nowhere else outside persistence/, so a reader asks for `nets(state)`, not for
 `state['agent']['algorithm']['nets']`.
 
     snapshot = load_latest_snapshot(ckpt_dir)      # a Snapshot, or None
-    snapshot.frame, snapshot.nets, snapshot.obs_norm, snapshot.replay_states
+    snapshot.frame, snapshot.nets, snapshot.obs_norm, snapshot.agent_state
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from slm_lab.persistence.env_state import obs_norm_from_state
 
@@ -25,10 +25,9 @@ def optimizers(state: dict) -> dict[str, dict]:
     return state['agent']['algorithm']['optimizers']
 
 
-def replay_states(state: dict) -> list[Any]:
-    """The replay states a snapshot holds: the agent's memory (None without one), then any replay
-    an algorithm keeps in its own state (`extra`, e.g. SIL's)."""
-    return [state['agent'].get('memory'), *state['agent']['algorithm'].get('extra', {}).values()]
+def agent_state(state: dict) -> dict:
+    """The agent's part (Agent.state_dict()): its algorithm's and its memory's states."""
+    return state['agent']
 
 
 def env_state(state: dict) -> dict:
@@ -75,8 +74,8 @@ class Snapshot(NamedTuple):
         return optimizers(self.state)
 
     @property
-    def replay_states(self) -> list[Any]:
-        return replay_states(self.state)
+    def agent_state(self) -> dict:
+        return agent_state(self.state)
 
     @property
     def env_state(self) -> dict:

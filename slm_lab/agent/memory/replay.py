@@ -24,6 +24,7 @@ from slm_lab.agent.memory.base import Memory
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.schema import Field
+from slm_lab.persistence.arrays import identified_array, join_chunks
 
 logger = lab_logger.get_logger('slm_lab.agent.memory.replay')
 
@@ -79,7 +80,6 @@ class ChunkedState:
     def chunks(self, arr: np.ndarray, filled: int, name: str) -> list[dict]:
         """The filled rows [0, filled) of arr as identified chunk views (no copies); `name` tells
         apart the arrays that share these chunks (the per-transition ones)."""
-        from slm_lab.checkpoint import identified_array
         out = []
         for c, start in enumerate(range(0, filled, self.rows)):
             if self.ids[c] is None:
@@ -91,7 +91,6 @@ class ChunkedState:
         """The array of `rows` rows that `chunks` (as chunks() made them) fill from row 0 (the rest
         zero), joined without a copy where they are memory-mapped snapshot files. Their content ids
         are kept when every array loaded into these chunks has the same (see chunks())."""
-        from slm_lab.checkpoint import join_chunks
         arrays = [c['__array__'] for c in chunks]
         if any(a.dtype != dtype or a.shape[1:] != tuple(row_shape) for a in arrays) or sum(map(len, arrays)) > rows:
             raise ResumeError(f'a replay snapshot holds chunks of {arrays[0].dtype} {arrays[0].shape[1:]} '

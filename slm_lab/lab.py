@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -71,14 +72,27 @@ def _try_torch_pieces(algorithm) -> None:
         except (ValueError, TypeError, RuntimeError) as e:
             raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
     from slm_lab.agent.net.net_util import step_lr_scheduler  # imports torch (see preflight)
+    from slm_lab.lib.schema import FLOAT32_MAX
+    clock = algorithm.clock
     for sched in algorithm.lr_schedulers.values():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter('ignore')  # stepping a scheduler before its optimizer
-                step_lr_scheduler(sched, algorithm.clock.num_envs)  # as at the first update: a step_size of 0 fails here
-        except (ValueError, TypeError, ZeroDivisionError, IndexError) as e:
-            raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} fails with these arguments: '
-                            f'{e}') from None
+        # as at the first update (a step_size of 0 fails there), then where the run goes: a
+        # negative step_size makes StepLR's rate grow past what float32 holds as frames pass
+        for frame in (clock.num_envs, clock.max_frame // 2, clock.max_frame):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter('ignore')  # stepping a scheduler before its optimizer
+                    step_lr_scheduler(sched, frame)
+            except (ValueError, TypeError, ZeroDivisionError, IndexError) as e:
+                raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} fails with these arguments: '
+                                f'{e}') from None
+            except OverflowError:
+                bad = [math.inf]
+            else:
+                bad = [lr for lr in sched.get_last_lr() if not 0 <= lr <= FLOAT32_MAX]
+            if bad:
+                raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} takes the learning rate to '
+                                f'{bad[0]:.3g} at frame {frame}; its arguments must keep it between 0 and '
+                                f'{FLOAT32_MAX:.3g} (a step_size, T_max or total_iters >= 1)')
 
 
 def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:
@@ -197,6 +211,8 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         shared = f' ({share} frames for each of its {n_sessions} distributed sessions)' if split else ''
         raise ResumeError(f"env.max_frame {spec['env']['max_frame']}{shared} is below frame {reached} that a session "
                           f'of {run_dir.root} already reached; use env.max_frame >= {total}')
+    # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
+    resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']))
     if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
         written = complete_finished_run(old_spec, run_dir)
         done = f'; completed its missing final files: {", ".join(written)}' if written else ''
@@ -217,7 +233,6 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         removed = cleanup_stale_tmp(run_dir.root)
         if removed:
             logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
-        resume_lib.restore_layout(run_dir)  # log/, info/, ... deleted by hand: the lab's own, made again
         record.update({
             'when': time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
             'frames': {str(s): f for s, f in frames.items()},

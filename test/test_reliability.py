@@ -227,6 +227,58 @@ def test_a_lock_that_is_a_directory_is_one_line(damaged, tmp_path):
     assert tree_digest(run) == before
 
 
+@pytest.mark.parametrize('where', ['stopped_t0_s0_spec.json', 'info/stopped_t0_s0_session_df_train.csv',
+                                   'log/stopped_t0_s0.log', 'model/stopped_t0_s0_model_best.pt'])
+def test_a_directory_where_a_resume_writes_a_file_is_refused_before_anything_changes(damaged, tmp_path, where):
+    run, spec_file = damaged
+    path = run / where
+    path.unlink()
+    path.mkdir()
+    before = tree_digest(run)
+    done = resume_cli(tmp_path, spec_file, '-s', 'env.max_frame=500000')
+    assert done.returncode == 2, done.stderr
+    assert f'{path.relative_to(tmp_path)} is not a file' in done.stderr.strip().splitlines()[-1], done.stderr
+    assert 'Traceback' not in done.stderr
+    assert tree_digest(run) == before
+
+
+def test_a_path_too_long_for_the_filesystem_is_one_line(tmp_path):
+    done = cli([f'enjoy@{"a" * 5000}.json'], cwd=tmp_path)
+    assert done.returncode == 2 and one_line(done).startswith('error: enjoy@aaa') and 'too long' in done.stderr
+    spec_file = write_spec(tmp_path, 'long', PPO)
+    with pytest.raises(ResumeError, match='no such run directory'):
+        lab.run(spec_file, 'long', 'train@' + 'a' * 5000, data_dir=str(tmp_path / 'data'))
+
+
+@pytest.mark.parametrize('scheduler', [{'name': 'StepLR', 'step_size': -1, 'gamma': 0.5},
+                                       {'name': 'ExponentialLR', 'gamma': 2.0}])
+def test_an_lr_schedule_that_leaves_float32_is_refused_before_the_run_exists(tmp_path, scheduler):
+    spec = json.loads(json.dumps(PPO))
+    spec['agent']['net']['lr_scheduler_spec'] = scheduler
+    message = refused_before_writing(tmp_path, spec, [])
+    assert message.startswith('agent.net.lr_scheduler_spec: ') and 'takes the learning rate to' in message, message
+
+
+def test_sigterm_during_an_evaluation_stops_at_once_and_the_run_continues(tmp_path):
+    spec = json.loads(json.dumps(PPO))
+    spec['meta'].update(rigorous_eval=10_000, eval_frequency=1000, log_frequency=500)
+    spec_file = write_spec(tmp_path, 'evalstop', spec)
+    env = {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONUNBUFFERED': '1'}
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'evalstop', 'train'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    for line in proc.stderr:  # the first evaluation (10,000 episodes) starts after this row
+        if 'frame 1000/' in line:
+            break
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines()[-1].startswith('stopped: stopped by SIGTERM during an evaluation at frame 1000'), err
+    done = cli([spec_file, 'evalstop', 'train@latest', '-s', 'meta.rigorous_eval=1', '--force'], cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_deleted_log_directory_is_made_again_and_the_resume_recorded_once(damaged, tmp_path):
     run, spec_file = damaged
     shutil.rmtree(run / 'log')

@@ -34,6 +34,13 @@ SESSION_SPEC_RE = re.compile(r'^(?P<name>.+)_t(?P<trial>\d+)_s(?P<session>\d+)_s
 def parse_session_spec_path(path: str) -> tuple[Path, str, int, int]:
     """(run root, spec_name, trial, session) from a session spec path."""
     p = Path(path)
+    try:
+        p.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as e:  # a name too long for the filesystem, a loop of links, ...
+        raise SpecError(f'enjoy@{path[:80]}{"..." if len(path) > 80 else ""}: {e.strerror}; give a session spec '
+                        'of a run, e.g. enjoy@data/<run dir>/<spec_name>_t0_s0_spec.json') from None
     if p.is_dir():
         found = sorted(p.glob('*_t*_s*_spec.json'))
         example = found[0] if found else p / '<spec_name>_t0_s0_spec.json'

@@ -13,6 +13,7 @@ import torch
 from slm_lab.agent import Agent
 from slm_lab.agent.body import Body
 from slm_lab.env import Clock, agent_action_space, make_env, make_single_env, normalize_obs_fn, obs_norm_state
+from slm_lab.env.wrappers import finished_returns
 from slm_lab.experiment import viz
 from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfinite_metrics
 from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, write_session_results
@@ -50,18 +51,6 @@ def set_global_seeds(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def finished_returns(info: dict, whole_games: bool = False) -> np.ndarray:
-    """The returns of the episodes that ended in a vector step, from its info: the vector
-    RecordEpisodeStatistics' ('episode'), or with env.life_loss_info, where an episode is a life,
-    those of the games that ended (LifeLossTermination's 'game_return', in the final step's info)."""
-    if not whole_games:
-        return info['episode']['r'][info['_episode']]
-    final = info.get('final_info') or {}
-    if '_game_return' not in final:
-        return np.zeros(0)
-    return np.asarray(final['game_return'])[final['_game_return']]
 
 
 class Session:
@@ -249,6 +238,8 @@ class Session:
         next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
         next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
         dev_params = agent.parameters_snapshot() if self.mode == 'dev' else None
+        # a value past float32 (a huge env.reward_scale) is caught as a divergence, not warned about
+        numpy_errors = np.seterr(over='ignore')
         try:
             while clock.frame < clock.max_frame:
                 try:
@@ -292,6 +283,7 @@ class Session:
                                    'continue with train@latest')
                     raise Preempted(self.stop.signum, clock.frame)
         finally:
+            np.seterr(**numpy_errors)
             self.close()
         return self.finish()
 
@@ -352,6 +344,7 @@ class Session:
         normalize = normalize_obs_fn(self.env)
         returns = []
         for _ in range(self.rigorous_eval):
+            self._stop_during_eval()
             if not self._eval_seeded:
                 obs, _ = self.eval_env.reset(seed=self.seed + 10**6)
                 self._eval_seeded = True
@@ -365,8 +358,21 @@ class Session:
                 obs, reward, terminated, truncated, _ = self.eval_env.step(action)
                 total += float(reward)
                 done = terminated or truncated
+                self._stop_during_eval()
             returns.append(total)
         return returns
+
+    def _stop_during_eval(self) -> None:
+        """A stop signal during an evaluation (rigorous_eval episodes can take minutes) ends the
+        session at once, without a snapshot at this frame: one now would record an evaluation
+        cut short. The newest snapshot is intact, and train@latest continues from it exactly,
+        as after a kill."""
+        if self.stop.requested:
+            frame = self.last_snapshot_frame
+            logger.warning(f'{self.prename}: stopped during the evaluation at frame {self.clock.frame}; continue '
+                           f'with train@latest from the snapshot at frame {frame}')
+            raise Preempted(self.stop.signum, frame, f'during an evaluation at frame {self.clock.frame}; the snapshot '
+                                                     f'at frame {frame} is kept')
 
     def write_csv(self, df_mode: str) -> None:
         self.before_write()

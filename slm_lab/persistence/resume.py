@@ -60,7 +60,11 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
         root = runs[-1]
     else:
         root = Path(target.rstrip('/') or '/')
-        if not root.is_dir():
+        try:
+            exists = root.is_dir()
+        except OSError:  # a name too long for the filesystem, a loop of links: no run directory either
+            exists = False
+        if not exists:
             runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
             raise ResumeError(f'{mode}@{target}: no such run directory; runs of {spec_name}: {runs}')
     run_dir = RunDir(root, spec_name)
@@ -178,15 +182,34 @@ def load_sessions(run_dir: RunDir, max_session: int, seconds: dict[int, float] |
     return loaded
 
 
-def restore_layout(run_dir: RunDir) -> None:
-    """Make again the run's subdirectories the lab writes into (log/, info/, model/, graph/) where
-    they were deleted: they are the lab's own, and a resume writes them anew. ResumeError when a
-    file stands where a subdirectory belongs."""
+def files_written_on_resume(run_dir: RunDir, max_session: int, trial: int = 0) -> list[Path]:
+    """Every file a resume of the run (re)writes: the specs, each session's records, metrics,
+    model files, log and resume log, the trial's metrics and the run's resume log."""
+    paths = [run_dir.spec_path(), run_dir.spec_path(trial), run_dir.trial_metrics_path(trial),
+             run_dir.resume_log_path()]
+    for s in range(max_session):
+        paths += [run_dir.spec_path(trial, s), run_dir.session_df_path(trial, s, 'train'),
+                  run_dir.session_df_path(trial, s, 'eval'), run_dir.session_metrics_path(trial, s),
+                  run_dir.model_path(trial, s, 'best'), run_dir.model_path(trial, s, 'latest'),
+                  run_dir.log_path(trial, s), run_dir.session_resume_log_path(trial, s)]
+    return paths
+
+
+def restore_layout(run_dir: RunDir, max_session: int) -> None:
+    """Before a resume writes anything: make again the run's subdirectories the lab writes into
+    (log/, info/, model/, graph/) where they were deleted (they are the lab's own, and a resume
+    writes them anew), after checking that nothing stands where the resume will write: a file
+    where a subdirectory belongs, or a directory where a file belongs, is a ResumeError naming
+    it, and the run is left as it was."""
     for sub in SUBDIRS:
         path = run_dir.root / sub
         if path.exists() and not path.is_dir():
             raise ResumeError(f'{path} is not a directory, where the run keeps its {sub} files; move it away and '
                               'resume again')
+    for path in files_written_on_resume(run_dir, max_session):
+        if path.exists() and not path.is_file():
+            raise ResumeError(f'{path} is not a file (a directory?), where the run writes its '
+                              f'{path.name.rsplit("_", 1)[-1]}; move it away and resume again')
     run_dir.create()
 
 

@@ -172,7 +172,7 @@ def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
     for the agent, the game goes on, and the records get one return per whole game (the sum of
     its lives' rewards, unclipped)."""
     from slm_lab.env import make_env
-    from slm_lab.experiment.session import finished_returns
+    from slm_lab.env.wrappers import finished_returns
     spec = validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'life_loss_info': True}))
     env = make_env(spec['env'])
     try:

@@ -28,6 +28,8 @@ def test_slm_ma_is_the_mean_of_the_last_100_rows_without_empty_cells():
     assert (r.final_ma, r.frames_to_threshold) == (149.0, 10100)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_score_prints_each_session_and_the_trials_mean(lab_run, make_spec):
     _, run = lab_run(make_spec('PPO', max_frame=400, log_frequency=50, max_session=2), 'scored')
     out = subprocess.run([sys.executable, str(REPO_ROOT / 'bench' / 'benchmark.py'), '--score', str(run)],
@@ -42,6 +44,7 @@ def test_score_prints_each_session_and_the_trials_mean(lab_run, make_spec):
     assert f'mean slm_ma of 2 sessions {sum(expected) / 2:,.2f}' in out.stdout
 
 
+@pytest.mark.subprocess
 def test_score_of_a_folder_without_runs_is_one_line_and_exit_2(tmp_path):
     out = subprocess.run([sys.executable, str(REPO_ROOT / 'bench' / 'benchmark.py'), '--score', str(tmp_path)],
                          capture_output=True, text=True, timeout=60)

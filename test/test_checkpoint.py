@@ -218,6 +218,7 @@ def assert_no_leftovers(directory: Path) -> None:
     assert left == [], left
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('where', ['array file', 'state.pt'])
 def test_disk_full_snapshot_is_removed_and_one_line(small_disk, where):
     """Before: OSError then torch's RuntimeError, and the partial snapshot kept the space."""
@@ -238,6 +239,7 @@ def test_disk_full_snapshot_is_removed_and_one_line(small_disk, where):
     assert os.statvfs(small_disk).f_bfree == free_before  # the space is given back
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('writer', ['bytes', 'torch.save to a path'])
 def test_disk_full_atomic_write_removes_its_temp_file(small_disk, writer):
     target = small_disk / 'model' / 'best.pt'
@@ -286,6 +288,7 @@ def test_atomic_temp_file_names_its_writer(tmp_path):
     assert seen == [os.getpid()] and (tmp_path / 'x.txt').read_text() == 'x'
 
 
+@pytest.mark.subprocess
 def test_leftovers_of_killed_writers_are_removed_and_live_ones_kept(tmp_path):
     run = tmp_path / 'run'
     killed = start_writer(run / 'info' / 'session_df.csv')

@@ -33,6 +33,8 @@ def run_lab(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Comp
                           timeout=timeout, env=lab_env())
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_train_from_the_command_line(tmp_path):
     out = run_lab([DEMO, 'ppo_cartpole', 'train', *SHORT], tmp_path)
     assert out.returncode == 0, out.stderr
@@ -55,6 +57,7 @@ def test_train_from_the_command_line(tmp_path):
     assert run_dir.name in out.stderr, 'the log names the run directory'
 
 
+@pytest.mark.subprocess
 def test_help_lists_modes_and_overrides(tmp_path):
     out = run_lab(['--help'], tmp_path, timeout=30)
     assert out.returncode == 0
@@ -63,6 +66,7 @@ def test_help_lists_modes_and_overrides(tmp_path):
     assert not (tmp_path / 'data').exists()
 
 
+@pytest.mark.subprocess
 def test_too_few_arguments_is_a_usage_error(tmp_path):
     out = run_lab([DEMO, 'ppo_cartpole'], tmp_path, timeout=30)
     assert out.returncode == 2
@@ -120,6 +124,8 @@ def user_error_runs(tmp_path_factory):
         yield {case: future.result() for case, future in futures.items()}
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize('case', list(USER_ERRORS))
 def test_user_error_is_one_line_and_creates_nothing(user_error_runs, case):
     out, cwd = user_error_runs[case]
@@ -132,6 +138,8 @@ def test_user_error_is_one_line_and_creates_nothing(user_error_runs, case):
     assert not (cwd / 'data').exists(), 'a user error must not create a run directory'
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_stops_promptly_and_keeps_the_records(tmp_path):
     args = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
             '-s', 'meta.log_frequency=256']

@@ -239,6 +239,8 @@ def test_a_component_name_given_as_an_object_lists_the_valid_names(make_spec):
 
 # --- the command line -----------------------------------------------------------------------------
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_the_command_line_answers_each_guard_in_one_line(tmp_path):
     spec_file = tmp_path / 'escape.json'
     specs = json.loads(Path(DEMO).read_text())
@@ -302,6 +304,7 @@ class SessionWatcher:
         self._thread.join()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='reads child processes from /proc')
 def test_sessions_run_at_most_pool_width_at_once(make_spec, lab_run, monkeypatch):
     monkeypatch.setattr(resources, 'session_pool_width', lambda: 2)
@@ -318,6 +321,7 @@ def test_sessions_run_at_most_pool_width_at_once(make_spec, lab_run, monkeypatch
     assert metrics['scalar']['final_return_ma'] is not None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path('/proc/self/task').is_dir(), reason='reads child processes from /proc')
 def test_a_stop_counts_sessions_not_started_as_stopped_and_they_run_on_resume(make_spec, lab_run, tmp_path,
                                                                               monkeypatch):

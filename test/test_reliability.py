@@ -153,6 +153,8 @@ def test_a_number_too_long_to_read_in_a_spec_file_is_one_line(tmp_path, ext, tex
         lab.run(str(path), 'x', 'train', data_dir=str(tmp_path / 'data'))
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_an_atari_refusal_is_one_line_without_ales_banner(tmp_path):
     pytest.importorskip('ale_py')
     done = cli([ATARI_SPEC, 'ppo_pong', 'train', '-s', 'env.make_kwargs.mode=99'], cwd=tmp_path)
@@ -202,6 +204,8 @@ def resume_cli(tmp_path: Path, spec_file: str, *extra: str) -> subprocess.Comple
                env={**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser'})
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_train_record_that_is_not_text_is_named_in_one_line(damaged, tmp_path):
     run, spec_file = damaged
     shutil.rmtree(run / 'ckpt')
@@ -215,6 +219,8 @@ def test_a_train_record_that_is_not_text_is_named_in_one_line(damaged, tmp_path)
     assert tree_digest(run) == before
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_lock_that_is_a_directory_is_one_line(damaged, tmp_path):
     run, spec_file = damaged
     (run / '.lock').unlink()
@@ -227,6 +233,7 @@ def test_a_lock_that_is_a_directory_is_one_line(damaged, tmp_path):
     assert tree_digest(run) == before
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('where', ['stopped_t0_s0_spec.json', 'info/stopped_t0_s0_session_df_train.csv',
                                    'log/stopped_t0_s0.log', 'model/stopped_t0_s0_model_best.pt'])
 def test_a_directory_where_a_resume_writes_a_file_is_refused_before_anything_changes(damaged, tmp_path, where):
@@ -242,6 +249,7 @@ def test_a_directory_where_a_resume_writes_a_file_is_refused_before_anything_cha
     assert tree_digest(run) == before
 
 
+@pytest.mark.subprocess
 def test_a_path_too_long_for_the_filesystem_is_one_line(tmp_path):
     done = cli([f'enjoy@{"a" * 5000}.json'], cwd=tmp_path)
     assert done.returncode == 2 and one_line(done).startswith('error: enjoy@aaa') and 'too long' in done.stderr
@@ -259,6 +267,7 @@ def test_an_lr_schedule_that_leaves_float32_is_refused_before_the_run_exists(tmp
     assert message.startswith('agent.net.lr_scheduler_spec: ') and 'takes the learning rate to' in message, message
 
 
+@pytest.mark.subprocess
 def test_sigterm_during_an_evaluation_stops_at_once_and_the_run_continues(tmp_path):
     spec = json.loads(json.dumps(PPO))
     spec['meta'].update(rigorous_eval=10_000, eval_frequency=1000, log_frequency=500)
@@ -279,6 +288,8 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_run_continues(tmp_pa
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_deleted_log_directory_is_made_again_and_the_resume_recorded_once(damaged, tmp_path):
     run, spec_file = damaged
     shutil.rmtree(run / 'log')
@@ -326,6 +337,8 @@ def test_a_model_file_records_a_checksum_of_its_contents(tmp_path):
     assert model_file.load_model_file(path)[1] is False
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_resume_writes_a_damaged_best_model_again_from_the_snapshot(damaged, tmp_path):
     run, spec_file = damaged
     best = run / 'model' / 'stopped_t0_s0_model_best.pt'
@@ -339,6 +352,7 @@ def test_resume_writes_a_damaged_best_model_again_from_the_snapshot(damaged, tmp
 
 # --- signals outside training --------------------------------------------------------------------
 
+@pytest.mark.subprocess
 def test_sigterm_while_the_spec_is_checked_is_one_line_and_writes_nothing(tmp_path):
     spec_file = write_spec(tmp_path, 'early', PPO)
     proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'early', 'train'], cwd=tmp_path,
@@ -352,6 +366,8 @@ def test_sigterm_while_the_spec_is_checked_is_one_line_and_writes_nothing(tmp_pa
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_during_enjoy_is_one_line(tmp_path):
     spec_file = write_spec_file(tmp_path / 'replay.json', {'replay': build_spec('PPO', max_frame=256)})
     env = {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONUNBUFFERED': '1'}

@@ -168,12 +168,15 @@ PENDULUM = {  # continuous actions, observation and reward normalisation, rigoro
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN), ('pendulum_exact', PENDULUM)])
 def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
     """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F."""
     check_resume_after_max_frame(tmp_path, name, spec)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize('name,spec', [('ppo_term', PPO), ('dqn_term', DQN)])
 def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
     """SIGTERM mid-run: exits promptly (within 30 s, loose for a loaded machine; the uninterrupted
@@ -182,6 +185,7 @@ def test_resume_after_sigterm_is_exact(tmp_path, name, spec):
     check_resume_after_sigterm(tmp_path, name, spec)
 
 
+@pytest.mark.slow
 def test_extend_finished_run_then_finished_again(tmp_path, capsys):
     spec = json.loads(json.dumps(PPO))
     spec['env']['max_frame'] = 4000
@@ -204,6 +208,8 @@ def test_extend_finished_run_then_finished_again(tmp_path, capsys):
     assert tree_digest(run) == before
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path):
     spec_file = write_spec(tmp_path, 'refuse', PPO)
     done = cli([spec_file, 'refuse', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path)
@@ -256,6 +262,8 @@ def wait_for(condition, proc: subprocess.Popen, log: Path, timeout: float = 90) 
         time.sleep(0.01)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigkill_at_three_moments_then_resume(tmp_path):
     """SIGKILL mid-training, during a resume's start-up, and just after a snapshot is renamed into
     place (while pruning and record writes follow), each followed by train@latest: every resume
@@ -338,6 +346,8 @@ def test_damaged_newest_snapshot_falls_back(tmp_path):
         session_snapshots.load_latest_snapshot(run / 'ckpt' / 'damaged_t0_s0')
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_enjoy_replays_without_touching_the_run(tmp_path):
     spec = json.loads(json.dumps(PPO))
     spec['env']['max_frame'] = 12000
@@ -397,6 +407,7 @@ def test_env_that_cannot_be_snapshotted_resumes_approximately(tmp_path):
     assert frames.tolist() == [500, 1000, 1500, 2000]
 
 
+@pytest.mark.slow
 def test_bare_resume_keeps_the_runs_overrides_and_a_misfit_snapshot_changes_nothing(tmp_path, capsys):
     spec_file = write_spec(tmp_path, 'keep', PPO)  # the file says max_frame 2000
     data = str(tmp_path / 'data')
@@ -414,6 +425,7 @@ def test_bare_resume_keeps_the_runs_overrides_and_a_misfit_snapshot_changes_noth
     assert tree_digest(run) == before
 
 
+@pytest.mark.slow
 def test_latest_skips_dev_runs(tmp_path):
     spec_file = write_spec(tmp_path, 'devskip', PPO)
     data = str(tmp_path / 'data')
@@ -427,6 +439,8 @@ def test_latest_skips_dev_runs(tmp_path):
     assert tree_digest(dev_run) == dev_before
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_run_being_trained_cannot_be_resumed_twice(tmp_path):
     from slm_lab.persistence.run_dir import RunDir
     from slm_lab.persistence.run_dir import lock_run
@@ -444,6 +458,8 @@ def test_a_run_being_trained_cannot_be_resumed_twice(tmp_path):
     assert tree_digest(run) == before
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_session_killed_by_sigkill_is_one_line_and_the_run_continues(tmp_path):
     """One session of a two-session trial killed with SIGKILL (as the out-of-memory killer does):
     the lab stops the other one with its snapshot, prints one line naming the session and the

@@ -43,6 +43,8 @@ def one_line_error(done: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_records_without_an_intact_snapshot_are_refused_and_left_alone(tmp_path):
     spec_file = write_spec(tmp_path, 'nosnap', PPO)
     assert cli([spec_file, 'nosnap', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path).returncode == 0
@@ -113,6 +115,8 @@ def test_dqn_without_snapshot_replay_resumes_approximately_and_says_so(tmp_path)
     assert 'snapshot_replay' in run_record['approximate']['0'][0]
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_state_that_fails_to_load_changes_nothing(tmp_path):
     spec_file = write_spec(tmp_path, 'misfit', DQN)
     assert cli([spec_file, 'misfit', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path).returncode == 0
@@ -170,6 +174,8 @@ def test_best_weights_from_a_discarded_future_are_kept_aside(tmp_path, no_png):
     assert restored['frame'] <= 2000 and restored['total_reward_ma'] < 1e6
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_loss_that_becomes_non_finite_stops_the_session_in_one_line(tmp_path):
     spec = json.loads(json.dumps(DQN))
     spec['agent']['net']['optim_spec'] = {'name': 'SGD', 'lr': 1e30}
@@ -207,6 +213,8 @@ runpy.run_path({run_lab!r}, run_name='__main__')
 '''
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize('fn,missing', [
     ('calc_session_metrics', ['info/stopsess_t0_s0_session_metrics.json', 'info/stopsess_t0_trial_metrics.json',
                               'graph/stopsess_t0_trial_graph.html']),
@@ -252,6 +260,8 @@ def badspec_run(tmp_path_factory) -> Path:
     return run
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize('content', ['[]', '{}', '{"agent": {}, "env": {}, "meta": 5}', 'not json'])
 def test_a_damaged_run_spec_is_one_line(tmp_path, badspec_run, content):
     spec_file = write_spec(tmp_path, 'badspec', PPO)
@@ -277,6 +287,8 @@ def test_a_damaged_resume_log_is_one_line(tmp_path, log):
     assert tree_digest(run) == before
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_diverged_session_of_several_is_one_line(tmp_path):
     spec = json.loads(json.dumps(DQN))
     spec['agent']['net']['optim_spec'] = {'name': 'SGD', 'lr': 1e30}
@@ -287,6 +299,8 @@ def test_a_diverged_session_of_several_is_one_line(tmp_path):
     assert 'training diverged at frame' in one_line_error(done)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ctrl_c_is_named_sigint_in_every_session_log(tmp_path):
     spec = copy_spec(PPO, max_frame=10**7)
     spec['meta']['max_session'] = 2
@@ -312,6 +326,7 @@ def test_ctrl_c_is_named_sigint_in_every_session_log(tmp_path):
         assert 'SIGINT received' in text and 'SIGTERM' not in text, text[-500:]
 
 
+@pytest.mark.subprocess
 def test_a_new_run_directory_appears_with_its_specs_and_old_leftovers_go(tmp_path):
     dead = subprocess.Popen([sys.executable, '-c', 'pass'])
     dead.wait()
@@ -346,6 +361,8 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
     assert train_csv(run, 'first')['frame'].iloc[-1] == 500
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path):
     with tmpfs(tmp_path / 'data', '6m') as data:
         spec = json.loads(json.dumps(DQN))
@@ -364,6 +381,8 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
         assert train_csv(run, 'full')['frame'].iloc[-1] == 20000
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):
     """Rows are written before the first snapshot of checkpoint_frequency: the snapshot taken
     before the first step still lets the run continue (from frame 0) after a SIGKILL."""

@@ -233,6 +233,7 @@ def test_normalize_advantages_standardize_is_normalize_advantage_and_percentile_
         validate_spec(spec)
 
 
+@pytest.mark.slow
 def test_resume_with_these_keys_is_exact(tmp_path):
     """Layer norm weights, clipped observations and rewards and the symlog value loss continue
     exactly across a resume (the same check as test_resume's, on a spec using every one)."""

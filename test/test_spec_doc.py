@@ -152,6 +152,8 @@ def test_write_replaces_the_file(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.endswith(spec_doc.generate())
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_module_prints_the_same_text_in_a_fresh_process():
     """`python -m tools.spec_doc` prints docs/spec.md exactly, whatever the hash seed."""
     env = {**os.environ, 'PYTHONHASHSEED': '12345'}

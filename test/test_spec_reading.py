@@ -273,6 +273,7 @@ def test_a_saved_spec_is_read_as_one_spec_under_its_recorded_name(tmp_path):
 
 # --- end to end: SLM-Lab style files train on CartPole, shortened only with -s --------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize('spec_path, name, fill', [
     (V4_FILE, 'dqn_cartpole_v4', []),
     (V4_FILE, 'ppo_cartpole_v4', []),
@@ -291,6 +292,8 @@ def test_slm_lab_style_spec_files_train_unchanged(tmp_path, no_png, spec_path, n
     assert isinstance(saved['agent'], dict) and 'body' not in saved and saved['env']['max_frame'] == 256
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_yaml_spec_trains_from_the_command_line(tmp_path):
     args = [sys.executable, str(REPO_ROOT / 'run_lab.py'), YAML_FILE, 'ppo_yaml', 'train',
             '-s', 'env=CartPole-v1', '-s', 'max_frame=2.56e2'] + [a for o in SHORT[1:] for a in ('-s', o)]
@@ -307,6 +310,7 @@ def test_a_yaml_spec_trains_from_the_command_line(tmp_path):
 
 # --- seeds: each session's spec records the seed it used ----------------------------------------
 
+@pytest.mark.slow
 def test_a_session_spec_records_its_seed_and_reruns_that_session(tmp_path, no_png):
     from slm_lab import lab
     path = write(tmp_path, 'two.json', json.dumps({'two': V5_FLAT}))

@@ -110,6 +110,7 @@ def case_spec(make_spec, name: str, max_frame: int = MAX_FRAME) -> dict:
     return spec
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize('name', list(CASES))
 def test_train_writes_the_full_run_directory(lab_run, make_spec, name):
     metrics, run_dir = lab_run(case_spec(make_spec, name), name)

@@ -98,6 +98,7 @@ def atari_spec(algorithm: str, net: dict, env: dict, **meta) -> dict:
             'meta': {'log_frequency': 128, 'random_seed': 3, **meta}}
 
 
+@pytest.mark.slow
 def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
     """ALE/Pong-v5 as SLM-Lab v5 runs it (4 stacked 84x84 greyscale uint8 frames, sticky actions,
     rewards clipped for training): stopped at F by max_frame and resumed to 2F, mid-episode, gives
@@ -107,6 +108,7 @@ def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
     check_resume_after_max_frame(tmp_path, 'ppo_pong', spec)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name, extra, exact', [
     ('ALE/Breakout-v5', {'repeat_action_probability': 0.5}, True),  # the lab's StickyAction: in the snapshot
     ('PongNoFrameskip-v4', {'frame_op': 'concat', 'frame_op_len': 4}, True),
@@ -137,6 +139,7 @@ def test_an_atari_game_continues_from_its_snapshot_exactly_unless_ale_makes_its_
         b.close()
 
 
+@pytest.mark.slow
 def test_dueling_double_dqn_on_a_v4_atari_id_stores_uint8_frames(lab_run):
     """SLM-Lab v4's Atari layout: PongNoFrameskip-v4 with frame_op concat of 4 frames (frame skip
     by the preprocessing) and rewards by their sign; the replay holds the frames as uint8."""
@@ -167,6 +170,7 @@ def test_image_downsize_sets_the_frame_size_and_a_bad_one_is_one_line():
         validate_spec(spec)
 
 
+@pytest.mark.slow
 def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
     """SLM-Lab v5's life_loss_info on Breakout (5 lives): every lost life is a terminated episode
     for the agent, the game goes on, and the records get one return per whole game (the sum of
@@ -198,6 +202,7 @@ def test_life_loss_info_ends_an_episode_per_life_and_records_whole_games():
         validate_spec(ram)
 
 
+@pytest.mark.slow
 def test_v4_discrete_sac_joins_the_action_to_the_conv_features_of_its_critics(lab_run):
     """SLM-Lab v4's SAC on Pong (GumbelSoftmax, critics of (s, one_hot(a))): a ConvNet critic
     takes the image and joins the action to its convolutions' features, as v4's QConvNet."""
@@ -220,6 +225,7 @@ def test_ale_rewards_are_clipped_by_default_and_the_older_ids_keep_their_own():
     assert validate_spec(old)['env']['clip_reward'] is None
 
 
+@pytest.mark.slow
 def test_fire_starts_the_game_max_t_counts_agent_steps_and_a_lost_life_continues_the_game():
     """Breakout needs FIRE to launch the ball: with FIRE pressed at reset, a policy that never
     presses it still loses lives; max_t counts the agent's steps (4 frames each); with

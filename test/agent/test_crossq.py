@@ -86,6 +86,7 @@ def test_crossq_has_no_target_nets_and_renormalises_each_hidden_layer_of_an_mlp_
     assert not any(isinstance(m, BatchRenorm1d) for m in alg.net.modules())
 
 
+@pytest.mark.slow
 def test_renormalised_critics_train_under_an_optimizer_that_copies_its_parameters(lab_run):
     # Lookahead keeps slow copies of the parameters it is given when made: the renorm layers must
     # exist by then, or its copies pair with the wrong tensors (a shape error at its first sync)
@@ -162,11 +163,13 @@ def resume_spec(env: str, **algo) -> dict:
     return spec
 
 
+@pytest.mark.slow
 def test_crossq_resumes_exactly_after_max_frame(tmp_path):
     # 126 trainings before the stop, mid-warmup (200): the renorm statistics and step counts must resume
     check_resume_after_max_frame(tmp_path, 'crossq_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
 
 
+@pytest.mark.slow
 def test_discrete_crossq_resumes_exactly_after_max_frame(tmp_path):
     check_resume_after_max_frame(tmp_path, 'crossq_cartpole', resume_spec('CartPole-v1'))
 

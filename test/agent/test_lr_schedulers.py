@@ -43,6 +43,7 @@ def _train_df(data: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(run / 'info' / f'{name}_t0_s0_session_df_train.csv').set_index('frame')
 
 
+@pytest.mark.slow
 def test_steplr_step_size_counts_frames_and_a_resume_continues_it(tmp_path, no_png):
     spec_file = _write(tmp_path, 'steplr', STEP_DQN)
     data = tmp_path / 'data'

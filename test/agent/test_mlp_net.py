@@ -104,6 +104,7 @@ def test_kaiming_takes_relus_nonlinearity():
     assert layer.weight.std().item() == pytest.approx(math.sqrt(2 / 2000), rel=0.02)
 
 
+@pytest.mark.slow
 def test_a_batch_norm_dqn_trains_through_the_lab_and_resumes_exactly(tmp_path):
     from test_resume import check_resume_after_max_frame
     spec = build_spec('DQN', max_frame=300, snapshot_replay=True)

@@ -141,6 +141,7 @@ def test_bad_optimizer_keys_are_named(optim_spec, message):
     assert message in str(e.value)
 
 
+@pytest.mark.slow
 def test_slm_lab_optimizers_validate_and_train_through_the_lab(tmp_path):
     """A PPO spec as SLM-Lab v4 writes them (Lookahead over RAdam, GlobalAdam) resumes exactly."""
     from test_resume import check_resume_after_max_frame

@@ -125,12 +125,14 @@ def test_ppo_on_episodes_needs_a_whole_number_of_episodes():
 
 # --- exact resume -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ppo_with_normalized_targets_and_percentile_advantages_resumes_exactly(tmp_path):
     spec = ppo_spec(num_envs=2, max_frame=1024, normalize_v_targets=True, normalize_advantages='percentile')
     spec['meta']['log_frequency'] = 256
     check_resume_after_max_frame(tmp_path, 'ppo_norm', spec)
 
 
+@pytest.mark.slow
 def test_ppo_on_episodes_resumes_exactly(tmp_path):
     spec = ppo_spec('OnPolicyReplay', num_envs=2, max_frame=1024, training_frequency=2, normalize_v_targets=True)
     spec['meta']['log_frequency'] = 256

@@ -231,9 +231,12 @@ PER_EXACT = {
 }
 
 
+@pytest.mark.slow
 def test_ddqn_per_resume_after_max_frame_is_exact(tmp_path):
     check_resume_after_max_frame(tmp_path, 'ddqn_per_exact', PER_EXACT)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_ddqn_per_resume_after_sigterm_is_exact(tmp_path):
     check_resume_after_sigterm(tmp_path, 'ddqn_per_term', PER_EXACT)

@@ -103,6 +103,7 @@ def test_hidden_states_are_carried_and_reset_at_episode_ends():
     assert not np.array_equal(agent.seq.hidden[:, 1], first[:, 1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('algorithm, shared, memory', [
     ('PPO', False, 'OnPolicyBatchReplay'),
     ('DoubleDQN', None, 'Replay'),

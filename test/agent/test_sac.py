@@ -272,6 +272,7 @@ def resume_spec(env: str, **algo) -> dict:
     return spec
 
 
+@pytest.mark.slow
 def test_sac_on_a_mujoco_env_resumes_exactly_mid_episode(tmp_path):
     """Hopper-v5 (MuJoCo's integration state and derived quantities in the snapshot), SAC's
     replay in the snapshot: stopped at F and resumed to 2F == a straight run of 2F."""
@@ -279,18 +280,21 @@ def test_sac_on_a_mujoco_env_resumes_exactly_mid_episode(tmp_path):
     check_resume_after_max_frame(tmp_path, 'sac_hopper', resume_spec('Hopper-v5'))
 
 
+@pytest.mark.slow
 def test_continuous_sac_resumes_exactly_after_max_frame(tmp_path):
     # 126 trainings before the stop, not a multiple of policy_delay: a resume that lost the
     # count of critic steps would step the policy at other times
     check_resume_after_max_frame(tmp_path, 'sac_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('pdtype', ['Categorical', 'GumbelSoftmax'])
 def test_discrete_sac_resumes_exactly_after_max_frame(tmp_path, pdtype):
     check_resume_after_max_frame(tmp_path, 'sac_cartpole', resume_spec('CartPole-v1', training_iter=2,
                                                                        action_pdtype=pdtype))
 
 
+@pytest.mark.slow
 def test_sac_on_prioritized_replay_resumes_exactly_after_max_frame(tmp_path):
     spec = resume_spec('Pendulum-v1')
     spec['agent']['memory'].update(name='PrioritizedReplay', alpha=0.6, epsilon=1e-4, beta=0.4)
@@ -308,6 +312,8 @@ def test_sac_gives_prioritized_replay_its_td_errors():
     assert (after != before).sum() > 0 and len(np.unique(after[:80])) > 2
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_continuous_sac_resumes_exactly_after_sigterm(tmp_path):
     check_resume_after_sigterm(tmp_path, 'sac_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
 

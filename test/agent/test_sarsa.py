@@ -207,11 +207,14 @@ def test_sarsa_trains_through_the_lab_on_a_cross_entropy_memory(lab_run):
 
 # --- exact resume ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sarsa_resume_after_max_frame_is_exact(tmp_path):
     spec = sarsa_spec(training_frequency=8, num_envs=2, max_frame=1000)
     check_resume_after_max_frame(tmp_path, 'sarsa_exact', spec)
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sarsa_resume_after_sigterm_is_exact(tmp_path):
     spec = sarsa_spec(training_frequency=8, num_envs=2, action_policy='boltzmann', epsilon=1.0)
     check_resume_after_sigterm(tmp_path, 'sarsa_term', spec)

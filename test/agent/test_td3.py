@@ -170,5 +170,6 @@ def test_td3_resumes_exactly_after_max_frame(tmp_path):
     check_resume_after_max_frame(tmp_path, 'td3_pendulum', resume_spec(policy_delay=4))
 
 
+@pytest.mark.subprocess
 def test_td3_resumes_exactly_after_sigterm(tmp_path):
     check_resume_after_sigterm(tmp_path, 'td3_pendulum', resume_spec(policy_delay=4))

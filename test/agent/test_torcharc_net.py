@@ -146,6 +146,7 @@ def test_torcharcnet_is_registered():
 
 
 # --- through the lab ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ppo_with_an_arc_trains_and_resumes_exactly(tmp_path):
     spec = build_spec('PPO', max_frame=256)
     spec['agent']['net'] = arc_net(TANH_64, shared=True, init_fn='orthogonal_')
@@ -164,6 +165,7 @@ def test_sac_with_arcs_trains_through_the_lab(lab_run):
     assert metrics is not None
 
 
+@pytest.mark.slow
 def test_crossq_with_a_batch_renorm_arc_critic_resumes_exactly(tmp_path):
     spec = {'agent': {'name': 'CrossQ',
                       'algorithm': {'name': 'CrossQ', 'training_iter': 1, 'training_start_step': 64},

@@ -114,6 +114,8 @@ def test_every_env_id_of_slm_labs_specs_runs_or_is_one_line_naming_a_package(mak
     assert outcomes['PongNoFrameskip-v4'] in ('PongNoFrameskip-v4', 'refused')  # still an ale-py id, unchanged
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize('name, package', [
     ('RoboschoolHumanoidFlagrun-v1', 'package roboschool'),
     ('HalfCheetahBulletEnv-v0', 'package pybullet'),
@@ -136,6 +138,8 @@ def test_an_env_that_cannot_run_here_is_one_line_naming_its_package_and_makes_no
 # ---------------------------------------------------------------------------------------------
 # missing packages
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize('family, name', [
     ('box2d', 'LunarLander-v3'), ('box2d', 'LunarLander-v2'), ('mujoco', 'InvertedPendulum-v5'),
     ('mujoco', 'HalfCheetah-v2'), ('atari', 'ALE/Pong-v5'), ('atari', 'PongNoFrameskip-v4'),
@@ -209,6 +213,7 @@ def test_mujoco_inverted_pendulum_trains_with_ppo(lab_run, make_spec):
     assert train_frames(run, 'pendulum5')[-1] == 256
 
 
+@pytest.mark.slow
 @needs('box2d')
 def test_a_box2d_run_resumes_with_fresh_episodes_and_says_so(tmp_path, make_spec, spec_file, no_png):
     path = spec_file({'walker': continuous_ppo(make_spec, 'BipedalWalker-v3', max_frame=128)})
@@ -224,6 +229,7 @@ def test_a_box2d_run_resumes_with_fresh_episodes_and_says_so(tmp_path, make_spec
     assert train_frames(run, 'walker')[-1] == 256
 
 
+@pytest.mark.slow
 @needs('atari')
 def test_atari_ram_observations_train_with_the_mlp(lab_run, make_spec):
     spec = make_spec('DQN', env='ALE/Pong-v5', max_frame=200)
@@ -233,6 +239,8 @@ def test_atari_ram_observations_train_with_the_mlp(lab_run, make_spec):
     assert train_frames(run, 'pongram')[-1] == 200
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_an_older_env_version_runs_with_one_line_of_warning(tmp_path):
     """CartPole-v0 (SLM-Lab v4's specs) runs as it is; gymnasium's multi-line deprecation warning
     at every make gives way to one line of the lab's."""

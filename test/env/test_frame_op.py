@@ -97,6 +97,7 @@ def test_a_run_with_concat_trains_on_the_joined_observations(lab_run, make_spec,
         assert first.shape[1] == 16
 
 
+@pytest.mark.slow
 def test_a_run_with_concat_resumes_mid_episode_exactly(tmp_path, make_spec, no_png):
     # the stacks of the unfinished episodes are in the env snapshot: resumed == uninterrupted
     spec = make_spec('DQN', max_frame=300, num_envs=2, log_frequency=100)

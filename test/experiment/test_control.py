@@ -20,6 +20,7 @@ def small_spec(make_spec, algorithm: str, seed: int | None) -> dict:
     return make_spec(algorithm, max_frame=256, num_envs=num_envs, log_frequency=32, random_seed=seed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('algorithm', ['PPO', 'DQN', 'Reinforce'])
 def test_same_seed_same_numbers(lab_run, make_spec, algorithm):
     spec = small_spec(make_spec, algorithm, seed=123)
@@ -37,6 +38,7 @@ def test_same_seed_same_numbers(lab_run, make_spec, algorithm):
             assert torch.equal(value, model_b[net][key]), f'{net}.{key} differs between runs of one seed'
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('algorithm', ['PPO', 'DQN'])
 def test_different_seed_different_numbers(lab_run, make_spec, algorithm):
     _, first = lab_run(small_spec(make_spec, algorithm, seed=1), 'seeded')
@@ -52,6 +54,7 @@ def test_unseeded_runs_draw_and_record_a_seed(lab_run, make_spec):
     assert isinstance(seed, int) and seed >= 0
 
 
+@pytest.mark.slow
 def test_two_session_trial(lab_run, make_spec):
     spec = make_spec('PPO', max_frame=128, num_envs=2, log_frequency=32, random_seed=7, max_session=2)
     metrics, run_dir = lab_run(spec, 'two')

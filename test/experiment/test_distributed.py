@@ -100,6 +100,7 @@ SAC = {  # twin critics with polyak targets, and a temperature that stays each s
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('mode', ['shared', 'synced'])
 @pytest.mark.parametrize('base', ['a3c', 'sac'])
 def test_one_session_on_global_nets_trains_as_without_them(tmp_path, mode, base):
@@ -134,6 +135,7 @@ def test_one_session_on_global_nets_trains_as_without_them(tmp_path, mode, base)
             assert torch.equal(weights[0][name][key], weights[1][name][key]), (name, key)
 
 
+@pytest.mark.slow
 def test_shared_run_resumes_with_its_global_weights_and_continuous_records(tmp_path):
     """2 Hogwild sessions of 500 frames each, stopped by max_frame; resumed to twice as long."""
     name = 'a3c_shared'
@@ -205,6 +207,8 @@ def _ppid(pid: int) -> int | None:
         return None
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_stops_every_session_and_train_at_latest_continues(tmp_path):
     """SIGTERM to the lab: both session processes snapshot and end, the lab exits 143; train@latest
     restores the global nets and each session's records go on with no gap or repeat."""
@@ -233,6 +237,7 @@ def test_sigterm_stops_every_session_and_train_at_latest_continues(tmp_path):
         assert record['frame'] == stopped[s] and 'global_nets_from' in record
 
 
+@pytest.mark.slow
 def test_synced_run_trains_the_global_weights(tmp_path):
     name = 'a3c_synced'
     spec_file = write_spec(tmp_path, name, a3c(distributed='synced', max_frame=1000, keep_checkpoints=10))

@@ -16,6 +16,8 @@ import pytest
 from slm_lab.experiment.search_space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
 
+pytestmark = pytest.mark.ray
+
 pytest.importorskip('ray', reason='search mode needs the search extra')
 pytest.importorskip('optuna', reason='search mode needs the search extra')
 
@@ -237,6 +239,7 @@ def test_bad_search_input_is_one_line_and_no_run_directory(tmp_path, edit, messa
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
 
 
+@pytest.mark.subprocess
 def test_a_ray_address_that_does_not_answer_is_one_line_and_no_run_directory(tmp_path):
     result = lab([write(tmp_path, search_spec()), NAME, 'search', '--ray-address', '127.0.0.1:9'], tmp_path)
     assert result.returncode == 2 and result.stderr.startswith('error: --ray-address 127.0.0.1:9: no Ray cluster '
@@ -244,6 +247,7 @@ def test_a_ray_address_that_does_not_answer_is_one_line_and_no_run_directory(tmp
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
 
 
+@pytest.mark.subprocess
 def test_search_options_belong_to_search(tmp_path):
     result = lab([write(tmp_path, search_spec()), NAME, 'train', '--keep', '1'], tmp_path)
     assert result.returncode == 2 and '--keep only applies to search' in result.stderr
@@ -252,6 +256,8 @@ def test_search_options_belong_to_search(tmp_path):
 ROWS = 4  # of 8: the middle of the third trial
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_stopped(tmp_path):
     """Point 7 of the search issue: 4 trials one at a time (each reserves every core), ASHA on,
     SIGKILL while the third trial trains, search@latest: the same experiment_df.csv and the same
@@ -316,6 +322,8 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path):
     spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=1500))
     proc = search_until(spec_file, tmp_path, trial=0, rows=3)
@@ -347,6 +355,8 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     assert resumes, 'trial 0 continued from its snapshot'
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
     """A real Ray cluster on this machine: a head and a second node (one CPU each), started with
     `ray start`; the search runs there with --ray-address and its trials land on both nodes."""

@@ -13,6 +13,7 @@ from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, ResumeError, SpecError
 from slm_lab.lib.io import write_json
+from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
 from slm_lab.persistence import edits
 from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
@@ -72,7 +73,6 @@ def _try_torch_pieces(algorithm) -> None:
         except (ValueError, TypeError, RuntimeError) as e:
             raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
     from slm_lab.agent.net.net_util import step_lr_scheduler  # imports torch (see preflight)
-    from slm_lab.lib.schema import FLOAT32_MAX
     clock = algorithm.clock
     for sched in algorithm.lr_schedulers.values():
         # as at the first update (a step_size of 0 fails there), then where the run goes: a

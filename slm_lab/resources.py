@@ -98,7 +98,7 @@ def mlp_param_count(in_dim: int, widths: list[int], out_dims: list[int]) -> int:
 
 def _space_bytes(space: gym.Space) -> int:
     """Bytes the memories store per element of a space (see memory.base.space_shape_dtype)."""
-    from slm_lab.agent.memory.base import space_shape_dtype
+    from slm_lab.agent.memory.base import space_shape_dtype  # the agent imports torch: not at start-up
     shape, dtype = space_shape_dtype(space)
     return math.prod(shape) * dtype.itemsize
 
@@ -108,6 +108,7 @@ def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tup
     forward pass of all of them. The algorithm is built once with every hidden layer 1 wide,
     which costs nothing and shows which MLPs it makes (a policy and a value net, a target net)
     and which of them an optimizer trains; their real sizes then follow from the widths."""
+    # the agent imports torch: not at start-up (the lab imports this module for every command)
     from slm_lab.agent.algorithm import ALGORITHMS
     from slm_lab.agent.net import MLPNet
     from slm_lab.env import Clock
@@ -154,6 +155,7 @@ def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, uni
     activations = units * FLOAT_BYTES * ACTIVATION_COPIES
     name = memory_spec['name']
     if name in ('Replay', 'PrioritizedReplay'):
+        # the agent imports torch: not at start-up
         from slm_lab.agent.memory.base import space_shape_dtype
         from slm_lab.agent.memory.replay import Replay
         batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
@@ -183,7 +185,7 @@ def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) 
              Need('envs', 'env.num_envs', env_spec['num_envs'] * per_env)]
     if not (isinstance(obs_space, gym.spaces.Box) and obs_space.shape):
         return needs
-    from slm_lab.agent.algorithm import ALGORITHMS
+    from slm_lab.agent.algorithm import ALGORITHMS  # imports torch: not at start-up
     net_needs, units = _net_needs(spec, obs_space, action_space)
     net_spec = spec['agent'].get('net') or {}
     slots = ALGORITHMS[spec['agent']['algorithm']['name']].recurrent_slots(spec['agent'])

@@ -10,7 +10,7 @@ import torch
 from slm_lab.agent.algorithm import ALGORITHMS
 from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay, Replay
 from slm_lab.agent.net import recurrent
-from slm_lab.lib.errors import SpecError
+from slm_lab.lib.errors import ResumeError, SpecError
 
 
 class Agent:
@@ -134,7 +134,6 @@ class Agent:
             self.memory.load_state_dict(state['memory'])
         if self.seq is not None:
             if 'recurrent' not in state:
-                from slm_lab.lib.errors import ResumeError
                 raise ResumeError('snapshot: it holds no recurrent hidden states, and this spec has a RecurrentNet; '
                                   'resume with the spec the run was made with')
             self.seq.load_state_dict(state['recurrent'])

@@ -73,7 +73,7 @@ def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000,
 @functools.lru_cache(maxsize=None)
 def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int) -> float:
     """random_baseline for an env spec given as JSON (hashable, so the result can be cached)."""
-    from slm_lab.env import agent_action_space, make_single_env
+    from slm_lab.env import agent_action_space, make_single_env  # gymnasium's envs: only when a baseline is due
 
     env = make_single_env(json.loads(env_key))
     # the agent's space: uniform within the env's bounds (env.action_space is ClipAction's, which

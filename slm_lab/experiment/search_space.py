@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
+from slm_lab.lib.schema import suggest
 
 SPACES = ('uniform', 'quniform', 'loguniform', 'qloguniform', 'randint', 'qrandint', 'lograndint', 'qlograndint',
           'randn', 'normal', 'qrandn', 'choice', 'grid_search')
@@ -129,7 +130,6 @@ def _flatten(block: dict, prefix: str = '') -> list[tuple[str, Any]]:
 def parse_search(block: dict) -> list[Param]:
     """The searched keys of a search block, each checked: a known space, arguments that fit it.
     An empty block searches nothing: the trials differ by their seeds only (SLM-Lab's too)."""
-    from slm_lab.lib.schema import suggest
     if not isinstance(block, dict):
         raise SpecError('search: expected an object of "<key>__<space>": [...] entries, e.g. '
                         '{"agent.algorithm.gamma__uniform": [0.9, 0.999]}')

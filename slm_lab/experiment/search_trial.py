@@ -42,6 +42,7 @@ def warm_up() -> None:
 
 
 def main() -> int:
+    # torch and the lab load after the Ray worker has started this process (see warm_up)
     from slm_lab.experiment.trial import Trial
     from slm_lab.experiment.signals import die_with_parent
     from slm_lab.persistence.run_dir import RunDir

@@ -8,6 +8,7 @@ import torch
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
+from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, not_available
 
 BASE_SCHEMA = {
@@ -58,7 +59,6 @@ class Algorithm:
     @classmethod
     def check_spec(cls, spec: dict) -> None:
         """Cross-key checks on a validated spec (raise SpecError)."""
-        from slm_lab.lib.errors import SpecError
         algo = spec['agent']['algorithm']
         pdtype = algo.get('action_pdtype', 'default')
         policy = algo.get('action_policy', 'default')

@@ -7,6 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from slm_lab.agent.memory.base import Memory
+from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.schema import Field, ignored_field
 
 EPISODE_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds', 'truncateds')
@@ -107,7 +108,6 @@ class OnPolicyReplay(Memory):
 
     def load_state_dict(self, state: dict) -> None:
         if any(k not in e for e in state['finished'] + state['running'] for k in EPISODE_KEYS):
-            from slm_lab.lib.errors import ResumeError
             raise ResumeError('snapshot: its OnPolicyReplay memory was saved by an older lab, without next states; '
                               'resume it with the lab version that wrote it, or start the run again')
         self.running = [{k: list(e[k]) for k in EPISODE_KEYS} for e in state['running']]

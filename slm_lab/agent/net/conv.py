@@ -10,7 +10,7 @@ from slm_lab.agent.net import net_util
 from slm_lab.agent.net.dueling import dueling_q
 from slm_lab.agent.net.mlp import NET_SCHEMA, _check_widths
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, accepts
+from slm_lab.lib.schema import Field, accepts, not_available
 
 # the convolutional layers of the DQN of Mnih et al. 2015, which SLM-Lab's Atari specs use
 NATURE_CONV = [[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]]
@@ -72,7 +72,6 @@ def image_shape(in_dim, net_type: str) -> tuple[int, int, int]:
         raise SpecError(f'agent.net.type: {net_type} takes image observations (channels, height, width); this '
                         f'env observes shape {shape}; use MLPNet')
     if shape[-1] in (1, 3, 4) and shape[0] > 4:
-        from slm_lab.lib.schema import not_available
         raise not_available('agent.net.type', f'{net_type} on channels-last images {shape} (height, width, '
                             "channels: SLM-Lab v4 transposed them; the lab's Atari frames are channels-first)",
                             '; Atari games work as they are')

@@ -5,11 +5,11 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import net_util
+from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, accepts
 
 @accepts('each width >= 1')
 def _check_widths(value, path):
-    from slm_lab.lib.errors import SpecError
     for i, width in enumerate(value):
         if width < 1:
             raise SpecError(f'{path}[{i}]: {width} is out of range; a layer width must be >= 1')
@@ -17,7 +17,6 @@ def _check_widths(value, path):
 
 @accepts('an activation name, null, or a list of them (one per output head)')
 def _check_out_activation(value, path):
-    from slm_lab.lib.errors import SpecError
     from slm_lab.lib.schema import suggest
     for i, name in enumerate(value if isinstance(value, list) else [value]):
         where = f'{path}[{i}]' if isinstance(value, list) else path
@@ -29,7 +28,6 @@ def _check_out_activation(value, path):
 
 @accepts('`true`, `false` or `"auto"`')
 def _check_gpu(value, path):
-    from slm_lab.lib.errors import SpecError
     if isinstance(value, str) and value != 'auto':
         raise SpecError(f"{path}: {value!r} is not valid; valid values: true, false, 'auto'")
 

@@ -30,6 +30,7 @@ import torch.nn as nn
 
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.mlp import NET_SCHEMA, _check_widths
+from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.schema import Field, accepts
 
 CELLS = {'GRU': nn.GRU, 'LSTM': nn.LSTM, 'RNN': nn.RNN}
@@ -37,7 +38,6 @@ CELLS = {'GRU': nn.GRU, 'LSTM': nn.LSTM, 'RNN': nn.RNN}
 
 @accepts('false (a net that carries its state forward in time reads only the past)')
 def _check_bidirectional(value, path):
-    from slm_lab.lib.errors import SpecError
     if value:
         raise SpecError(f'{path}: true does not fit a RecurrentNet here: its hidden state is carried forward '
                         'through each episode, so it reads only past observations; set it to false')
@@ -249,7 +249,6 @@ class SeqContext:
         for key in ('window', 'mask', 'before', 'hidden'):
             value = np.asarray(state[key], dtype=np.float32)
             if value.shape != getattr(self, key).shape:
-                from slm_lab.lib.errors import ResumeError
                 raise ResumeError(f'snapshot: its recurrent context {key} has shape {value.shape}, this spec makes '
                                   f'{getattr(self, key).shape}; resume with the spec the run was made with')
             setattr(self, key, value.copy())

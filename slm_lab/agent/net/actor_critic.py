@@ -15,7 +15,7 @@ class ActorCriticNet(nn.Module):
     """
 
     def __init__(self, net_spec: dict, in_dim: int | tuple[int, ...], pd_dim: int, head: nn.Module):
-        from slm_lab.agent.net import build_net
+        from slm_lab.agent.net import build_net  # the registry imports this module: no top-level cycle
         super().__init__()
         self.shared = net_spec['shared']
         if self.shared:

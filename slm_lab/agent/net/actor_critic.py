@@ -4,6 +4,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from slm_lab.agent.net import build_net
+
 
 class ActorCriticNet(nn.Module):
     """Policy and state value from the net spec: one net of net.type with a policy head and a
@@ -15,7 +17,6 @@ class ActorCriticNet(nn.Module):
     """
 
     def __init__(self, net_spec: dict, in_dim: int | tuple[int, ...], pd_dim: int, head: nn.Module):
-        from slm_lab.agent.net import build_net  # the registry imports this module: no top-level cycle
         super().__init__()
         self.shared = net_spec['shared']
         if self.shared:

@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from slm_lab.agent.net import net_util
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, accepts
+from slm_lab.lib.schema import Field, accepts, suggest
 
 @accepts('each width >= 1')
 def _check_widths(value, path):
@@ -17,7 +17,6 @@ def _check_widths(value, path):
 
 @accepts('an activation name, null, or a list of them (one per output head)')
 def _check_out_activation(value, path):
-    from slm_lab.lib.schema import suggest
     for i, name in enumerate(value if isinstance(value, list) else [value]):
         where = f'{path}[{i}]' if isinstance(value, list) else path
         if name is not None and name not in net_util.ACTIVATIONS:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from lab_helpers import cli, lab_env
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUN_LAB = str(REPO_ROOT / 'run_lab.py')
@@ -23,14 +24,8 @@ SHORT = ['-s', 'env.max_frame=256', '-s', 'meta.log_frequency=64', '-s', 'meta.e
          '-s', 'meta.random_seed=3']
 
 
-def lab_env() -> dict:
-    # no headless browser for PNG export: keeps runs short; HTML graphs are still written
-    return {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONUNBUFFERED': '1'}
-
-
 def run_lab(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=lab_env())
+    return cli(args, cwd, timeout=timeout, env=lab_env())
 
 
 @pytest.mark.slow

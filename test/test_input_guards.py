@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+from lab_helpers import cli as lab_cli
+from lab_helpers import lab_env
 
 from slm_lab import lab, resources
 from slm_lab.env import agent_action_space, make_env
@@ -43,9 +45,7 @@ def refused(spec: dict, tmp_path: Path, spec_name: str = 'guard', overrides: lis
 
 
 def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser'}
-    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return lab_cli(args, cwd, timeout=120, env=lab_env())
 
 
 # --- spec names are names, not paths ------------------------------------------------------------

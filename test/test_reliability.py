@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import build_spec, flip_weight_bytes, write_spec_file
-from test_resume import PPO, RUN_LAB, cli, run_dirs, tree_digest, write_spec
+from lab_helpers import PPO, RUN_LAB, cli, run_dirs, tree_digest, write_spec
 
 from slm_lab import lab
 from slm_lab.persistence import model_file, snapshot as checkpoint

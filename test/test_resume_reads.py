@@ -8,7 +8,7 @@ from pathlib import Path
 from slm_lab import lab
 from slm_lab.experiment import session as session_module
 from slm_lab.persistence import snapshots as session_snapshots
-from test_resume import PPO, assert_same_run, run_dirs, train_csv, write_spec
+from lab_helpers import PPO, assert_same_run, run_dirs, train_csv, write_spec
 
 
 def test_train_at_latest_reads_the_snapshot_once_and_builds_one_session(tmp_path, monkeypatch):

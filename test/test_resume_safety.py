@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import LabWarnings, tmpfs
-from test_resume import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
+from lab_helpers import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
 
 from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint

@@ -240,7 +240,7 @@ def test_resume_with_these_keys_is_exact(tmp_path):
     import copy
     from pathlib import Path
     from slm_lab import lab
-    from test_resume import PENDULUM, assert_same_run, run_dirs, write_spec
+    from lab_helpers import PENDULUM, assert_same_run, run_dirs, write_spec
     spec = copy.deepcopy(PENDULUM)
     spec['agent']['net'].update(layer_norm=True, actor_init_std=0.01, critic_init_std=1.0)
     spec['agent']['algorithm'].update(symlog=True, clip_vloss=True, normalize_advantages='standardize')

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.actor_critic import (

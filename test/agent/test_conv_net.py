@@ -103,7 +103,7 @@ def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
     """ALE/Pong-v5 as SLM-Lab v5 runs it (4 stacked 84x84 greyscale uint8 frames, sticky actions,
     rewards clipped for training): stopped at F by max_frame and resumed to 2F, mid-episode, gives
     the CSV cells and weights of a run of 2F that never stopped."""
-    from test_resume import check_resume_after_max_frame
+    from lab_helpers import check_resume_after_max_frame
     spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True}, {'name': 'ALE/Pong-v5'})
     check_resume_after_max_frame(tmp_path, 'ppo_pong', spec)
 

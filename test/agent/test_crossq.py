@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_agent
-from test_resume import check_resume_after_max_frame
+from lab_helpers import check_resume_after_max_frame
 from test_sac import fill
 
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d, batch_renorm, renorm_limits

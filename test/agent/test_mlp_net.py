@@ -106,7 +106,7 @@ def test_kaiming_takes_relus_nonlinearity():
 
 @pytest.mark.slow
 def test_a_batch_norm_dqn_trains_through_the_lab_and_resumes_exactly(tmp_path):
-    from test_resume import check_resume_after_max_frame
+    from lab_helpers import check_resume_after_max_frame
     spec = build_spec('DQN', max_frame=300, snapshot_replay=True)
     spec['agent']['net']['batch_norm'] = True
     check_resume_after_max_frame(tmp_path, 'dqn_batch_norm', spec)

@@ -144,7 +144,7 @@ def test_bad_optimizer_keys_are_named(optim_spec, message):
 @pytest.mark.slow
 def test_slm_lab_optimizers_validate_and_train_through_the_lab(tmp_path):
     """A PPO spec as SLM-Lab v4 writes them (Lookahead over RAdam, GlobalAdam) resumes exactly."""
-    from test_resume import check_resume_after_max_frame
+    from lab_helpers import check_resume_after_max_frame
 
     from conftest import build_spec
     spec = build_spec('PPO', max_frame=256)

@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from test_resume import check_resume_after_max_frame
+from lab_helpers import check_resume_after_max_frame
 
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.ppo import PercentileNormalizer

@@ -14,7 +14,7 @@ import torch
 from conftest import build_spec, make_agent
 from slm_lab.agent.memory import PrioritizedReplay, Replay
 from slm_lab.agent.memory.prioritized import SumTree, importance_weights, priorities_of
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 OBS = gym.spaces.Box(-10, 10, (1,), np.float32)
 

@@ -112,7 +112,7 @@ def test_recurrent_runs_resume_exactly(tmp_path, make_spec, algorithm, shared, m
     """Recurrent PPO (separate actor and critic) and DRQN on CartPole: stopped at F by max_frame
     (mid-episode, with hidden states carried) and resumed to 2F give the CSV cells and weights of a
     run of 2F that never stopped."""
-    from test_resume import check_resume_after_max_frame
+    from lab_helpers import check_resume_after_max_frame
     spec = make_spec(algorithm, max_frame=300, num_envs=2, log_frequency=100)
     net = {**NET, 'optim_spec': {'name': 'Adam', 'lr': 0.01}}
     if shared is not None:
@@ -226,7 +226,7 @@ def test_a_resume_with_fresh_episodes_tells_the_agent(tmp_path, make_spec, monke
     """LunarLander cannot be snapshotted mid-episode: its resume starts fresh episodes, and the
     agent hears of it (so a recurrent agent does not carry the old episodes' hidden states on)."""
     pytest.importorskip('Box2D', reason='LunarLander needs the box2d extra')
-    from test_resume import run_dirs, write_spec
+    from lab_helpers import run_dirs, write_spec
 
     from slm_lab import lab
     from slm_lab.agent import Agent

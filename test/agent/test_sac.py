@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_agent
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 from slm_lab.agent.algorithm.sac import (continuous_policy_loss, continuous_soft_value, discrete_policy_loss,
                                          discrete_soft_value, discrete_target_entropy, soft_q_targets,

@@ -15,7 +15,7 @@ from slm_lab.agent.memory.onpolicy import OnPolicyCrossEntropy, elite_episodes
 from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 
 def t(values) -> torch.Tensor:

@@ -17,7 +17,7 @@ from slm_lab.agent.algorithm.sil import sil_losses, sil_returns
 from slm_lab.agent.memory.sil_replay import PrioritizedSILReplay, SILReplay, episode_return_parts
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
-from test_resume import check_resume_after_max_frame, run_dirs, write_spec
+from lab_helpers import check_resume_after_max_frame, run_dirs, write_spec
 
 NET = {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
        'optim_spec': {'name': 'Adam', 'lr': 1e-3}}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_agent
-from test_resume import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 from slm_lab.agent.algorithm.td3 import clipped_double_q_targets, deterministic_policy_loss, smoothed_target_actions
 from slm_lab.lib.errors import SpecError

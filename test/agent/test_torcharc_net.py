@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 from conftest import build_spec
-from test_resume import check_resume_after_max_frame
+from lab_helpers import check_resume_after_max_frame
 
 from slm_lab.agent.net import NETS, build_net
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d

@@ -12,7 +12,7 @@ import pytest
 from slm_lab.env import make_env, make_single_env
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
-from test_resume import check_resume_after_max_frame
+from lab_helpers import check_resume_after_max_frame
 
 
 def concat_spec(n: int = 3, num_envs: int = 2) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from lab_helpers import cli
 
 from slm_lab.experiment.search_space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -49,8 +50,7 @@ def write(tmp_path: Path, spec: dict, name: str = NAME) -> str:
 
 
 def lab(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                          **kwargs)
+    return cli(args, cwd, timeout=600, **kwargs)
 
 
 def run_dir(cwd: Path) -> Path:

@@ -1,0 +1,175 @@
+"""What the tests share: running the lab's command line as a user does (one runner), small
+specs, reading a run's records, and the exact-resume checks that every algorithm's tests call
+(stopped and resumed == straight)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from slm_lab import lab
+from slm_lab.persistence import snapshot as checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_LAB = str(ROOT / 'run_lab.py')
+COMPARE = ['epi', 't', 'opt_step', 'frame', 'total_reward', 'total_reward_ma', 'loss', 'lr', 'explore_var',
+           'entropy_coef', 'entropy', 'grad_norm']
+
+PPO = {
+    'agent': {'name': 'PPO',
+              'algorithm': {'name': 'PPO', 'gamma': 0.98, 'lam': 0.8, 'time_horizon': 32, 'minibatch_size': 64,
+                            'training_epoch': 2,
+                            'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}},
+              'memory': {'name': 'OnPolicyBatchReplay'},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
+                      'init_fn': 'orthogonal_', 'clip_grad_val': 0.5,
+                      'optim_spec': {'name': 'Adam', 'lr': 1e-3}}},
+    'env': {'name': 'CartPole-v1', 'num_envs': 4, 'max_frame': 2000},
+    'meta': {'log_frequency': 500, 'eval_frequency': 1000, 'random_seed': 7},
+}
+DQN = {
+    'agent': {'name': 'DQN',
+              'algorithm': {'name': 'DQN', 'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0,
+                                                                'end_val': 0.1, 'start_step': 0, 'end_step': 1500},
+                            'training_frequency': 16, 'training_iter': 2, 'training_start_step': 64},
+              'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 5000},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 1e-3},
+                      'update_type': 'replace', 'update_frequency': 100}},
+    'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': 2000},
+    'meta': {'log_frequency': 500, 'eval_frequency': 1000, 'random_seed': 11, 'snapshot_replay': True},
+}
+
+
+def write_spec(tmp_path: Path, name: str, spec: dict) -> str:
+    path = tmp_path / f'{name}.json'
+    path.write_text(json.dumps({name: spec}))
+    return str(path)
+
+
+def run_dirs(data: Path, name: str) -> list[Path]:
+    return sorted(p for p in data.iterdir() if p.name.startswith(name + '_')) if data.exists() else []
+
+
+def train_csv(run: Path, name: str, mode: str = 'train') -> pd.DataFrame:
+    return pd.read_csv(run / 'info' / f'{name}_t0_s0_session_df_{mode}.csv')
+
+
+def final_weights(run: Path, name: str) -> dict:
+    snap = checkpoint.list_snapshots(run / 'ckpt' / f'{name}_t0_s0')[0]
+    state, _ = checkpoint.load_snapshot(snap)
+    return state['agent']['algorithm']['nets']
+
+
+def assert_same_run(a: Path, b: Path, name: str) -> None:
+    for mode in ('train', 'eval'):
+        df_a, df_b = train_csv(a, name, mode), train_csv(b, name, mode)
+        pd.testing.assert_frame_equal(df_a[COMPARE], df_b[COMPARE])
+        timing = ['wall_t', 'fps']  # every other cell must match
+        pd.testing.assert_frame_equal(df_a.drop(columns=timing), df_b.drop(columns=timing))
+    wa, wb = final_weights(a, name), final_weights(b, name)
+    assert wa.keys() == wb.keys()
+    for net in wa:
+        for key in wa[net]:
+            assert torch.equal(wa[net][key], wb[net][key]), f'{net}.{key} differs'
+
+
+def tree_digest(root: Path, skip_logs: bool = False) -> dict:
+    out = {}
+    for p in sorted(root.rglob('*')):
+        if p.is_file() and not (skip_logs and p.parent.name == 'log'):
+            out[str(p.relative_to(root))] = hashlib.md5(p.read_bytes()).hexdigest()
+    return out
+
+
+def lab_env() -> dict:
+    """The environment for a command a test runs: no headless browser for PNG export (runs stay
+    short; HTML graphs are still written), unbuffered output (a test can read it as it comes)."""
+    return {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONUNBUFFERED': '1'}
+
+
+def cli(args: list[str], cwd: Path, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    """Run `python run_lab.py ARGS` in `cwd` (its data/ lands there), as a user does; the one
+    command-line runner of the suite."""
+    return subprocess.run([sys.executable, RUN_LAB, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def check_resume_after_max_frame(tmp_path: Path, name: str, spec: dict) -> None:
+    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F: the same CSV
+    cells (COMPARE, train and eval) and the same final weights. Call it from any algorithm's
+    tests with a small spec of that algorithm."""
+    spec_file = write_spec(tmp_path, name, spec)
+    data_a, data_b = str(tmp_path / 'a'), str(tmp_path / 'b')
+    lab.run(spec_file, name, 'train', data_dir=data_a)
+    end = 2 * spec['env']['max_frame']
+    lab.run(spec_file, name, 'train@latest', [f'env.max_frame={end}'], data_dir=data_a)
+    lab.run(spec_file, name, 'train', [f'env.max_frame={end}'], data_dir=data_b)
+    (run_a,), (run_b,) = run_dirs(Path(data_a), name), run_dirs(Path(data_b), name)
+    assert train_csv(run_a, name)['frame'].iloc[-1] == end
+    assert_same_run(run_a, run_b, name)
+
+
+def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> None:
+    """SIGTERM mid-run: exits promptly (within 30 s, loose for a loaded machine; the uninterrupted
+    run takes minutes) with a snapshot at the current frame; train@latest
+    continues to the same numbers and weights as an uninterrupted run."""
+    spec = json.loads(json.dumps(spec))
+    spec['env']['max_frame'] = 400000
+    spec_file = write_spec(tmp_path, name, spec)
+    data = tmp_path / 'a'
+    data.mkdir()
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train'], cwd=data,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    csv = None
+    while time.time() < deadline and csv is None:
+        found = list(data.glob(f'data/{name}_*/info/{name}_t0_s0_session_df_train.csv'))
+        csv = found[0] if found else None
+        time.sleep(0.05)
+    assert csv is not None, 'training never logged a row'
+    time.sleep(random.uniform(0.0, 0.5))
+    t0 = time.time()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert time.time() - t0 < 30, 'SIGTERM took longer than 30 s to exit'
+    assert proc.returncode == 143, proc.stderr.read()
+    run = run_dirs(data / 'data', name)[0]
+    snap_frame = int(checkpoint.list_snapshots(run / 'ckpt' / f'{name}_t0_s0')[0].name[1:])
+    logged = train_csv(run, name)
+    assert snap_frame >= logged['frame'].iloc[-1]
+    stop_frame = snap_frame
+    # resume to an end two to three log points on, and compare with a run that never stopped
+    every = spec['meta']['log_frequency']
+    end = (stop_frame // every + 3) * every
+    # the resume in its own process as a user runs it; the uninterrupted reference meanwhile in
+    # this one (one torch thread per session either way), so that the two share the two cores
+    resume = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train@latest', '-s', f'env.max_frame={end}'],
+                              cwd=data, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        lab.run(spec_file, name, 'train', [f'env.max_frame={end}'], data_dir=str(tmp_path / 'b'))
+        _, err = resume.communicate(timeout=300)
+    finally:
+        resume.kill()
+    assert resume.returncode == 0, err
+    assert_same_run(run, run_dirs(tmp_path / 'b', name)[0], name)
+
+
+PENDULUM = {  # continuous actions, observation and reward normalisation, rigorous eval
+    'agent': {'name': 'PPO',
+              'algorithm': {'name': 'PPO', 'time_horizon': 64, 'minibatch_size': 64, 'training_epoch': 2},
+              'memory': {'name': 'OnPolicyBatchReplay'},
+              'net': {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
+                      'optim_spec': {'name': 'Adam', 'lr': 3e-4}}},
+    'env': {'name': 'Pendulum-v1', 'num_envs': 2, 'max_frame': 2048, 'normalize_obs': True,
+            'normalize_reward': True},
+    'meta': {'log_frequency': 512, 'eval_frequency': 1024, 'rigorous_eval': 1, 'random_seed': 3},
+}

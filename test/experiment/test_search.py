@@ -325,7 +325,9 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path):
-    spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=1500))
+    # long enough that the trial is still running when the SIGTERM reaches it through Ray (at
+    # 1,500 frames an idle machine finished the trial first)
+    spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=8000))
     proc = search_until(spec_file, tmp_path, trial=0, rows=3)
     assert proc.poll() is None, proc.stderr.read()
     proc.send_signal(__import__('signal').SIGTERM)
@@ -339,8 +341,8 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     log = (root / 'log' / f'{NAME}_t0_s0.log').read_text()
     assert 'stopped at frame' in log and 'with a snapshot' in log
 
-    refused = lab([spec_file, NAME, 'search@latest', '-s', 'env.max_frame=5000'], tmp_path)
-    assert refused.returncode == 2 and "env.max_frame: 1500 -> 5000" in refused.stderr and \
+    refused = lab([spec_file, NAME, 'search@latest', '-s', 'env.max_frame=12000'], tmp_path)
+    assert refused.returncode == 2 and "env.max_frame: 8000 -> 12000" in refused.stderr and \
         'meta.max_trial' in refused.stderr, refused.stderr
     result = lab([spec_file, NAME, 'search@latest', '--keep', '1'], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

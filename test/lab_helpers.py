@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -173,3 +174,17 @@ PENDULUM = {  # continuous actions, observation and reward normalisation, rigoro
             'normalize_reward': True},
     'meta': {'log_frequency': 512, 'eval_frequency': 1024, 'rigorous_eval': 1, 'random_seed': 3},
 }
+
+
+def fill_replay(agent, clock, steps: int) -> None:
+    """Store `steps` vector steps of random observations and rewards, with the agent's actions
+    (in the unit range an off-policy memory stores for Box actions), ticking the clock."""
+    rng = np.random.default_rng(0)
+    alg = agent.algorithm
+    n, obs_dim = alg.num_envs, alg.in_dim
+    for _ in range(steps):
+        obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
+        action = alg.act(obs)
+        alg.memory.add(obs, action if getattr(alg, 'discrete', False) else alg.to_unit(action), rng.normal(size=n),
+                       rng.normal(size=(n, obs_dim)).astype(np.float32), np.zeros(n, bool), np.zeros(n, bool))
+        clock.tick()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_agent
-from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, fill_replay
 
 from slm_lab.agent.algorithm.sac import (continuous_policy_loss, continuous_soft_value, discrete_policy_loss,
                                          discrete_soft_value, discrete_target_entropy, soft_q_targets,
@@ -29,20 +29,6 @@ def sac_spec(env: str = 'Pendulum-v1', max_frame: int = 400, num_envs: int = 2, 
         'env': {'name': env, 'num_envs': num_envs, 'max_frame': max_frame},
         'meta': {'log_frequency': 100, 'eval_frequency': 200, 'random_seed': 3},
     }
-
-
-def fill(agent, clock, steps: int) -> None:
-    """Store `steps` vector steps of random observations and rewards, with the agent's actions."""
-    rng = np.random.default_rng(0)
-    alg = agent.algorithm
-    n = alg.num_envs
-    obs_dim = alg.in_dim
-    for _ in range(steps):
-        obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
-        action = alg.act(obs)
-        alg.memory.add(obs, action if alg.discrete else alg.to_unit(action), rng.normal(size=n),
-                       rng.normal(size=(n, obs_dim)).astype(np.float32), np.zeros(n, bool), np.zeros(n, bool))
-        clock.tick()
 
 
 # --- maths, by hand -------------------------------------------------------------------------------
@@ -142,7 +128,7 @@ def test_gumbel_softmax_is_slm_lab_v4s_discrete_sac_with_critics_of_one_hot_acti
     alg = agent.algorithm
     assert alg.q1_net(torch.zeros(5, 4 + 2)).shape == (5, 1)  # (s, one_hot(a)) -> Q
     assert alg.target_entropy() == -2.0
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     actions = alg.act(np.zeros((2, 4), np.float32))
     assert actions.shape == (2,) and set(actions.tolist()) <= {0, 1}
     actor = copy.deepcopy(alg.net.state_dict())
@@ -188,7 +174,7 @@ def test_temperature_steps_and_is_clamped():
     """Far below its target entropy, the temperature rises until log_alpha_max holds it."""
     agent, clock = make_agent(sac_spec('CartPole-v1', target_entropy=100.0, log_alpha_max=0.05, alpha_lr=0.1))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     for _ in range(3):
         alg.train()
     assert alg.temperature.log_alpha.item() == pytest.approx(0.05)
@@ -206,7 +192,7 @@ def test_fixed_alpha_has_no_temperature_and_anneals():
 def test_policy_delay_steps_the_actor_and_moves_the_targets_every_nth_critic_step():
     agent, clock = make_agent(sac_spec(policy_delay=2))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     actor0 = copy.deepcopy(alg.net.state_dict())
     target0 = copy.deepcopy(alg.target_q1_net.state_dict())
     critic0 = copy.deepcopy(alg.q1_net.state_dict())
@@ -225,7 +211,7 @@ def test_policy_delay_steps_the_actor_and_moves_the_targets_every_nth_critic_ste
 def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
     agent, clock = make_agent(sac_spec('CartPole-v1'))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     batch = alg.memory.sample()
     weights = np.zeros(32, np.float32)
     weights[0] = 32.0  # the loss is then the first transition's alone
@@ -251,7 +237,7 @@ def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
 def test_state_dict_brings_back_every_net_optimizer_and_counter():
     agent, clock = make_agent(sac_spec(policy_delay=3))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     alg.train()
     state = copy.deepcopy(alg.state_dict())
     assert set(state['nets']) == {'net', 'q1_net', 'q2_net', 'target_q1_net', 'target_q2_net', 'temperature'}
@@ -305,7 +291,7 @@ def test_sac_gives_prioritized_replay_its_td_errors():
     spec = sac_spec()
     spec['agent']['memory'].update(name='PrioritizedReplay', beta=0.4)
     agent, clock = make_agent(spec)
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     before = agent.algorithm.memory.tree.leaves.copy()
     agent.algorithm.train()
     after = agent.algorithm.memory.tree.leaves

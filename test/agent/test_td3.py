@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_agent
-from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, fill_replay
 
 from slm_lab.agent.algorithm.td3 import clipped_double_q_targets, deterministic_policy_loss, smoothed_target_actions
 from slm_lab.lib.errors import SpecError
@@ -31,18 +31,6 @@ def td3_spec(env: str = 'Pendulum-v1', max_frame: int = 400, num_envs: int = 2, 
         'env': {'name': env, 'num_envs': num_envs, 'max_frame': max_frame},
         'meta': {'log_frequency': 100, 'eval_frequency': 200, 'random_seed': 3},
     }
-
-
-def fill(agent, clock, steps: int) -> None:
-    """Store `steps` vector steps of random observations and rewards, with the agent's actions."""
-    rng = np.random.default_rng(0)
-    alg = agent.algorithm
-    n, obs_dim = alg.num_envs, alg.in_dim
-    for _ in range(steps):
-        obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
-        alg.memory.add(obs, alg.to_unit(alg.act(obs)), rng.normal(size=n),
-                       rng.normal(size=(n, obs_dim)).astype(np.float32), np.zeros(n, bool), np.zeros(n, bool))
-        clock.tick()
 
 
 # --- maths, by hand -------------------------------------------------------------------------------
@@ -92,7 +80,7 @@ def test_truncation_bootstraps_and_termination_does_not():
 def test_policy_and_targets_move_only_every_policy_delay_critic_steps():
     agent, clock = make_agent(td3_spec(policy_delay=2))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     actor = [p.clone() for p in alg.net.parameters()]
     target = [p.clone() for p in alg.target_q1_net.parameters()]
     critic = [p.clone() for p in alg.q1_net.parameters()]
@@ -134,7 +122,7 @@ def test_discrete_envs_and_other_action_policies_are_refused():
 def test_state_dict_holds_every_net_optimizer_and_the_critic_step_count():
     agent, clock = make_agent(td3_spec(policy_delay=3))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     alg.train()
     state = copy.deepcopy(alg.state_dict())
     assert set(state['nets']) == {'net', 'q1_net', 'q2_net', 'target_net', 'target_q1_net', 'target_q2_net'}

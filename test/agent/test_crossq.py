@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_agent
-from lab_helpers import check_resume_after_max_frame
-from test_sac import fill
+from lab_helpers import check_resume_after_max_frame, fill_replay
 
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d, batch_renorm, renorm_limits
 from slm_lab.lib.errors import SpecError
@@ -110,7 +109,7 @@ def test_without_critic_batch_renorm_an_mlp_critic_is_as_its_spec_builds_it():
 def test_each_critic_runs_once_on_current_and_next_rows_together(env):
     agent, clock = make_agent(crossq_spec(env))
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     rows = []
     alg.q1_net.register_forward_hook(lambda m, args, out: rows.append((len(args[0]), m.training)))
     alg.train()
@@ -124,7 +123,7 @@ def test_each_critic_runs_once_on_current_and_next_rows_together(env):
 def test_targets_carry_no_gradient_and_bootstrap_unless_terminated():
     agent, clock = make_agent(crossq_spec())
     alg = agent.algorithm
-    fill(agent, clock, 40)
+    fill_replay(agent, clock, 40)
     batch = alg.memory.sample()
     s, ns, a = alg.tensor(batch.states), alg.tensor(batch.next_states), alg.tensor(batch.actions)
     rewards = torch.zeros(32)

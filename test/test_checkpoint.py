@@ -180,7 +180,7 @@ def test_state_file_that_is_not_a_state_is_damage(tmp_path):
     (new / checkpoint.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ResumeError, match='state.pt cannot be read'):
         checkpoint.load_snapshot(new)
-    assert session_snapshots.load_latest_snapshot(tmp_path / 'ckpt')[2] == old
+    assert session_snapshots.load_latest_snapshot(tmp_path / 'ckpt').path == old
 
 
 def test_odd_entries_in_the_snapshot_directory_are_ignored(tmp_path):
@@ -192,7 +192,7 @@ def test_odd_entries_in_the_snapshot_directory_are_ignored(tmp_path):
     (ckpt / 'f000000000900').symlink_to(snap)
     (ckpt / '.f000000000700.tmp-1').mkdir()
     assert checkpoint.list_snapshots(ckpt) == [snap]
-    assert session_snapshots.load_latest_snapshot(ckpt)[2] == snap
+    assert session_snapshots.load_latest_snapshot(ckpt).path == snap
     assert checkpoint.list_snapshots(tmp_path / 'missing') == []
 
 

@@ -18,7 +18,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, Preempted, SessionKilled
 from slm_lab.persistence.fallback import continue_from_newest
 from slm_lab.persistence.run_dir import RunDir
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.state import Portable, Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
 
@@ -100,7 +100,8 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         lab_logger.remove_handler(handler)
 
 
-def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_write: bool = False) -> None:
+def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_write: bool = False,
+                    read: tuple[Portable, float] | None = None) -> None:
     # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
     # session to stop exactly once
     os.setpgrp()
@@ -115,8 +116,11 @@ def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_wr
     queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
     try:
         first_write = (lambda: queue.put(('first_write', session, None))) if report_first_write else None
+        # the snapshot the lab read and checked: its state file's contents came with `read`, so
+        # only its arrays are mapped again here
+        point = ResumePoint(Snapshot.reopen(read[0]), None, None, read[1]) if read is not None else None
         queue.put(('ok', session, run_session(*args, stop=stop, global_nets=global_nets,
-                                              on_first_write=first_write)))
+                                              on_first_write=first_write, resume_point=point)))
     except Preempted as e:
         queue.put(('preempted', session, (e.signum, e.frame)))
     except LabError as e:  # a user-facing error (diverged, disk full, ...): the lab prints its line
@@ -126,7 +130,8 @@ def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_wr
 
 
 def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, log_level: int, resume: bool,
-                     stop: StopSignal, global_nets=None, on_first_write=None) -> list[dict]:
+                     stop: StopSignal, global_nets=None, on_first_write=None,
+                     read: dict[int, tuple[Portable, float]] | None = None) -> list[dict]:
     """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
     cores) alive at once; the next starts when one ends. SLM-Lab starts them all together,
     which with more sessions than cores only makes each slower while all of them hold their
@@ -135,7 +140,10 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
     On a stop signal the started sessions are asked to stop once (each saves a snapshot) and
     the ones not started yet count as stopped; a failing session stops the others. Returns the
     session metrics in session order. `on_first_write`: called (in this process) each time a
-    session is about to write to the run for the first time."""
+    session is about to write to the run for the first time. `read`: by session index, the
+    snapshot the lab read and checked for it (Snapshot.portable()) and the seconds that took; the
+    session continues from it without reading it again."""
+    read = dict(read or {})
     ctx = mp.get_context('spawn')
     queue = ctx.Queue()
     width = len(specs) if global_nets is not None else min(len(specs), resources.session_pool_width())
@@ -152,7 +160,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
         # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
         proc = ctx.Process(target=_session_worker,
                            args=((specs[s], run_dir, mode, trial, s, log_level, resume),
-                                 queue, os.getpid(), global_nets, on_first_write is not None))
+                                 queue, os.getpid(), global_nets, on_first_write is not None, read.pop(s, None)))
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
         try:
             proc.start()

@@ -16,7 +16,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshots import load_latest_snapshot
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.state import Portable, Snapshot
 from slm_lab.spec import session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.session')
@@ -37,6 +37,7 @@ class Trial:
         self.resume = resume
         self._on_resumed = on_resumed
         self._snapshots: dict[int, Snapshot] | None = None  # read by the lab (check_resume)
+        self._read: dict[int, tuple[Portable, float]] = {}  # what each session's process continues from
         self._resume_point: ResumePoint | None = None  # a single session's, checked in this process
         self.max_session = 1 if mode == 'dev' else spec['meta']['max_session']
         self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
@@ -75,10 +76,11 @@ class Trial:
                                                resume_point=point)]
             else:
                 global_nets = self.global_nets(specs[0]) if self.distributed else None
-                self._snapshots = None  # each session in its own process reads its snapshot again
+                self._snapshots = None
+                read, self._read = self._read, {}  # sent to the sessions' processes: not read again there
                 on_first_write = self._first_write if self._on_resumed is not None else None
                 session_metrics = run_in_processes(specs, self.run_dir, self.mode, self.index, self.log_level,
-                                                   self.resume, stop, global_nets, on_first_write)
+                                                   self.resume, stop, global_nets, on_first_write, read)
             return self.finish(session_metrics, stop)  # a stop signal here ends the run resumable
         finally:
             stop.uninstall()
@@ -90,9 +92,9 @@ class Trial:
         snapshot that does not fit (a net shape or env count changed with --force) is refused
         before the run changes. Nothing is written. A trial of one session keeps that session,
         its state loaded, to run it (run); the sessions of a trial of several run in their own
-        processes and read their snapshots there again (this process keeps only the global state
-        a meta.distributed trial needs). Returns, per session, why its continuation will be
-        approximate (empty when exact)."""
+        processes, each sent what its snapshot's state file held (Snapshot.portable), so none is
+        read twice. Returns, per session, why its continuation will be approximate (empty when
+        exact)."""
         n_sessions, share = self.spec['meta']['max_session'], session_max_frame(self.spec)
         if share != self.spec['env']['max_frame']:  # meta.distributed: each session runs its share of env.max_frame
             reached = max((snapshot.frame for snapshot in snapshots.values()), default=0)
@@ -115,10 +117,11 @@ class Trial:
             finally:
                 if not keep:
                     session.close()
+            took = (seconds or {}).get(s, 0.0) + time.perf_counter() - t0
             if keep:
-                seconds_before = (seconds or {}).get(s, 0.0)
-                self._resume_point = ResumePoint(snapshot, session, approximate[s],
-                                                 seconds_before + time.perf_counter() - t0)
+                self._resume_point = ResumePoint(snapshot, session, approximate[s], took)
+            elif self.max_session > 1:
+                self._read[s] = (snapshot.portable(), took)
         self._snapshots = snapshots if self.distributed else None
         return approximate
 

@@ -256,3 +256,35 @@ def join_chunks(chunks: list[np.ndarray], rows: int, dtype: np.dtype, row_shape:
     _MAPPED[reserved] = checks
     arr = np.frombuffer(reserved, dtype=dtype, count=rows * math.prod(row_shape))
     return arr.reshape((rows,) + tuple(row_shape))
+
+
+def map_arrays(obj, root: Path, files: dict):
+    """A snapshot's plain state (as state.pt holds it) with its array files memory-mapped in place
+    (copy-on-write), each mapping remembering its file's check for verify_arrays_async."""
+    if isinstance(obj, dict):
+        if '__npy__' in obj and len(obj) == 1:
+            return _map_array(root, obj['__npy__'], files)
+        if '__npy__' in obj and CONTENT_ID_KEY in obj and len(obj) == 2:
+            return identified_array(_map_array(root, obj['__npy__'], files), obj[CONTENT_ID_KEY])
+        if '__nd__' in obj and len(obj) == 1:
+            return obj['__nd__'].numpy()
+        return {k: map_arrays(v, root, files) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [map_arrays(v, root, files) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(map_arrays(v, root, files) for v in obj)
+    return obj
+
+
+def _map_array(root: Path, name, files: dict) -> np.ndarray:
+    """Memory-map (copy-on-write) one array file the manifest lists, and remember its check."""
+    if not isinstance(name, str) or name == STATE_FILE or name not in files:
+        raise ResumeError(f'snapshot {root}: {STATE_FILE} refers to an array file {name!r} its manifest does not list')
+    try:
+        arr = np.load(root / name, mmap_mode='c', allow_pickle=False)
+    except Exception as e:  # a damaged .npy header fails in numpy's parser with various types
+        raise ResumeError(f'snapshot {root}: {name} cannot be read ({type(e).__name__}: {e})') from None
+    mapping = _mapping_of(arr)
+    if mapping is not None:
+        _MAPPED[mapping] = _file_check(root / name, files[name])
+    return arr

@@ -57,7 +57,7 @@ from slm_lab.lib.version import git_sha
 from slm_lab.persistence.arrays import (ARRAY_KEY, CONTENT_ID_KEY, CRC_CHUNK, PAGE, STATE_FILE,  # noqa: F401
                                         ArrayVerifier, _crc_array, _crc_file, _crc_stream, _file_check, _FileCheck,
                                         _is_identified, _mapped_checks, _mapping_of, _MAPPED, identified_array,
-                                        join_chunks, verify_arrays_async)
+                                        join_chunks, map_arrays, verify_arrays_async)
 
 logger = lab_logger.get_logger('slm_lab.checkpoint')
 FORMAT_VERSION = 1
@@ -106,36 +106,6 @@ def _split(obj, arrays: dict, path: str, sources: list, ids: dict):
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu().clone()
     return obj
-
-
-def _join(obj, root: Path, files: dict):
-    if isinstance(obj, dict):
-        if '__npy__' in obj and len(obj) == 1:
-            return _map_array(root, obj['__npy__'], files)
-        if '__npy__' in obj and CONTENT_ID_KEY in obj and len(obj) == 2:
-            return identified_array(_map_array(root, obj['__npy__'], files), obj[CONTENT_ID_KEY])
-        if '__nd__' in obj and len(obj) == 1:
-            return obj['__nd__'].numpy()
-        return {k: _join(v, root, files) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_join(v, root, files) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_join(v, root, files) for v in obj)
-    return obj
-
-
-def _map_array(root: Path, name, files: dict) -> np.ndarray:
-    """Memory-map (copy-on-write) one array file the manifest lists, and remember its check."""
-    if not isinstance(name, str) or name == STATE_FILE or name not in files:
-        raise ResumeError(f'snapshot {root}: {STATE_FILE} refers to an array file {name!r} its manifest does not list')
-    try:
-        arr = np.load(root / name, mmap_mode='c', allow_pickle=False)
-    except Exception as e:  # a damaged .npy header fails in numpy's parser with various types
-        raise ResumeError(f'snapshot {root}: {name} cannot be read ({type(e).__name__}: {e})') from None
-    mapping = _mapping_of(arr)
-    if mapping is not None:
-        _MAPPED[mapping] = _file_check(root / name, files[name])
-    return arr
 
 
 def _npy_header(arr: np.ndarray, page_aligned: bool) -> bytes:
@@ -365,15 +335,21 @@ def _check_crc(path: Path, name: str, info: dict) -> None:
         raise ResumeError(f'snapshot {path}: {name} fails its checksum')
 
 
-def load_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
-    """(state, manifest) of a snapshot. The manifest is checked and the state file checksummed;
-    big arrays are checked by size only (by checksum too when verify_arrays: a full read) and
-    memory-mapped copy-on-write. Start verify_arrays_async on the result to check them while
-    training runs. Raises ResumeError when the snapshot is damaged or unreadable."""
+def read_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
+    """(plain state, manifest) of a snapshot: the state file's contents, its arrays not mapped yet
+    (map_arrays maps them; load_snapshot does both). The manifest is checked and the state file
+    checksummed; big arrays are checked by size only (by checksum too when verify_arrays: a full
+    read). Raises ResumeError when the snapshot is damaged or unreadable."""
     path = Path(path)
     manifest = verify_snapshot(path, full=False)
     files = manifest['files']
-    _check_crc(path, STATE_FILE, files[STATE_FILE])
+    try:  # read once: checksummed in memory, then loaded from the same bytes
+        with open(path / STATE_FILE, 'rb', buffering=0) as f:
+            data = f.readall()
+    except OSError as e:
+        raise ResumeError(f'snapshot {path}: {STATE_FILE} cannot be read ({e.strerror or e})') from None
+    if zlib.crc32(data) != files[STATE_FILE]['crc32']:
+        raise ResumeError(f'snapshot {path}: {STATE_FILE} fails its checksum')
     if verify_arrays:
         for name, info in files.items():
             if name != STATE_FILE and (error := _file_check(path / name, info).run()) is not None:
@@ -382,14 +358,22 @@ def load_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
         logger.warning(f"snapshot {path.name} was written by lab version {manifest.get('lab_version')}; "
                        f'this is {__version__}: loading it anyway')
     try:
-        with open(path / STATE_FILE, 'rb') as f:
-            plain = torch.load(f, weights_only=True)
+        plain = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as e:  # checksummed, yet not a state this torch reads
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ''
         raise ResumeError(f'snapshot {path}: {STATE_FILE} cannot be read ({type(e).__name__}: {first})') from None
+    del data
     if not isinstance(plain, dict):
         raise ResumeError(f'snapshot {path}: {STATE_FILE} holds a {type(plain).__name__}, not a state dict')
-    return _join(plain, path, files), manifest
+    return plain, manifest
+
+
+def load_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
+    """(state, manifest) of a snapshot, read and checked by read_snapshot, its big arrays
+    memory-mapped copy-on-write. Start verify_arrays_async on the result to check them while
+    training runs. Raises ResumeError when the snapshot is damaged or unreadable."""
+    plain, manifest = read_snapshot(path, verify_arrays)
+    return map_arrays(plain, Path(path), manifest['files']), manifest
 
 
 def _scan(ckpt_dir: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:

@@ -10,7 +10,8 @@ from pathlib import Path
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import _fsync_dir
 from slm_lab.persistence.snapshot import (SET_ASIDE_DIR, SNAPSHOT_DIR, STATE_FILE, UnknownSnapshotFormat, _check_crc,
-                                          _scan, list_snapshots, load_snapshot, logger, verify_snapshot)
+                                          _scan, list_snapshots, logger, map_arrays, read_snapshot,
+                                          verify_snapshot)
 from slm_lab.persistence.state import Snapshot
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
 
@@ -27,8 +28,8 @@ def load_latest_snapshot(ckpt_dir: Path, skip: Collection = (), verify_arrays: b
         if path in skip:
             continue
         try:
-            state, manifest = load_snapshot(path, verify_arrays=verify_arrays)
-            return Snapshot(state, manifest, path)
+            plain, manifest = read_snapshot(path, verify_arrays=verify_arrays)
+            return Snapshot(map_arrays(plain, path, manifest['files']), manifest, path, plain)
         except UnknownSnapshotFormat:
             raise
         except ResumeError as e:

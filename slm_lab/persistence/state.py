@@ -6,12 +6,17 @@ nowhere else outside persistence/, so a reader asks for `nets(state)`, not for
 
     snapshot = load_latest_snapshot(ckpt_dir)      # a Snapshot, or None
     snapshot.frame, snapshot.nets, snapshot.obs_norm, snapshot.agent_state
+
+A Snapshot read in one process continues in another without being read again: `portable()` is
+what the state file held (tensors, no mapped arrays) with its manifest and directory, small
+enough to send to a session's process, where `Snapshot.reopen` maps its array files again.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import NamedTuple
 
+from slm_lab.persistence.arrays import map_arrays
 from slm_lab.persistence.env_state import obs_norm_from_state
 
 
@@ -52,13 +57,41 @@ def best_model(state: dict) -> dict | None:
     return state.get('best_model')
 
 
-class Snapshot(NamedTuple):
-    """A loaded snapshot: its state (arrays memory-mapped), manifest and directory. Unpacks as
-    (state, manifest, path)."""
+class Portable(NamedTuple):
+    """A snapshot as it travels to another process: the state file's plain contents (arrays as
+    references to their files), the manifest and the snapshot's directory."""
 
-    state: dict
+    plain: dict
     manifest: dict
-    path: Path
+    path: str
+
+
+class Snapshot:
+    """A loaded snapshot: its state (arrays memory-mapped), manifest and directory. Unpacks as
+    (state, manifest, path). `plain` (what its state file held, before the arrays were mapped)
+    makes it portable to another process."""
+
+    __slots__ = ('state', 'manifest', 'path', 'plain')
+
+    def __init__(self, state: dict, manifest: dict, path: Path, plain: dict | None = None):
+        self.state, self.manifest, self.path, self.plain = state, manifest, Path(path), plain
+
+    def __iter__(self):
+        return iter((self.state, self.manifest, self.path))
+
+    def portable(self) -> Portable:
+        """What another process needs to continue from this snapshot without reading it again."""
+        if self.plain is None:
+            raise ValueError(f'snapshot {self.path} was not loaded with its plain state: it cannot be sent on')
+        return Portable(self.plain, self.manifest, str(self.path))
+
+    @classmethod
+    def reopen(cls, portable: Portable) -> Snapshot:
+        """The snapshot `portable()` sent, its array files mapped again (not read: the state file's
+        contents came with it, and the arrays' checks run as after any load)."""
+        path = Path(portable.path)
+        return cls(map_arrays(portable.plain, path, portable.manifest['files']), portable.manifest, path,
+                   portable.plain)
 
     @property
     def frame(self) -> int:

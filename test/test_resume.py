@@ -22,10 +22,10 @@ from slm_lab.lib.errors import ResumeError
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('name,spec', [('ppo_exact', PPO), ('dqn_exact', DQN), ('pendulum_exact', PENDULUM)])
-def test_resume_after_max_frame_is_exact(tmp_path, name, spec):
-    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F."""
-    check_resume_after_max_frame(tmp_path, name, spec)
+def test_resume_after_max_frame_is_exact_with_normalised_observations_and_rewards(tmp_path):
+    """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F; each algorithm's
+    plain case is in test_exact_resume.py."""
+    check_resume_after_max_frame(tmp_path, 'pendulum_exact', PENDULUM)
 
 
 @pytest.mark.slow

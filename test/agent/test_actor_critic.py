@@ -307,11 +307,6 @@ def resume_spec(**algo) -> dict:
 
 
 @pytest.mark.slow
-def test_a2c_gae_resumes_exactly_after_max_frame(tmp_path):
-    check_resume_after_max_frame(tmp_path, 'a2c_gae', resume_spec(training_frequency=16))
-
-
-@pytest.mark.slow
 def test_a2c_nstep_with_normalized_v_targets_resumes_exactly_after_max_frame(tmp_path):
     spec = resume_spec(lam=None, num_step_returns=5, normalize_v_targets=True)
     spec['agent']['net'] = {'type': 'MLPNet', 'hid_layers': [16], 'shared': True,

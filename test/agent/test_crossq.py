@@ -163,12 +163,6 @@ def resume_spec(env: str, **algo) -> dict:
 
 
 @pytest.mark.slow
-def test_crossq_resumes_exactly_after_max_frame(tmp_path):
-    # 126 trainings before the stop, mid-warmup (200): the renorm statistics and step counts must resume
-    check_resume_after_max_frame(tmp_path, 'crossq_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
-
-
-@pytest.mark.slow
 def test_discrete_crossq_resumes_exactly_after_max_frame(tmp_path):
     check_resume_after_max_frame(tmp_path, 'crossq_cartpole', resume_spec('CartPole-v1'))
 

@@ -15,7 +15,7 @@ from slm_lab.agent.memory.onpolicy import OnPolicyCrossEntropy, elite_episodes
 from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
-from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_sigterm
 
 
 def t(values) -> torch.Tensor:
@@ -206,12 +206,6 @@ def test_sarsa_trains_through_the_lab_on_a_cross_entropy_memory(lab_run):
 
 
 # --- exact resume ---------------------------------------------------------------------------------
-
-@pytest.mark.slow
-def test_sarsa_resume_after_max_frame_is_exact(tmp_path):
-    spec = sarsa_spec(training_frequency=8, num_envs=2, max_frame=1000)
-    check_resume_after_max_frame(tmp_path, 'sarsa_exact', spec)
-
 
 @pytest.mark.slow
 @pytest.mark.subprocess

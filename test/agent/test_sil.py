@@ -382,16 +382,6 @@ def test_sil_keys_are_unknown_to_an_algorithm_without_self_imitation():
 # --- resume ---------------------------------------------------------------------------------------
 
 @pytest.mark.slow
-def test_sil_resumes_exactly_after_max_frame(tmp_path):
-    check_resume_after_max_frame(tmp_path, 'sil', SIL)
-
-
-@pytest.mark.slow
-def test_pposil_resumes_exactly_after_max_frame(tmp_path):
-    check_resume_after_max_frame(tmp_path, 'pposil', PPOSIL)
-
-
-@pytest.mark.slow
 def test_sil_with_a_prioritized_replay_resumes_exactly_after_max_frame(tmp_path):
     spec = copy.deepcopy(SIL)
     spec['agent']['memory'].update(sil_replay_name='PrioritizedReplay', beta=0.4)

@@ -187,7 +187,8 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
             import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
         except ImportError:
             env.close()
-            raise SpecError('--record needs the optional package moviepy: pip install moviepy') from None
+            raise SpecError('--record needs the optional package moviepy: pip install -r requirements-video.txt '
+                            '(or pip install ".[video]")') from None
         from gymnasium.wrappers import RecordVideo
         video_dir = run_root / 'video'
         env = RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,

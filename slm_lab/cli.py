@@ -245,3 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 def console_main() -> None:
     """The installed `slm-lab` script's entry point."""
     sys.exit(main())
+
+
+if __name__ == '__main__':
+    console_main()

@@ -18,7 +18,7 @@ from slm_lab.experiment.search.specs import total_trials
 from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, trial_reports, values_of
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
 from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
-from slm_lab.experiment.search_space import Param
+from slm_lab.experiment.search_space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted
@@ -222,7 +222,8 @@ def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, ke
     if keep is not None:
         prune_models(run_dir, df, keep)
     try:
-        viz.plot_experiment(df, [p.path for p in params], str(run_dir.root / 'graph' / spec['name']))
+        viz.plot_experiment(df, [p.path for p in params], str(run_dir.root / 'graph' / spec['name']),
+                            log_keys={p.path for p in params if p.space in LOG_SPACES})
     except Exception as e:  # a graph must not lose the search's results
         logger.warning(f'experiment graphs not drawn: {type(e).__name__}: {e}')
     best = df.sort_values(METRIC, ascending=False).head(1)

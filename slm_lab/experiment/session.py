@@ -313,10 +313,11 @@ class Session:
         self.write_csv('train')
         clock = self.clock
         left = (clock.max_frame - clock.frame) / row['fps'] if row['fps'] and row['fps'] > 0 else math.nan
+        loss = '-' if math.isnan(row['loss']) else f'{row["loss"]:.4g}'  # '-': no update yet, not a NaN loss
         logger.info(
             f'trial {self.trial} session {self.index} | frame {clock.frame}/{clock.max_frame} | '
             f'fps {row["fps"]:.0f} | epi {clock.epi} | total_reward_ma {row["total_reward_ma"]:.2f} | '
-            f'loss {row["loss"]:.4g} | lr {row["lr"]:.3g} | left {_duration(left)}')
+            f'loss {loss} | lr {row["lr"]:.3g} | left {_duration(left)}')
 
     def eval_row(self) -> None:
         rows = self.body.train_rows

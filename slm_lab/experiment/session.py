@@ -279,8 +279,9 @@ class Session:
                     next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
                 if self.stop.requested:
                     self.save_records()
+                    again = 'search' if str(self.spec['meta'].get('mode')).startswith('search') else 'train'
                     logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
-                                   'continue with train@latest')
+                                   f'continue with {again}@latest')
                     raise Preempted(self.stop.signum, clock.frame)
         finally:
             np.seterr(**numpy_errors)

@@ -17,6 +17,7 @@ from slm_lab.experiment import viz
 from slm_lab.experiment.search.specs import total_trials
 from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, trial_reports, values_of
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
+from slm_lab.experiment.search.watch import SearchWatch, make_callback
 from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
 from slm_lab.experiment.search_space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal
@@ -83,6 +84,8 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
     searcher = make_searcher(run_dir, spec, params)
     stop = _SearchStop(searcher, run_dir).install()
+    watch = SearchWatch(total_trials(spec, params), session_max_frame(spec), meta['log_frequency'],
+                        stopping=lambda: searcher.stopping)
     try:
         scheduler = make_scheduler(spec)
         trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
@@ -93,7 +96,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
                                         num_samples=total_trials(spec, params), reuse_actors=True),
             run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
-                                      verbose=0, log_to_file=True))
+                                      verbose=0, log_to_file=True, callbacks=[make_callback(watch)]))
         tuner.fit()
     finally:
         stop.uninstall()

@@ -161,7 +161,7 @@ def describe_schedule_change(change: dict) -> str:
     at = f"frame {frames[0]}" if len(frames) == 1 else f"frames {', '.join(map(str, frames))}"
     if all(f"{change['before'][s]:.4g}" == f"{change['after'][s]:.4g}" for s in change['before']):
         values = sorted({f"{v:.4g}" for v in change['after'].values()})
-        return f"{change['key']} ({', '.join(values)} at {at}): {change['why']}"
+        return f"{change['key']}: at {at} the value is {', '.join(values)}: {change['why']}"
     pairs = [f"{change['before'][s]:.4g} -> {change['after'][s]:.4g}" + (f' (session {s})' if len(change['before']) > 1
                                                                           else '')
              for s in change['before']]

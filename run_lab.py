@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from slm_lab.cli import parse_run_args, report, run_main  # noqa: F401 (parse_run_args, report: for callers)
+from slm_lab.cli import exit_process, run_main
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -15,6 +15,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-    from slm_lab.cli import exit_process
     code, mode = run_main(sys.argv[1:])
     exit_process(code, mode)

@@ -14,7 +14,6 @@ import slm_lab
 from slm_lab.api import RunResult
 from slm_lab.lib.errors import ModeError, SpecError
 
-SHORT = {'env.max_frame': 256, 'meta.log_frequency': 64, 'meta.eval_frequency': 128}
 
 
 def spec_body() -> dict:

@@ -1,178 +1,19 @@
-"""Command line of the lab: python run_lab.py [SPEC_FILE SPEC_NAME MODE] [-s KEY=VALUE ...]"""
+"""Command line of the lab: python run_lab.py [SPEC_FILE SPEC_NAME MODE] [-s KEY=VALUE ...]
+
+The same command as `slm-lab run` (installed by pip install .); both are slm_lab/cli.py."""
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 
-DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
-EXIT_INTERRUPTED = 130
-ENJOY_DEFAULTS = {'episodes': 5, 'ckpt': 'best', 'render': False, 'record': False}
-
-HELP = """\
-Train, resume, replay and search deep RL agents from JSON or YAML specs (SLM-Lab v4 and v5 files too).
-
-With no arguments, runs the demo: spec/demo.json ppo_cartpole train (PPO on CartPole, ~1 minute).
-
-modes:
-  train             train a spec; writes data/{spec_name}_{timestamp}/
-  dev               one session, debug logs, and a check that training changes the network
-  train@latest      resume the newest run of this spec (data/{spec_name}_*), possibly
-                    with a larger env.max_frame; continues in the same run directory
-  train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
-  enjoy@<run dir>/<spec_name>_t0_s0_spec.json
-                    replay that session's best weights (--ckpt latest: newest snapshot),
-                    --episodes N, --render, --record; never trains or writes records; the only
-                    argument: the session spec is the run's own (no SPEC_FILE SPEC_NAME, -s, --force)
-  search            hyperparameter search of the spec's search block on Ray Tune:
-                    meta.max_trial trials (x grid points), each meta.max_session sessions;
-                    --ray-address HOST:PORT runs them on a Ray cluster, --keep N keeps the
-                    model files of the N best trials only (needs the search extra)
-  search@latest     continue the newest search of this spec (data/{spec_name}_*): finished
-  search@<run dir>  trials are kept, running ones continue from their snapshots
-
-examples:
-  python run_lab.py spec/demo.json ppo_cartpole train
-  python run_lab.py spec/benchmark/dqn/dqn_cartpole.json dqn_cartpole dev -s env.max_frame=2000
-  python run_lab.py my_spec.json my_ppo train -s agent.net.optim_spec.lr=3e-4 -s lr=3e-4
-  python run_lab.py spec/demo.json ppo_cartpole train@latest -s env.max_frame=200000
-  python run_lab.py spec/slm_lab/cartpole_v5.yaml ppo_yaml train -s env=CartPole-v1 -s max_frame=1e5
-  python run_lab.py data/ppo_cartpole_2026_01_01_120000/ppo_cartpole_t0_s1_spec.json ppo_cartpole train
-                    (repeats session 1 of that run alone: its spec records its seed)
-  python run_lab.py enjoy@data/ppo_cartpole_2026_01_01_120000/ppo_cartpole_t0_s0_spec.json --episodes 3
-
-exit codes: 0 done (or already finished), 2 bad input (one line on stderr, nothing written),
-3 training diverged (NaN or infinite loss), 130 stopped by SIGINT / 143 by SIGTERM after saving a
-snapshot (continue with train@latest), 137 a session killed by SIGKILL (the others stopped with
-snapshots; continue with train@latest), 1 a bug (traceback).
-"""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Command-line mistakes are user errors too: one line, exit code 2."""
-
-    def error(self, message: str):
-        self.exit(2, f'error: {message} (see python run_lab.py --help)\n')
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = OneLineParser(prog='run_lab.py', description=HELP,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('spec_file', nargs='?',
-                        help='path of a JSON or YAML (.yaml, .yml) spec file, or of a spec a run saved')
-    parser.add_argument('spec_name', nargs='?', help='name of a spec in that file')
-    parser.add_argument('mode', nargs='?', help='dev | train (see modes above)')
-    parser.add_argument('-s', '--set', dest='overrides', action='append', default=[], metavar='KEY=VALUE',
-                        help='override a spec value by dotted path (env.max_frame=20000), or fill a ${KEY} '
-                             'placeholder of the spec; repeatable; recorded in the saved spec')
-    parser.add_argument('--force', action='store_true',
-                        help='train@: resume even though the spec changed in ways that break continuity '
-                             '(the changes are recorded in the run)')
-    search = parser.add_argument_group('search')
-    search.add_argument('--ray-address', metavar='HOST:PORT',
-                        help='run the trials on this Ray cluster (default: RAY_ADDRESS, else a local Ray)')
-    search.add_argument('--keep', type=int, metavar='N', help='keep the model files of the N best trials only')
-    # enjoy@'s options default to None so that giving one to another mode can be refused
-    enjoy = parser.add_argument_group('enjoy@ (replay)')
-    enjoy.add_argument('--episodes', type=int, help=f'episodes to play (default {ENJOY_DEFAULTS["episodes"]})')
-    enjoy.add_argument('--ckpt', choices=('best', 'latest'), help='best weights (default) or the newest snapshot')
-    enjoy.add_argument('--render', action='store_const', const=True,
-                       help='show the env in a window (needs a display)')
-    enjoy.add_argument('--record', action='store_const', const=True,
-                       help="write videos under the run's video/ (needs the optional package moviepy)")
-    args = parser.parse_args(argv)
-    given = [a for a in (args.spec_file, args.spec_name, args.mode) if a is not None]
-    enjoy_target = next((a for a in given if a.startswith('enjoy@')), None)
-    if not given:
-        args.spec_file, args.spec_name, args.mode = DEMO
-    elif enjoy_target is not None:
-        if len(given) > 1:  # the spec is the session's own; a spec file and name would be ignored
-            parser.error(f'enjoy@ takes the session spec as its only argument and reads the spec from the run, '
-                         f'so drop the spec file and name: python run_lab.py {enjoy_target}')
-        args.spec_file, args.spec_name, args.mode = None, None, enjoy_target
-    elif len(given) < 3:
-        parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or no arguments for the demo')
-    if args.mode.startswith('enjoy@'):
-        for option, value in (('-s/--set', args.overrides), ('--force', args.force)):
-            if value:
-                parser.error(f'{option} does not apply to enjoy@, which replays the session as its run saved it; '
-                             'to change the spec, continue the run with train@ and -s')
-        for key, default in ENJOY_DEFAULTS.items():
-            if getattr(args, key) is None:
-                setattr(args, key, default)
-        if args.episodes < 1:
-            parser.error('--episodes must be at least 1')
-    if not args.mode.startswith('search'):
-        for option, value in (('--ray-address', args.ray_address), ('--keep', args.keep)):
-            if value is not None:
-                parser.error(f'{option} only applies to search and search@ modes, not to {args.mode!r}')
-    if not args.mode.startswith('enjoy@'):
-        extra = [f'--{key}' for key in ENJOY_DEFAULTS if getattr(args, key) is not None]
-        if extra:
-            parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
-    return args
-
-
-def report(error: BaseException, mode: str) -> int:
-    """Print how a command that did not finish ended (one line on stderr); its exit code."""
-    from slm_lab.lib.errors import LabError, Preempted, Terminated
-    if isinstance(error, LabError):
-        print(f'error: {error}', file=sys.stderr)
-        return error.exit_code
-    if isinstance(error, Preempted):
-        again = 'search@latest' if mode.startswith('search') else 'train@latest'
-        print(f'stopped: {error}; continue with {again}', file=sys.stderr)
-        return error.exit_code
-    if isinstance(error, Terminated):
-        what = 'during the replay (it writes nothing)' if mode.startswith('enjoy@') else \
-            'before training started; nothing was written'
-        print(f'stopped by SIGTERM {what}', file=sys.stderr)
-        return error.exit_code
-    print('interrupted', file=sys.stderr)  # KeyboardInterrupt
-    return EXIT_INTERRUPTED
+from slm_lab.cli import exit_process, run_main
 
 
 def main(argv: list[str] | None = None) -> int:
-    import signal
-
-    from slm_lab.lib.errors import LabError, Preempted, Terminated, raise_terminated
-    # SIGTERM ends the command as Ctrl-C does until a trial takes over the signal to save snapshots
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
-    except Terminated as e:
-        print('stopped by SIGTERM; nothing was written', file=sys.stderr)
-        return e.exit_code
-    try:
-        from slm_lab import lab
-        if args.mode.startswith('enjoy@'):
-            lab.check_mode(args.mode)
-            from slm_lab.lib import logger as lab_logger
-            lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
-            from slm_lab.experiment.enjoy import enjoy
-            enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
-        else:
-            lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
-                    ray_address=args.ray_address, keep=args.keep)
-    except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it has ended: a SIGTERM now must not change how
-        return report(e, args.mode)
-    finally:
-        if argv is not None:  # a caller of main() gets its own handler back
-            signal.signal(signal.SIGTERM, previous_sigterm)
-    if argv is None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return 0
+    """Run the lab with `argv` (default: the command line); its exit code."""
+    code, _ = run_main(sys.argv[1:] if argv is None else argv, own_process=argv is None)
+    return code
 
 
 if __name__ == '__main__':
-    code = main()
-    if parse_args(sys.argv[1:]).mode.startswith('search'):
-        # a search's driver is done with Ray, torch and its files (each written atomically, closed):
-        # skip the interpreter's teardown of those modules (about 0.8 s)
-        import logging
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-    sys.exit(code)
+    code, mode = run_main(sys.argv[1:])
+    exit_process(code, mode)

@@ -1,3 +1,14 @@
-"""SLM Lab: a spec-driven deep reinforcement learning lab."""
+"""SLM Lab: a spec-driven deep reinforcement learning lab.
+
+From Python: `slm_lab.run(spec, spec_name=None, mode='train', overrides=None)` (slm_lab/api.py,
+docs/python-api.md). Importing this package loads nothing heavy: torch and the envs load at the
+first run."""
 
 __version__ = '0.1.0'
+
+
+def run(spec, spec_name=None, mode='train', overrides=None, data_dir='data', **options):
+    """Run a spec (a file path or a spec dict) in a mode; returns RunResult(run_dir, metrics).
+    The full description: slm_lab.api.run."""
+    from slm_lab import api  # kept out of `import slm_lab`, which must stay cheap
+    return api.run(spec, spec_name, mode, overrides, data_dir, **options)

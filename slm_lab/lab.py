@@ -112,16 +112,17 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
 
 def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
         data_dir: str = DATA_DIR, force: bool = False, ray_address: str | None = None,
-        keep: int | None = None) -> dict | None:
+        keep: int | None = None, on_run_dir=None) -> dict | None:
     """Run a spec in a mode; returns the trial metrics (None when a resumed run was already
-    finished). Raises LabError for user errors, before anything is written."""
+    finished). Raises LabError for user errors, before anything is written. `on_run_dir`, if
+    given, is called with the run's RunDir once it is known (the Python API returns it)."""
     mode = check_mode(mode)
     check_spec_name(spec_name)  # before train@ looks for data/{spec_name}_* or a run is made
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
     if mode.startswith('train@'):
-        return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force)
+        return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force, on_run_dir)
     if mode == 'search' or mode.startswith('search@'):
-        return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep)
+        return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep, on_run_dir)
     spec = prepare_spec(spec_file, spec_name, mode, overrides)
     from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
     ts = new_experiment_ts(data_dir, spec_name)
@@ -129,6 +130,8 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
     trial = Trial(spec, run_dir, mode, trial=0)
     lock = create_run_dir(run_dir, trial)
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
     logger.info(f'run directory {run_dir.root}')
     try:
         metrics = trial.run()
@@ -171,12 +174,14 @@ def write_specs(run_dir, trial) -> None:
 
 
 def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | None, data_dir: str,
-           force: bool) -> dict | None:
+           force: bool, on_run_dir=None) -> dict | None:
     """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
     edited) spec. Everything is checked before the run directory is touched, under a lock so that
     no other process trains the run meanwhile."""
     from slm_lab.persistence import resume as resume_lib  # imports torch (see preflight)
     run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
     lock = lock_run(run_dir)
     try:
         return _resume_locked(spec_file, spec_name, target, overrides, force, run_dir)
@@ -249,7 +254,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
 
 
 def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None, data_dir: str, force: bool,
-           ray_address: str | None, keep: int | None):
+           ray_address: str | None, keep: int | None, on_run_dir=None):
     """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
     Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
     touched. Returns the experiment dataframe."""
@@ -286,6 +291,8 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
             lock.close()
             raise
         logger.info(f'continuing the search in {run_dir.root}')
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
     try:
         df = search_lib.run_search(spec, run_dir, params, ray_address, keep)
     finally:

@@ -166,6 +166,20 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0].split('. ')[0].rstrip('.')[:200]
 
 
+def quiet_sdl(window: bool) -> None:
+    """Settle SDL's environment before pygame (the envs' renderer) loads: without a window, SDL's
+    dummy video and audio drivers; with one, a private XDG_RUNTIME_DIR where none is set. Otherwise
+    SDL prints `error: XDG_RUNTIME_DIR is invalid or not set`, which reads as the lab's own error
+    line. Values the user set are kept."""
+    os.environ.setdefault('SDL_AUDIODRIVER', 'dummy')  # no sound is played
+    os.environ.setdefault('PYGAME_HIDE_SUPPORT_PROMPT', '1')
+    if not window:
+        os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # rgb_array frames need no display
+    elif not os.environ.get('XDG_RUNTIME_DIR'):
+        import tempfile
+        os.environ['XDG_RUNTIME_DIR'] = tempfile.mkdtemp(prefix='slm_lab_xdg_')  # mode 0700, as SDL wants
+
+
 def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render: bool = False,
           record: bool = False) -> list[float]:
     """Play `episodes` greedy episodes with a trained session's agent; returns their returns."""
@@ -175,6 +189,8 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
     spec = read_session_spec(session_spec_path, spec_name)
     weights = load_weights(run_root, spec_name, trial, session, ckpt)
     render_mode = 'human' if render else ('rgb_array' if record else None)
+    if render_mode:
+        quiet_sdl(render)
     try:
         env = make_single_env(spec['env'], render_mode=render_mode)
     except LabError:
@@ -187,7 +203,8 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
             import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
         except ImportError:
             env.close()
-            raise SpecError('--record needs the optional package moviepy: pip install moviepy') from None
+            raise SpecError('--record needs the optional package moviepy: pip install -r requirements-video.txt '
+                            '(or pip install ".[video]")') from None
         from gymnasium.wrappers import RecordVideo
         video_dir = run_root / 'video'
         env = RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,

@@ -65,7 +65,8 @@ def write_trial_results(spec: dict, run_dir: RunDir, trial: int, max_session: in
     _check_stop(stop, frame)
     write_json(run_dir.trial_metrics_path(trial), metrics)
     _check_stop(stop, frame)
-    dfs = [pd.read_csv(run_dir.session_df_path(trial, s, 'eval')) for s in range(max_session)]
+    # the train rows: one per log point (the eval rows are a few points for a short run)
+    dfs = [pd.read_csv(run_dir.session_df_path(trial, s, 'train')) for s in range(max_session)]
     viz.plot_trial(dfs, f'{run_dir.prename(trial)} {spec["agent"]["algorithm"]["name"]} {spec["env"]["name"]}',
                    run_dir.graph_prefix(trial), png=True)
     _check_stop(stop, frame)

@@ -38,6 +38,7 @@ SPACES = ('uniform', 'quniform', 'loguniform', 'qloguniform', 'randint', 'qrandi
 # how many numbers each numeric space takes
 ARITY = {'uniform': 2, 'loguniform': 2, 'randint': 2, 'lograndint': 2, 'randn': 2, 'normal': 2,
          'quniform': 3, 'qloguniform': 3, 'qrandint': 3, 'qlograndint': 3, 'qrandn': 3}
+LOG_SPACES = ('loguniform', 'qloguniform', 'lograndint', 'qlograndint')  # drawn uniformly in log space
 ARGS_DOC = {2: '[low, high]', 3: '[low, high, q]'}
 _EDGE = 1e-12  # a normal's quantile is drawn from [_EDGE, 1 - _EDGE]: finite values only
 

@@ -279,8 +279,9 @@ class Session:
                     next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
                 if self.stop.requested:
                     self.save_records()
+                    again = 'search' if str(self.spec['meta'].get('mode')).startswith('search') else 'train'
                     logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
-                                   'continue with train@latest')
+                                   f'continue with {again}@latest')
                     raise Preempted(self.stop.signum, clock.frame)
         finally:
             np.seterr(**numpy_errors)
@@ -313,10 +314,11 @@ class Session:
         self.write_csv('train')
         clock = self.clock
         left = (clock.max_frame - clock.frame) / row['fps'] if row['fps'] and row['fps'] > 0 else math.nan
+        loss = '-' if math.isnan(row['loss']) else f'{row["loss"]:.4g}'  # '-': no update yet, not a NaN loss
         logger.info(
             f'trial {self.trial} session {self.index} | frame {clock.frame}/{clock.max_frame} | '
             f'fps {row["fps"]:.0f} | epi {clock.epi} | total_reward_ma {row["total_reward_ma"]:.2f} | '
-            f'loss {row["loss"]:.4g} | lr {row["lr"]:.3g} | left {_duration(left)}')
+            f'loss {loss} | lr {row["lr"]:.3g} | left {_duration(left)}')
 
     def eval_row(self) -> None:
         rows = self.body.train_rows

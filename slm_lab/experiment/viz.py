@@ -23,6 +23,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
@@ -39,8 +40,10 @@ _PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 REWARD_COLOR = 'rgb(31, 119, 180)'
 REWARD_LIGHT_COLOR = 'rgba(31, 119, 180, 0.3)'
-BAND_COLOR = 'rgba(31, 119, 180, 0.2)'
-SESSION_COLOR = 'rgba(120, 120, 120, 0.5)'
+# a trial's sessions, each its own colour (plotly's qualitative palette without its first blue,
+# which is the mean's); a comparison's runs, each its own colour (the whole palette)
+SESSION_COLORS = plotly.colors.qualitative.Plotly[1:]
+RUN_COLORS = plotly.colors.qualitative.Plotly
 LOSS_COLOR = 'rgb(214, 39, 40)'
 
 
@@ -191,36 +194,70 @@ def _mean_min_max(aligned: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
         return np.nanmean(aligned, axis=0), np.nanmin(aligned, axis=0), np.nanmax(aligned, axis=0)
 
 
+def _rgba(color: str, alpha: float) -> str:
+    """A plotly colour ('#rrggbb' or 'rgb(r, g, b)') with transparency `alpha`."""
+    r, g, b = plotly.colors.hex_to_rgb(color) if color.startswith('#') else plotly.colors.unlabel_rgb(color)
+    return f'rgba({int(r)}, {int(g)}, {int(b)}, {alpha})'
+
+
+def _add_band(fig: go.Figure, frame: np.ndarray, aligned: np.ndarray, name: str, color: str, group: str,
+              mean_name: str) -> None:
+    """The mean across sessions (bold, `color`) with a shaded band from their min to their max."""
+    mean, low, high = _mean_min_max(aligned)
+    # the band is two traces: the max line (invisible), then the min line filled up to it
+    fig.add_trace(go.Scatter(x=frame, y=high, mode='lines', line={'width': 0}, hoverinfo='skip',
+                             legendgroup=group, showlegend=False))
+    fig.add_trace(go.Scatter(x=frame, y=low, mode='lines', line={'width': 0}, fill='tonexty',
+                             fillcolor=_rgba(color, 0.2), legendgroup=group, hoverinfo='skip', name=name,
+                             showlegend=bool(name)))
+    fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name=mean_name, legendgroup=group,
+                             line={'color': color, 'width': 3}))
+
+
 def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *, png: bool = True) -> list[str]:
-    """Plot a trial: total_reward_ma mean across sessions vs frame (bold), a shaded band from the
-    min to the max across sessions, and each session's thin line. Sessions are aligned by
-    interpolating onto the first session's frames. Writes `{path_prefix}_trial_graph.html`,
-    plus `.png` when `png` is true and png_available(). Returns the paths written."""
+    """Plot a trial from its sessions' train rows: total_reward_ma mean across sessions vs frame
+    (bold), a shaded band from the min to the max across sessions, and each session's thin line in
+    a colour of its own. Sessions are aligned by interpolating onto the first session's frames.
+    Writes `{path_prefix}_trial_graph.html`, plus `.png` when `png` is true and png_available().
+    Returns the paths written."""
     session_dfs = [df if df is not None else pd.DataFrame() for df in session_dfs]
     frame, aligned = _align_return_ma(session_dfs)
     n_sessions = len(session_dfs)
     fig = go.Figure()
     for i in range(n_sessions):
         fig.add_trace(go.Scatter(x=frame, y=aligned[i], name=f'session {i}', mode='lines',
-                                 line={'color': SESSION_COLOR, 'width': 1}))
-    mean, low, high = _mean_min_max(aligned)
-    # the band is two traces: the max line (invisible), then the min line filled up to it
-    fig.add_trace(go.Scatter(x=frame, y=high, mode='lines', line={'width': 0}, hoverinfo='skip',
-                             legendgroup='band', showlegend=False))
-    fig.add_trace(go.Scatter(x=frame, y=low, mode='lines', line={'width': 0}, fill='tonexty',
-                             fillcolor=BAND_COLOR, legendgroup='band', hoverinfo='skip',
-                             name=f'min-max across {n_sessions} sessions'))
-    fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name='total_reward_ma mean',
-                             line={'color': REWARD_COLOR, 'width': 3}))
+                                 line={'color': SESSION_COLORS[i % len(SESSION_COLORS)], 'width': 1}))
+    _add_band(fig, frame, aligned, f'min-max across {n_sessions} sessions', REWARD_COLOR, 'band',
+              'total_reward_ma mean')
     fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
                       xaxis_title='frame', yaxis_title='total_reward_ma',
                       legend={'orientation': 'h', 'y': -0.15})
     return _write_fig(fig, f'{path_prefix}_trial_graph', png)
 
 
-def plot_experiment(experiment_df: pd.DataFrame, keys: list[str], path_prefix: str, *, png: bool = False) -> list[str]:
+def plot_compare(runs: list[tuple[str, list[pd.DataFrame]]], title: str, path_prefix: str, *,
+                 png: bool = True) -> list[str]:
+    """One graph comparing runs: for each (label, its sessions' train dataframes), the mean
+    total_reward_ma across its sessions vs frame (bold) with a band from their min to their max,
+    a colour per run. Writes `{path_prefix}.html`, plus `.png` when `png` is true and
+    png_available(). Returns the paths written."""
+    fig = go.Figure()
+    for i, (label, session_dfs) in enumerate(runs):
+        frame, aligned = _align_return_ma(session_dfs)
+        color = RUN_COLORS[i % len(RUN_COLORS)]
+        sessions = f'{len(session_dfs)} session' + ('s' if len(session_dfs) != 1 else '')
+        _add_band(fig, frame, aligned, '', color, f'run{i}', f'{label} ({sessions})')
+    fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
+                      xaxis_title='frame', yaxis_title='total_reward_ma (mean; band: min-max across sessions)',
+                      legend={'orientation': 'h', 'y': -0.15})
+    return _write_fig(fig, path_prefix, png)
+
+
+def plot_experiment(experiment_df: pd.DataFrame, keys: list[str], path_prefix: str, *, png: bool = False,
+                    log_keys: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """A search's graph: one column per searched key, each trial a point at the value it drew;
-    top row its strength (the trial metric), bottom row its final total_reward_ma. Writes
+    top row its strength (the trial metric), bottom row its final total_reward_ma. Keys in
+    `log_keys` (drawn uniformly in log space) get a log x axis. Writes
     `{path_prefix}_experiment_graph.html` (and `.png` when asked and available)."""
     df = experiment_df
     cols = max(1, len(keys))
@@ -233,6 +270,8 @@ def plot_experiment(experiment_df: pd.DataFrame, keys: list[str], path_prefix: s
             fig.add_trace(go.Scatter(x=x, y=_column(df, metric), mode='markers', text=labels, showlegend=False,
                                      marker={'color': REWARD_COLOR if r == 2 else LOSS_COLOR, 'size': 9}),
                           row=r, col=c)
+            if key in log_keys:
+                fig.update_xaxes(type='log', row=r, col=c)
     fig.update_yaxes(title_text='strength', row=1, col=1)
     fig.update_yaxes(title_text='total_reward_ma', row=2, col=1)
     fig.update_layout(title={'text': os.path.basename(path_prefix) + ' search'}, template='plotly_white')

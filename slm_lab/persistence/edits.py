@@ -3,6 +3,7 @@ allows, keys a newer lab added, how frame-driven schedules change, and the spec 
 under."""
 from __future__ import annotations
 
+import math
 import re
 
 from slm_lab import __version__
@@ -147,16 +148,23 @@ def schedule_changes(old_spec: dict, new_spec: dict, frames: dict[int, int]) -> 
 
 
 def _same(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)  # NaN == NaN for unset schedules
+    # NaN == NaN for unset schedules; float rounding (linear_decay at its end_step is end_val plus
+    # ~2e-9 of it) is no change to warn about
+    return a == b or (a != a and b != b) or math.isclose(a, b, rel_tol=1e-6, abs_tol=0.0)
 
 
 def describe_schedule_change(change: dict) -> str:
-    """One log line for a schedule change."""
+    """One log line for a schedule change. Where the value at the resume frame is unchanged (a
+    schedule that ended at the old env.max_frame, extended), the line says it stays, rather than
+    printing a change from a value to itself."""
+    frames = sorted(set(change['frames'].values()))
+    at = f"frame {frames[0]}" if len(frames) == 1 else f"frames {', '.join(map(str, frames))}"
+    if all(f"{change['before'][s]:.4g}" == f"{change['after'][s]:.4g}" for s in change['before']):
+        values = sorted({f"{v:.4g}" for v in change['after'].values()})
+        return f"{change['key']}: at {at} the value is {', '.join(values)}: {change['why']}"
     pairs = [f"{change['before'][s]:.4g} -> {change['after'][s]:.4g}" + (f' (session {s})' if len(change['before']) > 1
                                                                           else '')
              for s in change['before']]
-    frames = sorted(set(change['frames'].values()))
-    at = f"frame {frames[0]}" if len(frames) == 1 else f"frames {', '.join(map(str, frames))}"
     return f"{change['key']}: at {at} the value goes {', '.join(pairs)}: {change['why']}"
 
 

@@ -17,8 +17,9 @@ from slm_lab.experiment import viz
 from slm_lab.experiment.search.specs import total_trials
 from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, trial_reports, values_of
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
+from slm_lab.experiment.search.watch import SearchWatch, make_callback
 from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
-from slm_lab.experiment.search_space import Param
+from slm_lab.experiment.search_space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted
@@ -83,6 +84,8 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
     searcher = make_searcher(run_dir, spec, params)
     stop = _SearchStop(searcher, run_dir).install()
+    watch = SearchWatch(total_trials(spec, params), session_max_frame(spec), meta['log_frequency'],
+                        stopping=lambda: searcher.stopping)
     try:
         scheduler = make_scheduler(spec)
         trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
@@ -93,7 +96,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
             tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
                                         num_samples=total_trials(spec, params), reuse_actors=True),
             run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
-                                      verbose=0, log_to_file=True))
+                                      verbose=0, log_to_file=True, callbacks=[make_callback(watch)]))
         tuner.fit()
     finally:
         stop.uninstall()
@@ -222,7 +225,8 @@ def write_experiment(spec: dict, run_dir: RunDir, params: list[Param], study, ke
     if keep is not None:
         prune_models(run_dir, df, keep)
     try:
-        viz.plot_experiment(df, [p.path for p in params], str(run_dir.root / 'graph' / spec['name']))
+        viz.plot_experiment(df, [p.path for p in params], str(run_dir.root / 'graph' / spec['name']),
+                            log_keys={p.path for p in params if p.space in LOG_SPACES})
     except Exception as e:  # a graph must not lose the search's results
         logger.warning(f'experiment graphs not drawn: {type(e).__name__}: {e}')
     best = df.sort_values(METRIC, ascending=False).head(1)

@@ -23,6 +23,7 @@ from slm_lab.persistence.run_dir import RunDir
 
 logger = lab_logger.get_logger('slm_lab.search')
 REPO_ROOT = Path(__file__).resolve().parents[3]
+STOPPED_CODES = (130, 143)  # a trial process stopped by SIGINT / SIGTERM after saving its snapshots
 
 
 def stop_file(run_dir: RunDir, index: int | None = None) -> Path:
@@ -169,6 +170,10 @@ def make_trainable():
                     continue
                 if rc is not None:
                     self.proc = None
+                    if rc in STOPPED_CODES and stop_file(self.run_dir).exists():
+                        # stopped with the search (a snapshot saved): no error, search@ continues it
+                        return {**(self.reports[-1] if self.reports else {TIME_ATTR: 0, METRIC: float('nan')}),
+                                'done': True}
                     if rc != 0:
                         raise RuntimeError(f'trial {self.index} ended with exit code {rc}; see its log under '
                                            f'{self.run_dir.root / "log"}')

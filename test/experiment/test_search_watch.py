@@ -1,0 +1,78 @@
+"""A search you can watch: its console lines (a trial's start with its drawn values, its end with
+status, frame and total_reward_ma, a summary each log interval), and Ctrl-C (SIGINT to the whole
+foreground process group, as a terminal sends it) stopping it with the lab's own lines only."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from lab_helpers import RUN_LAB, lab_env
+from test_search import NAME, run_dir, search_spec, write
+
+pytestmark = pytest.mark.ray
+
+pytest.importorskip('ray', reason='search mode needs the search extra')
+pytest.importorskip('optuna', reason='search mode needs the search extra')
+
+LINE = re.compile(r'^\[[\d\- :]+ INFO slm_lab\.search\] (.*)$')
+
+
+def search_lines(stderr: str) -> list[str]:
+    return [m.group(1) for m in map(LINE.match, stderr.splitlines()) if m]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_search_prints_a_line_per_trial_start_and_end_and_summaries(tmp_path):
+    spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=1000, search_scheduler=None))
+    out = subprocess.run([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600, env=lab_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = search_lines(out.stderr)
+    starts = [x for x in lines if re.match(r'trial \d start: ', x)]
+    ends = [x for x in lines if re.match(r'trial \d end: ', x)]
+    assert len(starts) == 2 and len(ends) == 2, lines
+    assert re.fullmatch(r'trial 0 start: agent\.algorithm\.gamma=0\.\d+, agent\.net\.optim_spec\.lr=[\d.e-]+', starts[0])
+    for end in ends:
+        assert re.fullmatch(r'trial \d end: completed \| frame 1000 \| total_reward_ma \d+\.\d\d', end), end
+    summaries = [x for x in lines if x.startswith('search: ')]
+    # log_frequency 250 over two trials of 1000 frames, one at a time: a summary each 250 frames
+    assert len(summaries) == 8, lines
+    assert summaries[-1].startswith('search: 1/2 trials ended, 1 running (t1 frame 1000) | best: trial ')
+    assert lines.index(starts[1]) > lines.index(ends[0])  # one trial at a time (each takes every core)
+    graph = (run_dir(tmp_path) / 'graph' / f'{NAME}_experiment_graph.html').read_text()
+    assert '"type":"log"' in graph  # lr is drawn log-uniformly
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_ctrl_c_stops_a_search_with_the_labs_lines_only(tmp_path):
+    spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=8000))
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=lab_env(),
+                            start_new_session=True)  # its own process group, which Ctrl-C signals whole
+    try:
+        deadline, rows = time.time() + 300, 0
+        while time.time() < deadline and proc.poll() is None and rows < 3:
+            csv = list(Path(tmp_path).glob(f'data/{NAME}_*/info/{NAME}_t0_s0_session_df_train.csv'))
+            rows = len(csv[0].read_text().splitlines()) - 1 if csv else 0
+            time.sleep(0.05)
+        assert proc.poll() is None, 'the search should be training its first trial'
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output[-3000:]
+    assert 'Traceback' not in output and 'ERROR' not in output, output[-3000:]
+    assert output.strip().splitlines()[-1] == \
+        'stopped: stopped by SIGINT with the running trials saved in snapshots; continue with search@latest'
+    assert re.search(r'trial 0 end: stopped with the search, a snapshot saved \(continue with search@latest\) '
+                     r'\| frame \d+', output), output[-3000:]
+    log = (run_dir(tmp_path) / 'log' / f'{NAME}_t0_s0.log').read_text()
+    assert 'with a snapshot; continue with search@latest' in log and 'train@latest' not in log

@@ -40,6 +40,7 @@ def test_ale_is_the_default_for_atari_games_in_several_envs_and_is_written_into_
     assert backend({'name': 'Pong-v0'}) == 'gymnasium'  # ALE draws its frame skip at random
     assert backend({'name': 'ALE/Pong-v5', 'mode': 0}) == 'gymnasium'  # a game mode ALE's vector env cannot set
     assert backend({'name': 'ALE/Pong-v5', 'num_envs': 1, 'vector_backend': 'ale'}) == 'ale'
+    assert backend({'name': 'ALE/Pong-v5', 'vector_backend': None}) == 'ale'
     cartpole = validate_spec({**ppo_spec({'name': 'CartPole-v1'}),
                               'agent': {'name': 'PPO', 'algorithm': {'name': 'PPO'},
                                         'memory': {'name': 'OnPolicyBatchReplay'}, 'net': {'type': 'MLPNet'}}})
@@ -57,7 +58,7 @@ def test_ale_for_a_game_it_cannot_run_is_one_line_naming_the_key_and_the_fix(env
     if env['name'] == 'CartPole-v1':
         spec['agent']['net'] = {'type': 'MLPNet'}
     with pytest.raises(SpecError, match=r'^env\.vector_backend: "ale" cannot run this env: ' + message +
-                       r'.*; use "gymnasium" or remove the key$'):
+                       r'.*; use "gymnasium" or null$'):
         validate_spec(spec)
 
 

@@ -1,6 +1,7 @@
 """Environments: gymnasium envs (always as a gymnasium.vector env) built from the env spec, with
 the wrappers the spec asks for. The env section's schema is env/schema.py; what an env id stands
-for (its optional family, the Atari ids) is env/ids.py."""
+for (its optional family, the Atari ids) is env/ids.py; Atari's preprocessing settings and ALE's
+own vector env are env/atari.py."""
 from __future__ import annotations
 
 import gymnasium as gym
@@ -30,7 +31,8 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
-    """A gymnasium.vector env for the env spec, resetting finished sub-envs in the same step
+    """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
+    see env/atari.py; otherwise gymnasium's), resetting finished sub-envs in the same step
     (the final observation is in info['final_obs']), recording episode returns in info['episode'],
     with the normalisation wrappers asked for.
 

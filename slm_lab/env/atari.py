@@ -122,6 +122,14 @@ def make_ale_vector_env(env_spec: dict, num_envs: int) -> gym.vector.VectorEnv:
     return AleGames(env, settings.frame_skip)
 
 
+def game_seeds(seed: int, num_envs: int) -> np.ndarray:
+    """One seed per game for ALE's vector env, drawn from `seed` (any int >= 0: the lab's seeds go
+    up to 10**18) by numpy's SeedSequence: ALE takes seeds of 1 to 2**31 - 1 (a C int; one of 0
+    leaves the game unseeded)."""
+    state = np.random.SeedSequence(seed).generate_state(num_envs, dtype=np.uint32).astype(np.int64)
+    return state % (2**31 - 2) + 1
+
+
 class AleGames(gym.vector.VectorWrapper):
     """The infos of gymnasium's vector envs for ALE's vector env, which gives final_obs without
     its mask and no per-game records: '_final_obs' (the sub-envs whose episode ended), and in
@@ -145,8 +153,7 @@ class AleGames(gym.vector.VectorWrapper):
 
     def reset(self, *, seed=None, options=None):
         if isinstance(seed, int) and options is None:
-            # one seed per game, each > 0: ALE's vector env leaves a game whose seed is 0 unseeded
-            seed = np.arange(seed, seed + self.num_envs, dtype=np.int64) + 1
+            seed = game_seeds(seed, self.num_envs)
         obs, info = self.env.reset(seed=seed, options=options)
         self.lives[:] = info['lives']
         self.episode_frames[:] = info['episode_frame_number']

@@ -166,12 +166,13 @@ def test_a_lost_life_ends_the_episode_the_game_goes_on_and_games_are_recorded_wh
         env.close()
 
 
-def test_ales_games_are_the_same_for_the_same_seed_with_sticky_actions():
+@pytest.mark.parametrize('seed', [0, 10**18])  # the lab's seeds go up to 10**18; ALE's are C ints
+def test_ales_games_are_the_same_for_the_same_seed_with_sticky_actions(seed):
     from slm_lab.env import make_env
     env_spec = validate_spec(ppo_spec({'name': 'ALE/Breakout-v5', 'num_envs': 3}))['env']
     a, b = make_env(env_spec), make_env(env_spec)
     try:
-        for x, y in zip(a.reset(seed=0), b.reset(seed=0)):
+        for x, y in zip(a.reset(seed=seed), b.reset(seed=seed)):
             if isinstance(x, np.ndarray):
                 np.testing.assert_array_equal(x, y)
         for action in np.random.default_rng(0).integers(0, 4, size=(200, 3)):

@@ -1,13 +1,15 @@
 """Environments: gymnasium envs (always as a gymnasium.vector env) built from the env spec, with
 the wrappers the spec asks for. The env section's schema is env/schema.py; what an env id stands
-for (its optional family, the Atari ids) is env/ids.py."""
+for (its optional family, the Atari ids) is env/ids.py; Atari's preprocessing settings and ALE's
+own vector env are env/atari.py."""
 from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
 
+from slm_lab.env.atari import atari_settings, make_ale_vector_env
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
-from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family, is_ale_v5
+from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family
 from slm_lab.env.schema import ENV_SCHEMA
 from slm_lab.env.wrappers import FireReset, LifeLossTermination, NormalizeObservation, clip_observation
 from slm_lab.lib.schema import not_available
@@ -29,7 +31,8 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
-    """A gymnasium.vector env for the env spec, resetting finished sub-envs in the same step
+    """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
+    see env/atari.py; otherwise gymnasium's), resetting finished sub-envs in the same step
     (the final observation is in info['final_obs']), recording episode returns in info['episode'],
     with the normalisation wrappers asked for.
 
@@ -39,9 +42,13 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     """
     ensure_env_registered(env_spec['name'])
     n = num_envs or env_spec['num_envs']
-    env = gym.make_vec(env_spec['name'], num_envs=n, vectorization_mode=env_spec.get('vectorization_mode', 'sync'),
-                       vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP},
-                       wrappers=_raw_obs_wrappers(env_spec), **_make_kwargs(env_spec))
+    if env_spec.get('vector_backend') == 'ale':  # an Atari game in ALE's own vector env (env/atari.py)
+        env = make_ale_vector_env(env_spec, n)
+    else:
+        env = gym.make_vec(env_spec['name'], num_envs=n,
+                           vectorization_mode=env_spec.get('vectorization_mode', 'sync'),
+                           vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP},
+                           wrappers=_raw_obs_wrappers(env_spec), **_make_kwargs(env_spec))
     # innermost, so episode returns are the env's own rewards, before any normalisation
     env = gym.wrappers.vector.RecordEpisodeStatistics(env)
     scale = env_spec.get('reward_scale')
@@ -74,20 +81,11 @@ def _raw_obs_wrappers(env_spec: dict, whole_games: bool = False) -> list | None:
     if bound is not None and not env_spec.get('normalize_obs'):
         wrappers.append(lambda env: clip_observation(env, bound))
     if env_family(env_spec['name']) is ENV_FAMILIES['atari']:
-        # as SLM-Lab: frame_op_len frames when frame_op is given (v4's Atari specs), else v5's 4
-        # for ALE/ ids and one frame for the older ids
-        stack = env_spec['frame_op_len'] if env_spec.get('frame_op') else (4 if is_ale_v5(env_spec['name']) else 1)
-        size = tuple(env_spec.get('image_downsize') or (84, 84))
-        frames = atari_frames(env_spec)  # None: ALE skips frames and sticks actions itself
-        frame_skip, sticky = frames or (1, 0.0)
-        # a lost life ends the episode in training: life_loss_info (v5), always for the older ids (v4
-        # trained them under its EpisodicLifeEnv)
-        life_loss = not whole_games and (bool(env_spec.get('life_loss_info')) or (
-            not is_ale_v5(env_spec['name']) and env_spec.get('life_loss_info') is not False and frames is not None))
-        max_t = env_spec.get('max_t') if frames is not None else None
-        wrappers.append(lambda env: atari_preprocessing(env, stack, size, frame_skip, sticky, life_loss, max_t)
+        atari = atari_settings(env_spec, whole_games)
+        wrappers.append(lambda env: atari_preprocessing(env, atari.stack, atari.size, atari.frame_skip, atari.sticky,
+                                                        atari.life_loss, atari.max_t)
                         if len(env.observation_space.shape) > 1
-                        else concat_frames(env, stack) if env_spec.get('frame_op') else env)  # RAM: a vector
+                        else concat_frames(env, atari.stack) if env_spec.get('frame_op') else env)  # RAM: a vector
     elif env_spec.get('frame_op'):
         wrappers.append(lambda env: concat_frames(env, env_spec['frame_op_len']))
     return wrappers or None

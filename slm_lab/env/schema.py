@@ -9,6 +9,7 @@ import inspect
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
+from slm_lab.env.atari import BACKENDS, ale_vector_unfit, default_backend
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family, warn_if_outdated
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import OMIT, Field, accepts, check_object, ignored_field, suggest
@@ -64,6 +65,12 @@ ENV_SCHEMA = {
     'vectorization_mode': Field((str,), 'sync', choices=('sync', 'async'),
                                 doc='gymnasium.vector mode: sync (one process) or async (one process per env)'),
     'make_kwargs': Field((dict,), {}, doc='extra keyword arguments for gymnasium.make'),
+    'vector_backend': Field((str,), None, nullable=True, choices=BACKENDS,
+                            doc="the vector env of an Atari game: \"ale\", ALE's own (C++ threads step the games; a "
+                                'resumed run starts fresh episodes), or "gymnasium", gymnasium\'s of AtariEnv games '
+                                'under the lab\'s wrappers (resumes exactly); null: "ale" for an Atari game with '
+                                'num_envs > 1 that ALE\'s vector env can run, else "gymnasium" (the saved spec says '
+                                'which ran; docs/environments.md)'),
     # SLM-Lab keys
     'reward_scale': Field((float, str), None, nullable=True, check=_check_reward_scale,
                           doc='multiply training rewards by this number, or "sign": use their sign (SLM-Lab v4); '
@@ -105,7 +112,19 @@ def check_env(env: dict, path: str = 'env') -> dict:
                        planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(env, path)
     check_frame_op(env)
+    check_vector_backend(env)
     return fill_env_clip_defaults(env)
+
+
+def check_vector_backend(env: dict) -> None:
+    """env.vector_backend "ale" only for a game ALE's vector env can run; null (the default) is
+    replaced by atari.default_backend's choice, so the saved spec says which ran."""
+    if env.get('vector_backend') == 'ale':
+        unfit = ale_vector_unfit(env)
+        if unfit is not None:
+            raise SpecError(f'env.vector_backend: "ale" cannot run this env: {unfit}; use "gymnasium" or null')
+    if env.get('vector_backend') is None:
+        env['vector_backend'] = default_backend(env)
 
 
 def fill_env_clip_defaults(env: dict) -> dict:

@@ -25,6 +25,7 @@ IGNORED = tuple(f'meta.{k}' for k in RUNTIME_META) + ('meta.random_seed',)
 KEYS_ADDED_LATER = {
     ('env', 'clip_obs'): None,  # no clipping before clip_obs existed (its default is 10 with normalize_obs)
     ('env', 'clip_reward'): None,
+    ('env', 'vector_backend'): 'gymnasium',  # Atari games ran in gymnasium's vector env before ALE's was an option
 }
 
 

@@ -72,7 +72,8 @@ _SKIP = object()
 
 def _layer_state(layer) -> dict:
     state = {}
-    if type(layer).__module__.startswith('ale_py') and hasattr(layer, 'ale'):
+    # an ALE game (AtariEnv); ALE's vector env (AtariVectorEnv) has no state it can clone
+    if type(layer).__module__.startswith('ale_py') and hasattr(getattr(layer, 'ale', None), 'cloneState'):
         serialized = layer.ale.cloneState(include_rng=True).serialize()
         state[ALE_KEY] = np.frombuffer(serialized, dtype=np.uint8).copy()
     if type(layer).__module__.startswith('gymnasium.envs.mujoco') and hasattr(layer, 'model') and hasattr(layer, 'data'):

@@ -101,10 +101,11 @@ def atari_spec(algorithm: str, net: dict, env: dict, **meta) -> dict:
 @pytest.mark.slow
 def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
     """ALE/Pong-v5 as SLM-Lab v5 runs it (4 stacked 84x84 greyscale uint8 frames, sticky actions,
-    rewards clipped for training): stopped at F by max_frame and resumed to 2F, mid-episode, gives
-    the CSV cells and weights of a run of 2F that never stopped."""
+    rewards clipped for training) in gymnasium's vector env (env.vector_backend "gymnasium"; ALE's
+    own cannot save its games, test/env/test_ale_vector.py): stopped at F by max_frame and resumed
+    to 2F, mid-episode, gives the CSV cells and weights of a run of 2F that never stopped."""
     from lab_helpers import check_resume_after_max_frame
-    spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True}, {'name': 'ALE/Pong-v5'})
+    spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True}, {'name': 'ALE/Pong-v5', 'vector_backend': 'gymnasium'})
     check_resume_after_max_frame(tmp_path, 'ppo_pong', spec)
 
 

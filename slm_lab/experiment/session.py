@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 
 import numpy as np
@@ -18,6 +17,7 @@ from slm_lab.env.wrappers import finished_returns
 from slm_lab.experiment import viz
 from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfinite_metrics
 from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, write_session_results
+from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, session_seed, set_global_seeds
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted, TrainingDiverged
@@ -35,23 +35,6 @@ from slm_lab.persistence.state import Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
-
-
-def session_seed(spec: dict, trial: int, session: int) -> int:
-    """The seed of session s in trial t: random_seed + 1000 * t + s of the trial's spec. A
-    session's own spec (Trial.session_spec, meta.session set) records that seed as its
-    random_seed, so it is read from there as it is."""
-    meta = spec['meta']
-    if meta.get('session') is not None:
-        return int(meta['random_seed'])
-    return int(meta['random_seed']) + 1000 * trial + session
-
-
-def set_global_seeds(seed: int) -> None:
-    """Seed python, numpy and torch global generators."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class Session:
@@ -109,9 +92,7 @@ class Session:
             'eval_env': {'seeded': self._eval_seeded,
                          'env': env_state_dict(self.eval_env) if self.eval_env is not None else None},
             'best_model': self.best_model,
-            'rng': {'python': random.getstate(), 'numpy': np.random.get_state(),
-                    'torch': torch.get_rng_state(),
-                    'cuda': torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            'rng': global_rng_state(),
         }
         if self.global_nets is not None:
             state['global'] = self.global_nets.state_dict()
@@ -127,12 +108,7 @@ class Session:
         self.clock.load_state_dict(state['clock'])
         self.agent.load_state_dict(state['agent'])
         self.body.load_state_dict(state['body'])
-        rng = state['rng']
-        random.setstate(_as_tuple(rng['python']))
-        np.random.set_state(_as_tuple(rng['numpy']))
-        torch.set_rng_state(torch.as_tensor(rng['torch']))
-        if rng['cuda'] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng['cuda'])
+        load_global_rng_state(state['rng'])
         self._eval_seeded = state['eval_env']['seeded']
         if self.eval_env is not None and state['eval_env']['env'] is not None:
             load_env_state_dict(self.eval_env, state['eval_env']['env'])
@@ -437,11 +413,6 @@ def _clone_state(obj):
     if isinstance(obj, (list, tuple)):
         return type(obj)(_clone_state(v) for v in obj)
     return copy.deepcopy(obj)
-
-
-def _as_tuple(x):
-    """Random-state tuples come back from a snapshot as lists or tuples; make them tuples."""
-    return tuple(_as_tuple(v) if isinstance(v, list) else v for v in x)
 
 
 def _duration(seconds: float) -> str:

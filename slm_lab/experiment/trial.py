@@ -10,7 +10,8 @@ import time
 from slm_lab.experiment.distributed import GlobalNets, newest_global_state_of
 from slm_lab.experiment.pool import ResumePoint, run_in_processes, run_session
 from slm_lab.experiment.results import fmt_metric, write_trial_results
-from slm_lab.experiment.session import Session, session_seed
+from slm_lab.experiment.seeds import session_seed
+from slm_lab.experiment.session import Session
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError

@@ -161,14 +161,36 @@ class OnPolicyBatchReplay(Memory):
         return batch
 
     def state_dict(self) -> dict:
-        return {'size': self.size, 'buffers': {k: v[:self.size].copy() for k, v in self.buffers.items()},
+        """The filled part of the batch. next_states[t] of a sub-env is states[t + 1] unless the
+        sub-env reset in between (then it is the episode's final observation), so only the next
+        states that differ, byte for byte, from the following state are stored (`next_kept`
+        marks them; the last step's always are): an Atari batch's snapshot is about half the
+        size, and loading it gives back the very same bytes."""
+        n = self.size
+        buffers = {k: v[:n].copy() for k, v in self.buffers.items() if k != 'next_states'}
+        next_states = self.buffers['next_states'][:n]
+        kept = np.ones(next_states.shape[:2], dtype=bool)
+        if n > 1:
+            kept[:-1] = np.any(_as_bytes(next_states[:-1]) != _as_bytes(self.buffers['states'][1:n]), axis=-1)
+        return {'size': n, 'buffers': buffers, 'next_kept': kept, 'next_states': next_states[kept],
                 'rng': self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
-        self.size = int(state['size'])
-        for k, v in state['buffers'].items():
-            self.buffers[k][:self.size] = v
+        self.size = n = int(state['size'])
+        for k, v in state['buffers'].items():  # a snapshot of an older lab holds next_states here, whole
+            self.buffers[k][:n] = v
+        if 'next_kept' in state:
+            next_states = self.buffers['next_states'][:n]
+            next_states[:-1] = self.buffers['states'][1:n]
+            next_states[np.asarray(state['next_kept'], dtype=bool)] = state['next_states']
         self.rng.bit_generator.state = state['rng']
+
+
+def _as_bytes(x: np.ndarray) -> np.ndarray:
+    """(T, N, *shape) -> (T, N, bytes): each step's observation as its raw bytes (floats compare
+    bitwise: -0.0 and 0.0 differ, NaN equals itself)."""
+    x = np.ascontiguousarray(x)
+    return x.reshape(x.shape[0], x.shape[1], -1).view(np.uint8)
 
 
 def elite_episodes(episode_returns: np.ndarray, cross_entropy: float) -> np.ndarray:

@@ -41,8 +41,12 @@ def test_a_partly_filled_batch_round_trips_through_a_snapshot_exactly(tmp_path, 
         mem.add(obs, np.full(3, t % 3), np.ones(3), next_obs, done, np.zeros(3))
         dones.append(done)
     state = mem.state_dict()
-    # stored: the last step's next states, and those before a reset (the episode's final observation)
-    assert len(state['next_states']) == (3 + int(np.sum(dones[:-1])) if filled else 0)
+    # stored: the last step's next states, and those before a reset (the episode's final observation);
+    # whole stacks for the first step and after a reset, else the newest frame
+    resets = int(np.sum(dones[:-1]))
+    assert len(state['next_states']) == (3 + resets if filled else 0)
+    assert len(state['states']['whole']) == (3 + resets if filled else 0)
+    assert len(state['states']['newest']) == 3 * filled - len(state['states']['whole'])
     path = checkpoint.save_snapshot(tmp_path / 'ckpt', filled, {'memory': state}, SPEC)
     loaded, _ = checkpoint.load_snapshot(path)
     resumed = batch(3, 40, space)
@@ -80,15 +84,20 @@ def test_an_older_snapshot_with_whole_next_states_still_loads():
     np.testing.assert_array_equal(resumed.buffers['next_states'][:5], mem.buffers['next_states'][:5])
 
 
-def test_an_atari_sized_batch_snapshot_holds_about_half_the_frames():
+def test_an_atari_sized_batch_snapshot_holds_one_new_frame_a_step():
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     mem = batch(16, 56, space)
     rng = np.random.default_rng(0)
     obs = rng.integers(0, 255, (16, 4, 84, 84), dtype=np.uint8)
-    for _ in range(56):  # no resets: every next state but the last is the following state
-        next_obs = rng.integers(0, 255, (16, 4, 84, 84), dtype=np.uint8)
+    for _ in range(56):  # no resets: each stack is the one before shifted by a new frame
+        next_obs = np.concatenate([obs[:, 1:], rng.integers(0, 255, (16, 1, 84, 84), dtype=np.uint8)], axis=1)
         mem.add(obs, np.zeros(16), np.zeros(16), next_obs, np.zeros(16), np.zeros(16))
         obs = next_obs
     state = mem.state_dict()
     assert state['next_states'].shape == (16, 4, 84, 84)  # the last step's only
-    assert state['buffers']['states'].nbytes == 56 * 16 * 4 * 84 * 84
+    assert state['states']['whole'].shape == (16, 4, 84, 84)  # the first step's stacks
+    assert state['states']['newest'].shape == (55 * 16, 84, 84)
+    resumed = batch(16, 56, space)
+    resumed.load_state_dict(state)
+    for key, values in mem.buffers.items():
+        np.testing.assert_array_equal(resumed.buffers[key][:56], values[:56], err_msg=key)

@@ -36,7 +36,7 @@ def main() -> int:
            '-s', f'meta.max_session={args.sessions}', '-s', f'env.max_frame={args.frames}',
            '-s', 'meta.log_frequency=2000', '-s', 'meta.eval_frequency=2000']
     starts, dones = [], []
-    load = os.getloadavg()[0]
+    load, started = os.getloadavg()[0], time.strftime('%Y-%m-%d %H:%M')
     with tempfile.TemporaryDirectory(prefix='slm_gap_bench_') as work:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -53,7 +53,7 @@ def main() -> int:
             return 1
     width = sum(1 for s in starts if s < min(dones))
     gaps = [start - done for start, done in zip(sorted(starts)[width:], sorted(dones))]
-    print(f'# {time.strftime("%Y-%m-%d %H:%M")} | {os.cpu_count()} CPU cores | load average {load:.1f} -> '
+    print(f'# {started} | {os.cpu_count()} CPU cores | load average {load:.1f} -> '
           f'{os.getloadavg()[0]:.1f} | {args.sessions} sessions x {args.frames} frames, {width} at a time')
     print(f'gaps_s       {" ".join(f"{g:.1f}" for g in gaps)}')
     print(f'median_gap_s {statistics.median(gaps):.1f}')

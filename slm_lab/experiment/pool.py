@@ -159,9 +159,9 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
     """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
     cores) running at once; the next runs when one ends. With more sessions than that, the next
     sessions' processes (as many as run at once) start ahead and wait for their turn, their
-    imports done, so that a session follows the one before in a fraction of a second. SLM-Lab starts them all together,
-    which with more sessions than cores only makes each slower while all of them hold their
-    memory at once (1000 sessions: 1000 processes). The sessions of a distributed trial
+    imports done, so that a session follows the one before without a process start. SLM-Lab
+    starts them all together, which with more sessions than cores only makes each slower while
+    all of them hold their memory at once (1000 sessions: 1000 processes). The sessions of a distributed trial
     (`global_nets`) do start all together, as SLM-Lab's: they are the workers of one training.
     On a stop signal the started sessions are asked to stop once (each saves a snapshot) and
     the ones not started yet count as stopped; a failing session stops the others. Returns the

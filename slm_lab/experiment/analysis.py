@@ -145,8 +145,7 @@ def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int,
     if path is not None and math.isfinite(value):
         try:
             write_json(path, {'key': key, 'random_baseline': value})  # atomic: a reader sees all of it or none
-        # a cache that cannot be written (a read-only data dir, a full disk) costs only the replay next time
-        except (OSError, DiskFullError):
+        except (OSError, DiskFullError):  # a read-only data dir, a full disk: the next run plays it again
             pass
     return value
 

@@ -11,6 +11,7 @@ from queue import Empty
 from typing import NamedTuple
 
 from slm_lab import resources
+from slm_lab.experiment import viz
 from slm_lab.experiment.session import Session
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import errors as lab_errors_module
@@ -105,8 +106,6 @@ def _warm_up() -> None:
     torch imports its compiler (torch._dynamo, over a second) at the first optimizer it builds,
     plotly loads its validators at the first graph."""
     import torch._dynamo  # noqa: F401  (torch's own lazy import, done ahead; see the docstring)
-
-    from slm_lab.experiment import viz
     viz.warm_up()
 
 

@@ -108,6 +108,15 @@ def flip_weight_bytes(model: Path, count: int = 64) -> None:
     model.write_bytes(bytes(data))
 
 
+@pytest.fixture(autouse=True, scope='session')
+def lab_cache_dir(tmp_path_factory):
+    """The lab's caches (random baselines) go to one directory of the test session, not to each
+    test's data/ (whose listing tests check) nor to a user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('SLM_LAB_CACHE_DIR', str(tmp_path_factory.mktemp('lab_cache')))
+        yield
+
+
 @pytest.fixture
 def make_spec():
     """build_spec(algorithm, env=..., max_frame=..., num_envs=..., log_frequency=..., **meta)."""

@@ -69,6 +69,37 @@ def test_too_few_arguments_is_a_usage_error(tmp_path):
     assert not (tmp_path / 'data').exists()
 
 
+# runs run_lab.py as __main__ and prints, at exit, which heavy modules the process imported
+IMPORTS_AT_EXIT = """
+import atexit, runpy, sys
+heavy = ('torch', 'ray', 'pandas', 'plotly')
+atexit.register(lambda: print('IMPORTED', *[m for m in heavy if m in sys.modules], file=sys.stderr))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize('args,expected', [
+    ([DEMO, 'ppo_cartpol', 'train'], "spec name 'ppo_cartpol'"),
+    ([DEMO, 'ppo_cartpole', 'trian'], "unknown mode 'trian'"),
+    ([DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frme=100'], 'env.max_frme'),
+    ([DEMO, 'ppo_cartpole', 'train', '-s', 'meta.max_sesion=2'], 'meta.max_sesion'),
+    ([DEMO, 'ppo_cartpole', 'train', '-s', 'env.name=CartPol-v1'], 'CartPole-v1'),
+], ids=['spec name', 'mode', 'env key', 'meta key', 'env name'])
+def test_a_typo_fails_without_importing_torch(tmp_path, args, expected):
+    # a typo's line comes in a fraction of a second: torch (1-2 s to import), Ray, pandas and
+    # plotly wait until a spec is known to be good (the agent's keys, checked against its
+    # classes' schemas, still import torch)
+    out = subprocess.run([sys.executable, '-c', IMPORTS_AT_EXIT, RUN_LAB, *args], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env={**lab_env(), 'PYTHONPATH': str(REPO_ROOT)})
+    assert out.returncode == 2, out.stderr
+    error, imported = out.stderr.strip().splitlines()
+    assert error.startswith('error: ') and expected in error
+    assert imported == 'IMPORTED', f'a typo imported {imported.split()[1:]}'
+    assert not (tmp_path / 'data').exists()
+
+
 def write_bad_json(tmp_path: Path) -> str:
     path = tmp_path / 'bad.json'
     path.write_text('{"s": {"agent": {"name": "PPO"},,}}')

@@ -280,6 +280,13 @@ def _session_processes() -> set[int]:
     return pids
 
 
+def _has_children(pid: int) -> bool:
+    try:
+        return any((task / 'children').read_text().split() for task in Path(f'/proc/{pid}/task').iterdir())
+    except OSError:
+        return False
+
+
 class SessionWatcher:
     """Samples the live session processes every few milliseconds while a trial runs."""
 
@@ -291,7 +298,10 @@ class SessionWatcher:
     def _watch(self):
         while not self._done.is_set():
             alive = _session_processes()
-            self.most_at_once = max(self.most_at_once, len(alive))
+            # a session runs once it has made its async envs (processes of its own); a process
+            # started ahead of its turn waits without any
+            running = [pid for pid in alive if _has_children(pid)]
+            self.most_at_once = max(self.most_at_once, len(running))
             self.seen |= alive
             time.sleep(0.005)
 

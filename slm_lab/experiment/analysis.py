@@ -39,14 +39,21 @@ float or None (for NaN, or when there is no data); metrics never raise on empty 
 """
 from __future__ import annotations
 
-import functools
+import hashlib
 import json
 import math
+import os
 import warnings
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from slm_lab import __version__
+from slm_lab.lib.errors import DiskFullError
+from slm_lab.lib.io import read_json, write_json
 
 SESSION_SCALARS = (
     'final_return_ma', 'strength', 'max_strength', 'final_strength',
@@ -55,7 +62,21 @@ SESSION_SCALARS = (
 SESSION_LOCALS = ('strength', 'sample_efficiency', 'training_efficiency', 'frame', 'opt_step')
 
 
-def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000, seed: int = 0) -> float:
+# the packages whose envs or random numbers shape a baseline: a cached one is reused only while
+# every version matches (see docs/metrics.md, "The random baseline")
+BASELINE_PACKAGES = ('gymnasium', 'numpy', 'ale-py', 'mujoco', 'box2d', 'box2d-py')
+BASELINE_CACHE_DIR = '.cache'  # under the lab's data dir: data/.cache/random_baseline_*.json
+CACHE_DIR_ENV = 'SLM_LAB_CACHE_DIR'  # where the lab keeps caches instead (the test suite points it at a tmp dir)
+_memo: dict[tuple, float] = {}  # this process's baselines, by env, settings and cache directory
+
+
+def baseline_cache_dir(data_dir: str | os.PathLike) -> Path:
+    """Where random baselines are cached: $SLM_LAB_CACHE_DIR when set, else {data_dir}/.cache."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path(data_dir) / BASELINE_CACHE_DIR)
+
+
+def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000, seed: int = 0,
+                    cache_dir: str | os.PathLike | None = None) -> float:
     """Mean return of a uniformly random policy on the env of `env_spec` (its name, max_t and
     make_kwargs), built as the lab builds its evaluation env, so the baseline plays the same
     episodes (same step limit, same env arguments) as the agent it is compared with.
@@ -63,16 +84,74 @@ def random_baseline(env_spec: dict, episodes: int = 20, max_frames: int = 20000,
     Plays up to `episodes` episodes of uniformly random actions within the env's bounds (the
     agent's action space's sample(), seeded with `seed`; the first reset seeded with `seed`),
     stopping early once `max_frames` env steps are used. Returns the mean over completed episodes;
-    if none completed within `max_frames`, the return of the partial episode. Memoised per process, per env spec.
+    if none completed within `max_frames`, the return of the partial episode. Memoised per process, per env spec;
+    with `cache_dir`, also kept on disk there (one JSON file per key: `baseline_cache_key`), so
+    that later runs do not play the episodes again (an Atari game's 20,000 steps take half a minute).
     """
     key = json.dumps({'name': env_spec['name'], 'max_t': env_spec.get('max_t'),
                       'make_kwargs': env_spec.get('make_kwargs') or {}}, sort_keys=True)
-    return _random_baseline(key, episodes, max_frames, seed)
+    memo_key = (key, episodes, max_frames, seed, None if cache_dir is None else str(cache_dir))
+    if memo_key not in _memo:
+        _memo[memo_key] = _random_baseline(key, episodes, max_frames, seed, cache_dir)
+    return _memo[memo_key]
 
 
-@functools.lru_cache(maxsize=None)
-def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int) -> float:
-    """random_baseline for an env spec given as JSON (hashable, so the result can be cached)."""
+def baseline_cache_key(env_key: str, episodes: int, max_frames: int, seed: int) -> dict:
+    """What a random baseline depends on: the env (id, max_t, make_kwargs), the episodes, step
+    cap and seed, the lab's version (its env wrappers) and the versions of the env packages."""
+    versions = {}
+    for package in BASELINE_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            continue
+    return {'env': json.loads(env_key), 'episodes': episodes, 'max_frames': max_frames, 'seed': seed,
+            'lab_version': __version__, 'packages': versions}
+
+
+def baseline_cache_path(cache_dir: str | os.PathLike, key: dict) -> Path:
+    """The file of a cached baseline: named by a digest of its key, which it holds in full."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return Path(cache_dir) / f'random_baseline_{digest}.json'
+
+
+def _read_cached_baseline(path: Path, key: dict) -> float | None:
+    """The cached value when the file holds this very key and a finite number; None otherwise
+    (missing, damaged or another key: the baseline is played again and the file rewritten)."""
+    try:
+        cached = read_json(path)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get('key') != key:
+        return None
+    value = cached.get('random_baseline')
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int,
+                     cache_dir: str | os.PathLike | None = None) -> float:
+    """random_baseline for an env spec given as JSON: read from `cache_dir`, else played (and
+    written there)."""
+    path = None
+    if cache_dir is not None:
+        key = baseline_cache_key(env_key, episodes, max_frames, seed)
+        path = baseline_cache_path(cache_dir, key)
+        value = _read_cached_baseline(path, key)
+        if value is not None:
+            return value
+    value = _play_random_baseline(env_key, episodes, max_frames, seed)
+    if path is not None and math.isfinite(value):
+        try:
+            write_json(path, {'key': key, 'random_baseline': value})  # atomic: a reader sees all of it or none
+        except (OSError, DiskFullError):  # a read-only data dir, a full disk: the next run plays it again
+            pass
+    return value
+
+
+def _play_random_baseline(env_key: str, episodes: int, max_frames: int, seed: int) -> float:
+    """Play the random policy's episodes (see random_baseline)."""
     from slm_lab.env import agent_action_space, make_single_env  # gymnasium's envs: only when a baseline is due
 
     env = make_single_env(json.loads(env_key))

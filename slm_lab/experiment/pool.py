@@ -11,6 +11,7 @@ from queue import Empty
 from typing import NamedTuple
 
 from slm_lab import resources
+from slm_lab.experiment import viz
 from slm_lab.experiment.session import Session
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import errors as lab_errors_module
@@ -100,14 +101,41 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         lab_logger.remove_handler(handler)
 
 
+def _warm_up() -> None:
+    """What a session process pays once beyond its imports, paid while it waits for its turn:
+    torch imports its compiler (torch._dynamo, over a second) at the first optimizer it builds,
+    plotly loads its validators at the first graph."""
+    import torch._dynamo  # noqa: F401  (torch's own lazy import, done ahead; see the docstring)
+    viz.warm_up()
+
+
 def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_write: bool = False,
-                    read: tuple[Portable, float] | None = None) -> None:
+                    go=None, read: tuple[Portable, float] | None = None) -> None:
+    """A session's process. `go`: an event of a process started ahead of its turn (imports and
+    warm-up done while the sessions before it run); it waits for the lab to set it. The process
+    ends with os._exit once its report is sent: the interpreter's teardown of torch and the
+    other modules (about a second) would only delay the next session. `read`: the snapshot the
+    lab read and checked for this session (Snapshot.portable) and the seconds that took."""
     # own process group: a terminal's Ctrl-C reaches only the lab process, which asks each
     # session to stop exactly once
     os.setpgrp()
     die_with_parent()
     if os.getppid() != lab_pid:  # the lab died while this process started: the death signal missed it
         os._exit(1)
+    if go is not None:
+        _warm_up()
+        while not go.wait(0.5):
+            if os.getppid() != lab_pid:
+                os._exit(1)
+    try:
+        _run_worker(args, queue, global_nets, report_first_write, read)
+    finally:
+        queue.close()
+        queue.join_thread()  # the report is in the pipe before the process ends
+    os._exit(0)
+
+
+def _run_worker(args, queue, global_nets, report_first_write: bool, read: tuple[Portable, float] | None) -> None:
     session = args[4]
     stop = StopSignal().install()
     # the lab started this process with stop signals blocked (so a Ctrl-C to the terminal's
@@ -133,9 +161,11 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                      stop: StopSignal, global_nets=None, on_first_write=None,
                      read: dict[int, tuple[Portable, float]] | None = None) -> list[dict]:
     """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
-    cores) alive at once; the next starts when one ends. SLM-Lab starts them all together,
-    which with more sessions than cores only makes each slower while all of them hold their
-    memory at once (1000 sessions: 1000 processes). The sessions of a distributed trial
+    cores) running at once; the next runs when one ends. With more sessions than that, the next
+    sessions' processes (as many as run at once) start ahead and wait for their turn, their
+    imports done, so that a session follows the one before without a process start. SLM-Lab
+    starts them all together, which with more sessions than cores only makes each slower while
+    all of them hold their memory at once (1000 sessions: 1000 processes). The sessions of a distributed trial
     (`global_nets`) do start all together, as SLM-Lab's: they are the workers of one training.
     On a stop signal the started sessions are asked to stop once (each saves a snapshot) and
     the ones not started yet count as stopped; a failing session stops the others. Returns the
@@ -155,18 +185,48 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
     preempted, errors, lab_errors, killed = [], [], [], []
     started, signalled, ended = set(), set(), set()  # ended: its outcome is known
 
+    # with more sessions than slots, each slot's next session starts its process ahead (its
+    # imports done while the sessions before it run) and waits for its event (`go`)
+    ahead = len(specs) > width
+    go: dict[int, object] = {}
+
     def launch(s: int) -> None:
         # not a daemon: a daemon may not start processes, and an async vector env is made of
         # them; the session still dies with the lab (PR_SET_PDEATHSIG) and is joined below
+        go[s] = ctx.Event() if ahead else None
         proc = ctx.Process(target=_session_worker,
                            args=((specs[s], run_dir, mode, trial, s, log_level, resume),
-                                 queue, os.getpid(), global_nets, on_first_write is not None, read.pop(s, None)))
+                                 queue, os.getpid(), global_nets, on_first_write is not None, go[s],
+                                 read.pop(s, None)))
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
         try:
             proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         procs[s] = proc
+
+    released: list[int] = []  # sessions whose turn has come, in session order
+
+    def schedule() -> None:
+        """Give the turn to started processes while fewer than `width` sessions run; start the
+        waiting sessions' processes: ahead of their turn (at most `width` of them), or at it."""
+        running = sum(1 for r in released if r not in ended and procs[r].is_alive())
+        if not ahead:
+            while waiting and running < width:
+                s = waiting.pop(0)
+                launch(s)
+                released.append(s)
+                running += 1
+            return
+        for _ in range(2):  # the turn to processes started before, then to the ones started now
+            for s in [s for s in procs if s not in released]:
+                if running >= width:
+                    break
+                go[s].set()
+                released.append(s)
+                running += 1
+            while waiting and len(procs) - len(released) < width:
+                launch(waiting.pop(0))
 
     def stopped_before_starting(s: int) -> None:  # nothing to save: stopped, not failed
         preempted.append((stop.signum, None))
@@ -189,8 +249,8 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                     signalled.add(s)
                 if len(ended) >= len(specs):
                     break
-            while waiting and not stop.requested and sum(p.is_alive() for p in procs.values()) < width:
-                launch(waiting.pop(0))
+            if not stop.requested:
+                schedule()
             try:
                 status, s, payload = queue.get(timeout=0.2)
             except Empty:

@@ -43,7 +43,8 @@ def write_session_results(spec: dict, run_dir: RunDir, trial: int, session: int,
                           frame: int | None = None) -> dict:
     """The final files of a session: metrics JSON and graph. Raises Preempted between writes when
     a stop signal arrived (each file is atomic, so what is written is whole)."""
-    rand_return = analysis.random_baseline(spec['env'])
+    # cached beside the runs (data/.cache): an Atari game's baseline takes half a minute to play
+    rand_return = analysis.random_baseline(spec['env'], cache_dir=analysis.baseline_cache_dir(run_dir.root.parent))
     metrics = {
         'eval': analysis.calc_session_metrics(eval_df, rand_return),
         'train': analysis.calc_session_metrics(train_df, rand_return),

@@ -124,14 +124,6 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
 def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     """Validate a raw spec and return it with every default filled in. Raises SpecError naming
     the key path of the first problem and the valid choices."""
-    # the registries import torch (seconds): reading a spec file, and its errors, need not wait for it
-    from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS
-    from slm_lab.agent.algorithm import PLANNED_KEYS as PLANNED_ALGORITHM_KEYS
-    from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES
-    from slm_lab.agent.memory import PLANNED_KEYS as PLANNED_MEMORY_KEYS
-    from slm_lab.agent.net import NETS, PLANNED_NETS
-    from slm_lab.agent.net import PLANNED_KEYS as PLANNED_NET_KEYS
-
     if not isinstance(spec, dict):
         raise SpecError(f'{spec_name}: a spec must be a JSON object')
     spec = copy.deepcopy(spec)
@@ -143,6 +135,14 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     spec = check_object(spec, TOP_SCHEMA, 'spec')
     spec['env'] = check_env(rename_env_id(spec['env']))  # gymnasium ids renamed since SLM-Lab v4 run their current id
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
+    # the registries import torch (seconds): reading a spec file, and a mistake in its top level,
+    # env or meta (the agent's keys are checked against its classes' schemas), need not wait for it
+    from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS
+    from slm_lab.agent.algorithm import PLANNED_KEYS as PLANNED_ALGORITHM_KEYS
+    from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES
+    from slm_lab.agent.memory import PLANNED_KEYS as PLANNED_MEMORY_KEYS
+    from slm_lab.agent.net import NETS, PLANNED_NETS
+    from slm_lab.agent.net import PLANNED_KEYS as PLANNED_NET_KEYS
     agent = spec['agent']
     if isinstance(agent, dict) and isinstance(agent.get('algorithm'), dict):  # a later algorithm's keys wait for it
         _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')

@@ -4,6 +4,8 @@ normalisation, observations of any Box shape, and tensors kept on the net's devi
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -134,6 +136,10 @@ def test_random_baseline_plays_the_runs_episodes(lab_run, make_spec):
     _, run_dir = lab_run(spec, 'random_max_t')
     metrics = json.loads((run_dir / 'info' / 'random_max_t_t0_s0_session_metrics.json').read_text())
     assert metrics['random_baseline'] == 5.0
+    # kept for later runs in the lab's cache (the suite's: SLM_LAB_CACHE_DIR), keyed by the env's max_t
+    cached = [json.loads(p.read_text()) for p in Path(os.environ['SLM_LAB_CACHE_DIR']).glob('random_baseline_*.json')]
+    assert {'max_t': 5, 'name': 'CartPole-v1', 'make_kwargs': {}, 'value': 5.0} in [
+        {**c['key']['env'], 'value': c['random_baseline']} for c in cached]
 
 
 # --- observations of any Box shape ------------------------------------------------------------

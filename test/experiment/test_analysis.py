@@ -5,8 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from slm_lab.experiment import analysis
 from slm_lab.experiment.analysis import (
-    SESSION_SCALARS, _random_baseline, calc_session_metrics, calc_trial_metrics, random_baseline,
+    SESSION_SCALARS, _random_baseline, baseline_cache_key, baseline_cache_path, calc_session_metrics,
+    calc_trial_metrics, random_baseline,
 )
 
 
@@ -129,16 +131,43 @@ CARTPOLE = {'name': 'CartPole-v1'}
 
 
 def test_random_baseline_is_reproducible_and_memoised():
-    uncached = _random_baseline.__wrapped__
     key = json.dumps({'make_kwargs': {}, 'max_t': None, 'name': 'CartPole-v1'}, sort_keys=True)
-    first = uncached(key, 5, 20000, 3)
-    assert first == uncached(key, 5, 20000, 3)
+    first = _random_baseline(key, 5, 20000, 3)
+    assert first == _random_baseline(key, 5, 20000, 3)
     assert 5 < first < 100  # a random CartPole policy lasts tens of steps at +1 per step
     assert random_baseline(CARTPOLE, episodes=5, seed=3) == first
-    hits = _random_baseline.cache_info().hits
-    # the same env however the spec spells it (defaults given or left out): one cached value
+    memo = dict(analysis._memo)
+    # the same env however the spec spells it (defaults given or left out): one value
     assert random_baseline({'name': 'CartPole-v1', 'max_t': None, 'make_kwargs': {}}, episodes=5, seed=3) == first
-    assert _random_baseline.cache_info().hits == hits + 1
+    assert analysis._memo == memo
+
+
+def test_random_baseline_cache_on_disk_is_read_back_and_keyed(tmp_path):
+    env_key = json.dumps({'make_kwargs': {}, 'max_t': None, 'name': 'CartPole-v1'}, sort_keys=True)
+    played = _random_baseline(env_key, 4, 20000, 7)
+    assert random_baseline(CARTPOLE, episodes=4, seed=7, cache_dir=tmp_path) == played
+    key = baseline_cache_key(env_key, 4, 20000, 7)
+    path = baseline_cache_path(tmp_path, key)
+    assert json.loads(path.read_text()) == {'key': key, 'random_baseline': played}
+    assert key['packages']['gymnasium'] and key['lab_version']
+    # a later process reads the file instead of playing: a value only the file holds comes back
+    path.write_text(json.dumps({'key': key, 'random_baseline': 123.5}))
+    assert _random_baseline(env_key, 4, 20000, 7, str(tmp_path)) == 123.5
+    # a file holding another key (a different package version) or a damaged one is played again and rewritten
+    path.write_text(json.dumps({'key': {**key, 'packages': {}}, 'random_baseline': 123.5}))
+    assert _random_baseline(env_key, 4, 20000, 7, str(tmp_path)) == played
+    path.write_text('{"key": ')
+    assert _random_baseline(env_key, 4, 20000, 7, str(tmp_path)) == played
+    assert json.loads(path.read_text())['random_baseline'] == played
+    # other settings are other files
+    assert baseline_cache_path(tmp_path, baseline_cache_key(env_key, 4, 20000, 8)) != path
+
+
+def test_random_baseline_cache_dir_is_the_data_dirs_unless_set(monkeypatch, tmp_path):
+    monkeypatch.delenv(analysis.CACHE_DIR_ENV)
+    assert analysis.baseline_cache_dir(tmp_path / 'data') == tmp_path / 'data' / '.cache'
+    monkeypatch.setenv(analysis.CACHE_DIR_ENV, str(tmp_path / 'elsewhere'))
+    assert analysis.baseline_cache_dir(tmp_path / 'data') == tmp_path / 'elsewhere'
 
 
 def test_random_baseline_stops_at_max_frames_with_a_partial_return():

@@ -161,14 +161,64 @@ class OnPolicyBatchReplay(Memory):
         return batch
 
     def state_dict(self) -> dict:
-        return {'size': self.size, 'buffers': {k: v[:self.size].copy() for k, v in self.buffers.items()},
-                'rng': self.rng.bit_generator.state}
+        """The filled part of the batch. next_states[t] of a sub-env is states[t + 1] unless the
+        sub-env reset in between (then it is the episode's final observation), so only the next
+        states that differ, byte for byte, from the following state are stored (`next_kept`
+        marks them; the last step's always are), and states of stacked frames keep one new frame
+        a step (pack_stacks): an Atari batch's snapshot holds about a quarter of one copy of its
+        states, and loading it gives back the very same bytes."""
+        n = self.size
+        buffers = {k: v[:n].copy() for k, v in self.buffers.items() if k not in ('states', 'next_states')}
+        next_states = self.buffers['next_states'][:n]
+        kept = np.ones(next_states.shape[:2], dtype=bool)
+        if n > 1:
+            kept[:-1] = np.any(_as_bytes(next_states[:-1]) != _as_bytes(self.buffers['states'][1:n]), axis=-1)
+        return {'size': n, 'buffers': buffers, 'states': pack_stacks(self.buffers['states'][:n]), 'next_kept': kept,
+                'next_states': next_states[kept], 'rng': self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
-        self.size = int(state['size'])
-        for k, v in state['buffers'].items():
-            self.buffers[k][:self.size] = v
+        self.size = n = int(state['size'])
+        for k, v in state['buffers'].items():  # a snapshot of an older lab holds next_states here, whole
+            self.buffers[k][:n] = v
+        if 'next_kept' in state:
+            unpack_stacks(state['states'], self.buffers['states'][:n])
+            next_states = self.buffers['next_states'][:n]
+            next_states[:-1] = self.buffers['states'][1:n]
+            next_states[np.asarray(state['next_kept'], dtype=bool)] = state['next_states']
         self.rng.bit_generator.state = state['rng']
+
+
+def pack_stacks(states: np.ndarray) -> dict:
+    """States (T, N, k, ...) of stacked frames (the newest last on axis 2, as the env stacks
+    them), packed for a snapshot: a step whose stack is the step before's shifted by one frame
+    (`rolled`: no reset in between) keeps its newest frame only (`newest`), the others their
+    whole stack (`whole`); compared byte for byte, so unpacking gives the same bytes. States of
+    vectors (T, N, d) are kept whole."""
+    rolled = np.zeros(states.shape[:2], dtype=bool)
+    if states.ndim >= 4 and len(states) > 1:
+        rolled[1:] = np.all(_as_bytes(states[1:, :, :-1]) == _as_bytes(states[:-1, :, 1:]), axis=-1)
+    return {'rolled': rolled, 'whole': states[~rolled], 'newest': states[rolled][:, -1]}
+
+
+def unpack_stacks(packed: dict, out: np.ndarray) -> None:
+    """Write the states pack_stacks packed into `out` (T, N, ...)."""
+    rolled = np.asarray(packed['rolled'], dtype=bool)
+    out[~rolled] = packed['whole']
+    newest = np.asarray(packed['newest'])
+    used = 0
+    for t in range(1, len(out)):  # a rolled stack is built from the step before's, so in order
+        envs = np.flatnonzero(rolled[t])
+        if len(envs):
+            out[t, envs, :-1] = out[t - 1, envs, 1:]
+            out[t, envs, -1] = newest[used:used + len(envs)]
+            used += len(envs)
+
+
+def _as_bytes(x: np.ndarray) -> np.ndarray:
+    """(T, N, *shape) -> (T, N, bytes): each step's observation as its raw bytes (floats compare
+    bitwise: -0.0 and 0.0 differ, NaN equals itself)."""
+    x = np.ascontiguousarray(x)
+    return x.reshape(x.shape[0], x.shape[1], -1).view(np.uint8)
 
 
 def elite_episodes(episode_returns: np.ndarray, cross_entropy: float) -> np.ndarray:

@@ -19,13 +19,14 @@ time a run spent stopped is left out and the rewritten history and the new event
 from __future__ import annotations
 
 import importlib.util
-import io
 import math
 import os
+import struct
 import time
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
 from slm_lab.agent.body import COLUMNS
@@ -46,12 +47,8 @@ def require_tensorboard() -> None:
 
 def row_scalars(kind: str, row: dict) -> list[tuple[str, float]]:
     """The (tag, value) pairs of one record row: every column but the frame whose cell is not empty."""
-    pairs = []
-    for column in SCALAR_COLUMNS:
-        value = row.get(column)
-        if value is not None and not math.isnan(float(value)):
-            pairs.append((f'{kind}/{column}', float(value)))
-    return pairs
+    return [(f'{kind}/{column}', float(row[column])) for column in SCALAR_COLUMNS
+            if row.get(column) is not None and row[column] == row[column]]  # NaN != NaN: an empty cell
 
 
 def in_frame_order(train_rows: list[dict], eval_rows: list[dict]) -> list[tuple[str, dict]]:
@@ -64,23 +61,69 @@ def in_frame_order(train_rows: list[dict], eval_rows: list[dict]) -> list[tuple[
     return [(kind, row) for *_, kind, row in sorted(keyed, key=lambda item: item[:3])]
 
 
+def _crc32c_table() -> np.ndarray:
+    """The byte table of CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of
+    TFRecord files."""
+    crc = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        crc = np.where(crc & 1, (crc >> 1) ^ np.uint32(0x82F63B78), crc >> 1).astype(np.uint32)
+    return crc
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def masked_crc32c(messages: list[bytes]) -> np.ndarray:
+    """The masked CRC-32C of each message (TFRecord's checksum), all messages at once: one numpy
+    step per byte position rather than a Python step per byte, which is what makes rewriting a
+    stream of thousands of events at a resume take milliseconds, not seconds."""
+    lengths = np.array([len(m) for m in messages], dtype=np.int64)
+    order = np.argsort(-lengths, kind='stable')  # longest first: the messages still going are a prefix
+    lengths = lengths[order]
+    data = np.frombuffer(b''.join(messages[i] for i in order), dtype=np.uint8)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    crc = np.full(len(messages), 0xFFFFFFFF, dtype=np.uint32)
+    going = len(messages)
+    for position in range(int(lengths[0]) if len(messages) else 0):
+        while lengths[going - 1] <= position:
+            going -= 1
+        part = crc[:going]
+        crc[:going] = CRC32C_TABLE[(part ^ data[starts[:going] + position]) & 0xFF] ^ (part >> 8)
+    crc ^= np.uint32(0xFFFFFFFF)
+    masked = ((crc >> 15) | (crc << 17)) + np.uint32(0xA282EAD8)  # wraps at 32 bits, as the format means
+    out = np.empty_like(masked)
+    out[order] = masked
+    return out
+
+
+def frame_records(payloads: list[bytes]) -> bytes:
+    """TFRecord framing of serialized events, as tensorboard's RecordWriter writes them one by one:
+    per record, its length (uint64), the length's masked CRC-32C, the payload, its masked CRC-32C
+    (little-endian)."""
+    if not payloads:
+        return b''
+    headers = [struct.pack('<Q', len(p)) for p in payloads]
+    header_crcs, payload_crcs = masked_crc32c(headers), masked_crc32c(payloads)
+    return b''.join(b''.join((h, struct.pack('<I', hc), p, struct.pack('<I', pc)))
+                    for h, hc, p, pc in zip(headers, header_crcs.tolist(), payloads, payload_crcs.tolist()))
+
+
 def encode_events(rows: Iterable[tuple[str, dict]], anchor: float, header: bool = False) -> bytes:
     """The TFRecord bytes of one scalar event per row (after the file-version event that opens a
     file, with `header`); an event's wall time is `anchor` + the row's wall_t."""
-    # imported here, at the first log point: tensorboard's writer modules are not needed to start
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.record_writer import RecordWriter
-    buffer = io.BytesIO()
-    writer = RecordWriter(buffer)
+    # imported here, at the first log point, to keep them off the start-up path
+    from tensorboard.compat.proto import event_pb2
+    payloads = []
     if header:
-        writer.write(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2').SerializeToString())
+        payloads.append(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2').SerializeToString())
     for kind, row in rows:
         wall_t = float(row.get('wall_t', math.nan))
-        values = [summary_pb2.Summary.Value(tag=tag, simple_value=value) for tag, value in row_scalars(kind, row)]
-        event = event_pb2.Event(wall_time=anchor + (wall_t if math.isfinite(wall_t) else 0.0), step=int(row['frame']),
-                                summary=summary_pb2.Summary(value=values))
-        writer.write(event.SerializeToString())
-    return buffer.getvalue()
+        event = event_pb2.Event(wall_time=anchor + (wall_t if math.isfinite(wall_t) else 0.0), step=int(row['frame']))
+        add_value = event.summary.value.add  # adding in place: twice as fast as building Values to copy in
+        for tag, value in row_scalars(kind, row):
+            add_value(tag=tag, simple_value=value)
+        payloads.append(event.SerializeToString())
+    return frame_records(payloads)
 
 
 def write_stream(directory: Path, rows: list[tuple[str, dict]], anchor: float) -> Path:

@@ -4,6 +4,7 @@ between two snapshots) and resumed shows one continuous curve per scalar."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 import signal
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 
 from lab_helpers import DQN, PPO, RUN_LAB, cli, lab_env, run_dirs, train_csv, write_spec
 from slm_lab import lab
-from slm_lab.experiment.tensorboard import SCALAR_COLUMNS
+from slm_lab.experiment.tensorboard import SCALAR_COLUMNS, frame_records
 from slm_lab.lib.errors import SpecError
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.spec import load_spec
@@ -55,6 +56,22 @@ def assert_stream_mirrors_records(run: Path, name: str, session: int = 0) -> Non
     dfs = {kind: pd.read_csv(run / 'info' / f'{name}_t0_s{session}_session_df_{kind}.csv') for kind in ('train', 'eval')}
     assert read_stream(directory) == expected_stream(dfs)
     assert [p.name.startswith('events.out.tfevents.') for p in directory.iterdir()] == [True]
+
+
+def test_records_are_framed_as_tensorboards_record_writer_frames_them():
+    """The lab frames many records at once (a numpy CRC-32C); the bytes are those of tensorboard's
+    own writer, one record at a time, for payloads of every length up to a few hundred bytes."""
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    rng = np.random.default_rng(0)
+    payloads = [rng.integers(0, 256, size=n, dtype=np.uint8).tobytes() for n in [0, 1, 7, 8, 9, *range(10, 700, 37)]]
+    rng.shuffle(payloads)
+    reference = io.BytesIO()
+    writer = RecordWriter(reference)
+    for payload in payloads:
+        writer.write(payload)
+    assert frame_records(payloads) == reference.getvalue()
+    assert frame_records(payloads[:1]) == reference.getvalue()[:len(payloads[0]) + 16]
+    assert frame_records([]) == b''
 
 
 def quick(spec: dict, **meta) -> dict:

@@ -115,7 +115,11 @@ def encode_events(rows: Iterable[tuple[str, dict]], anchor: float, header: bool 
     from tensorboard.compat.proto import event_pb2
     payloads = []
     if header:
-        payloads.append(event_pb2.Event(wall_time=time.time(), file_version='brain.Event:2').SerializeToString())
+        now = time.time()
+        payloads.append(event_pb2.Event(wall_time=now, file_version='brain.Event:2').SerializeToString())
+        # a restart at step 0: a TensorBoard reading the directory drops what it read before this file
+        payloads.append(event_pb2.Event(wall_time=now, step=0, session_log=event_pb2.SessionLog(
+            status=event_pb2.SessionLog.START)).SerializeToString())
     for kind, row in rows:
         wall_t = float(row.get('wall_t', math.nan))
         event = event_pb2.Event(wall_time=anchor + (wall_t if math.isfinite(wall_t) else 0.0), step=int(row['frame']))
@@ -128,8 +132,10 @@ def encode_events(rows: Iterable[tuple[str, dict]], anchor: float, header: bool 
 
 def write_stream(directory: Path, rows: list[tuple[str, dict]], anchor: float) -> Path:
     """Write a directory's event stream anew: one event file with `rows`, complete before it takes
-    its name (it is staged under a name TensorBoard ignores), then every other file of the
-    directory is removed (older streams, and what a crash mid-write left). Returns its path."""
+    its name (it is staged under a name TensorBoard ignores). Then the event file before it is
+    emptied (a TensorBoard reading it moves on to the next file, where one deleted under it would
+    stop there), and every other file is removed: older, emptied streams and what a crash
+    mid-write left. Returns its path."""
     directory.mkdir(parents=True, exist_ok=True)
     stamp = time.time_ns()  # later streams sort after earlier ones, as TensorBoard reads them
     path = directory / f'{EVENT_FILE_PREFIX}{stamp}.slm_lab'
@@ -137,7 +143,11 @@ def write_stream(directory: Path, rows: list[tuple[str, dict]], anchor: float) -
     atomic_write_bytes(staged, encode_events(rows, anchor, header=True))
     os.replace(staged, path)
     for entry in directory.iterdir():
-        if entry != path and entry.is_file():
+        if entry == path or not entry.is_file():
+            continue
+        if entry.name.startswith(EVENT_FILE_PREFIX) and entry.stat().st_size:
+            os.truncate(entry, 0)
+        else:
             entry.unlink(missing_ok=True)
     return path
 

@@ -45,7 +45,8 @@ def expected_stream(dfs: dict[str, pd.DataFrame]) -> dict[str, list[tuple[int, f
         for column in SCALAR_COLUMNS:
             cells = df[['frame', column]].dropna()
             if len(cells):
-                expected[f'{kind}/{column}'] = [(int(f), float(np.float32(v))) for f, v in cells.itertuples(index=False)]
+                expected[f'{kind}/{column}'] = [(int(f), float(np.float32(v)))
+                                                for f, v in cells.itertuples(index=False)]
     return expected
 
 
@@ -53,7 +54,8 @@ def assert_stream_mirrors_records(run: Path, name: str, session: int = 0) -> Non
     """The session's event files hold exactly its CSV cells: one curve per scalar, steps strictly
     increasing, none missing or duplicated; and one event file holds them (older ones are empty)."""
     directory = run / 'tb' / f'{name}_t0_s{session}'
-    dfs = {kind: pd.read_csv(run / 'info' / f'{name}_t0_s{session}_session_df_{kind}.csv') for kind in ('train', 'eval')}
+    dfs = {kind: pd.read_csv(run / 'info' / f'{name}_t0_s{session}_session_df_{kind}.csv')
+           for kind in ('train', 'eval')}
     assert read_stream(directory) == expected_stream(dfs)
     files = [p for p in directory.iterdir() if p.stat().st_size]
     assert [p.name.startswith('events.out.tfevents.') for p in files] == [True]
@@ -113,7 +115,8 @@ def test_the_trial_stream_is_the_mean_of_its_sessions(tmp_path, no_png):
         assert_stream_mirrors_records(run, 'tbdqn', session)
     means = {}
     for kind in ('train', 'eval'):
-        both = pd.concat([train_csv(run, 'tbdqn', kind), pd.read_csv(run / 'info' / f'tbdqn_t0_s1_session_df_{kind}.csv')])
+        second = pd.read_csv(run / 'info' / f'tbdqn_t0_s1_session_df_{kind}.csv')
+        both = pd.concat([train_csv(run, 'tbdqn', kind), second])
         means[kind] = both.groupby('frame', as_index=False).mean()
     trial = read_stream(run / 'tb' / 'tbdqn_t0')
     assert trial == expected_stream(means)

@@ -11,6 +11,7 @@ import pandas as pd
 from slm_lab.agent.body import COLUMNS
 from slm_lab.experiment import analysis, viz
 from slm_lab.experiment.signals import StopSignal
+from slm_lab.experiment.tensorboard import write_trial_board
 from slm_lab.lib.errors import Preempted
 from slm_lab.lib.io import read_json, write_json
 from slm_lab.persistence.run_dir import RunDir
@@ -61,13 +62,17 @@ def write_session_results(spec: dict, run_dir: RunDir, trial: int, session: int,
 
 def write_trial_results(spec: dict, run_dir: RunDir, trial: int, max_session: int, session_metrics: list[dict],
                         stop: StopSignal | None = None, frame: int | None = None) -> dict:
-    """The final files of a trial: metrics JSON and graph, from its sessions' metrics and records."""
+    """The final files of a trial: metrics JSON, TensorBoard mean and graph, from its sessions'
+    metrics and records."""
     metrics = analysis.calc_trial_metrics([m['eval'] for m in session_metrics])
     _check_stop(stop, frame)
     write_json(run_dir.trial_metrics_path(trial), metrics)
     _check_stop(stop, frame)
     # the train rows: one per log point (the eval rows are a few points for a short run)
     dfs = [pd.read_csv(run_dir.session_df_path(trial, s, 'train')) for s in range(max_session)]
+    if spec['meta'].get('tensorboard', True):
+        eval_dfs = [pd.read_csv(run_dir.session_df_path(trial, s, 'eval')) for s in range(max_session)]
+        write_trial_board(run_dir.tb_dir(trial), {'train': dfs, 'eval': eval_dfs})
     viz.plot_trial(dfs, f'{run_dir.prename(trial)} {spec["agent"]["algorithm"]["name"]} {spec["env"]["name"]}',
                    run_dir.graph_prefix(trial), png=True)
     _check_stop(stop, frame)

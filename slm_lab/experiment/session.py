@@ -19,6 +19,7 @@ from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfini
 from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, write_session_results
 from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, session_seed, set_global_seeds
 from slm_lab.experiment.signals import StopSignal
+from slm_lab.experiment.tensorboard import SessionBoard
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
@@ -59,6 +60,7 @@ class Session:
         self.agent = Agent(spec, self.env.single_observation_space, agent_action_space(self.env), self.num_envs,
                            self.clock, self.seed)
         self.body = Body()
+        self.board = SessionBoard(run_dir.tb_dir(trial, session), enabled=meta.get('tensorboard', True))
         self.log_frequency = meta['log_frequency']
         self.eval_frequency = meta['eval_frequency'] or meta['log_frequency']
         self.rigorous_eval = meta['rigorous_eval']
@@ -194,7 +196,6 @@ class Session:
         if self.on_first_write is not None:
             callback, self.on_first_write = self.on_first_write, None
             callback()
-
 
     # --- the RL loop ----------------------------------------------------------------------------
     def run(self, resumed: bool = False) -> dict:
@@ -360,6 +361,7 @@ class Session:
         self.before_write()
         rows = self.body.train_rows if df_mode == 'train' else self.body.eval_rows
         atomic_write_text(self.run_dir.session_df_path(self.trial, self.index, df_mode), rows_to_csv(rows))
+        self.board.sync(self.body, self.clock)  # TensorBoard mirrors the records at the same points
 
     def save_model(self, which: str) -> None:
         """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt."""
@@ -389,6 +391,7 @@ class Session:
         """Write session metrics and final graphs; return the metrics. A stop signal during this
         raises Preempted: the final snapshot is saved, and train@ completes what is missing."""
         self.before_write()  # a session resumed at its max_frame records (and verifies) its resume too
+        self.board.sync(self.body, self.clock)
         metrics = write_session_results(self.spec, self.run_dir, self.trial, self.index,
                                         rows_to_df(self.body.train_rows), rows_to_df(self.body.eval_rows),
                                         png=True, stop=self.stop, frame=self.clock.frame)
@@ -398,8 +401,9 @@ class Session:
         return metrics
 
     def close(self) -> None:
-        """Close the envs (again is harmless)."""
+        """Close the envs and the TensorBoard event file (again is harmless)."""
         self.env.close()
+        self.board.close()
         if self.eval_env is not None:
             self.eval_env.close()
 

@@ -15,7 +15,7 @@ from slm_lab.spec import RUNTIME_META, diff_specs, load_spec, validate_spec
 # edits that keep the past and the future of a run consistent
 ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
                  'meta.keep_checkpoints', 'meta.rigorous_eval', 'meta.snapshot_replay', 'meta.max_session',
-                 'meta.torch_num_threads')
+                 'meta.torch_num_threads', 'meta.tensorboard')
 IGNORED = tuple(f'meta.{k}' for k in RUNTIME_META) + ('meta.random_seed',)
 
 

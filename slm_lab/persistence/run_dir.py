@@ -74,6 +74,10 @@ class RunDir:
         """Snapshots of one session: ckpt/{prename}/f{frame}/."""
         return self.root / 'ckpt' / self.prename(trial, session)
 
+    def tb_dir(self, trial: int, session: int | None = None) -> Path:
+        """TensorBoard event files of a session, or of the trial's mean (session None): tb/{prename}/."""
+        return self.root / 'tb' / self.prename(trial, session)
+
     def session_resume_log_path(self, trial: int, session: int) -> Path:
         """Each resume of a session: when, from which snapshot and frame, how long loading took."""
         return self.root / 'info' / f'{self.prename(trial, session)}_resumes.json'

@@ -46,6 +46,9 @@ META_SCHEMA = {
     'keep_checkpoints': Field((int,), 2, min=1, doc='recent snapshots kept per session (plus best weights and the final one)'),
     'snapshot_replay': Field((bool,), False,
                              doc='include an off-policy replay memory in snapshots (else it refills after resume)'),
+    'tensorboard': Field((bool,), True,
+                         doc='write TensorBoard event files of every record row under tb/ in the run directory '
+                             '(see docs/run-directory.md, TensorBoard)'),
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
     # SLM-Lab keys for hardware and search: recorded; the search mode reads them
     'num_gpus': Field((int,), OMIT, nullable=True, min=0,

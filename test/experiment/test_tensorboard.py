@@ -1,0 +1,225 @@
+"""TensorBoard event files: every non-empty cell of a session's train and eval CSVs is a scalar at
+its frame, the trial holds the sessions' mean, and a run stopped (max_frame, SIGTERM, SIGKILL
+between two snapshots) and resumed shows one continuous curve per scalar."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from lab_helpers import DQN, PPO, RUN_LAB, cli, lab_env, run_dirs, train_csv, write_spec
+from slm_lab import lab
+from slm_lab.experiment.tensorboard import SCALAR_COLUMNS, frame_records
+from slm_lab.lib.errors import SpecError
+from slm_lab.persistence import snapshot as checkpoint
+from slm_lab.spec import load_spec
+
+
+def read_stream(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a directory's event files, as written (duplicates and restarts kept: no
+    purging as TensorBoard's accumulator does), files in the order TensorBoard reads them."""
+    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(p for p in directory.iterdir() if 'tfevents' in p.name):
+        for event in LegacyEventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def expected_stream(dfs: dict[str, pd.DataFrame]) -> dict[str, list[tuple[int, float]]]:
+    """What the event files must hold for these records: each non-empty cell at its frame (as
+    float32, TensorBoard's scalar type)."""
+    expected = {}
+    for kind, df in dfs.items():
+        assert df['frame'].is_monotonic_increasing and df['frame'].is_unique, df['frame'].tolist()
+        for column in SCALAR_COLUMNS:
+            cells = df[['frame', column]].dropna()
+            if len(cells):
+                expected[f'{kind}/{column}'] = [(int(f), float(np.float32(v)))
+                                                for f, v in cells.itertuples(index=False)]
+    return expected
+
+
+def assert_stream_mirrors_records(run: Path, name: str, session: int = 0) -> None:
+    """The session's event files hold exactly its CSV cells: one curve per scalar, steps strictly
+    increasing, none missing or duplicated; and one event file holds them (older ones are empty)."""
+    directory = run / 'tb' / f'{name}_t0_s{session}'
+    dfs = {kind: pd.read_csv(run / 'info' / f'{name}_t0_s{session}_session_df_{kind}.csv')
+           for kind in ('train', 'eval')}
+    assert read_stream(directory) == expected_stream(dfs)
+    files = [p for p in directory.iterdir() if p.stat().st_size]
+    assert [p.name.startswith('events.out.tfevents.') for p in files] == [True]
+
+
+def test_records_are_framed_as_tensorboards_record_writer_frames_them():
+    """The lab frames many records at once (a numpy CRC-32C); the bytes are those of tensorboard's
+    own writer, one record at a time, for payloads of every length up to a few hundred bytes."""
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    rng = np.random.default_rng(0)
+    payloads = [rng.integers(0, 256, size=n, dtype=np.uint8).tobytes() for n in [0, 1, 7, 8, 9, *range(10, 700, 37)]]
+    rng.shuffle(payloads)
+    reference = io.BytesIO()
+    writer = RecordWriter(reference)
+    for payload in payloads:
+        writer.write(payload)
+    assert frame_records(payloads) == reference.getvalue()
+    assert frame_records(payloads[:1]) == reference.getvalue()[:len(payloads[0]) + 16]
+    assert frame_records([]) == b''
+
+
+def quick(spec: dict, **meta) -> dict:
+    spec = copy.deepcopy(spec)
+    spec['meta'].update(meta)
+    return spec
+
+
+@pytest.mark.slow
+def test_every_record_cell_is_a_scalar_and_a_resume_at_max_frame_continues_it(tmp_path, no_png):
+    spec_file = write_spec(tmp_path, 'tbppo', PPO)
+    data = str(tmp_path / 'data')
+    lab.run(spec_file, 'tbppo', 'train', ['env.max_frame=1000'], data_dir=data)
+    (run,) = run_dirs(Path(data), 'tbppo')
+    assert_stream_mirrors_records(run, 'tbppo')
+    scalars = read_stream(run / 'tb' / 'tbppo_t0_s0')
+    # the scalars a researcher looks for, at every log point
+    for tag in ('train/total_reward_ma', 'train/loss', 'train/lr', 'train/entropy', 'train/entropy_coef',
+                'train/fps', 'eval/total_reward_ma'):
+        assert tag in scalars, sorted(scalars)
+    assert [step for step, _ in scalars['train/total_reward_ma']] == [500, 1000]
+    lab.run(spec_file, 'tbppo', 'train@latest', ['env.max_frame=2000'], data_dir=data)
+    assert train_csv(run, 'tbppo')['frame'].tolist() == [500, 1000, 1500, 2000]
+    assert_stream_mirrors_records(run, 'tbppo')
+    # TensorBoard's own reader sees the same curve
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    board = EventAccumulator(str(run / 'tb' / 'tbppo_t0_s0'), size_guidance={'scalars': 0}).Reload()
+    assert [e.step for e in board.Scalars('train/loss')] == [500, 1000, 1500, 2000]
+
+
+@pytest.mark.slow
+def test_the_trial_stream_is_the_mean_of_its_sessions(tmp_path, no_png):
+    spec = quick(DQN, max_session=2)
+    spec['env']['max_frame'] = 1000
+    lab.run(write_spec(tmp_path, 'tbdqn', spec), 'tbdqn', 'train', data_dir=str(tmp_path / 'data'))
+    (run,) = run_dirs(tmp_path / 'data', 'tbdqn')
+    for session in (0, 1):
+        assert_stream_mirrors_records(run, 'tbdqn', session)
+    means = {}
+    for kind in ('train', 'eval'):
+        second = pd.read_csv(run / 'info' / f'tbdqn_t0_s1_session_df_{kind}.csv')
+        both = pd.concat([train_csv(run, 'tbdqn', kind), second])
+        means[kind] = both.groupby('frame', as_index=False).mean()
+    trial = read_stream(run / 'tb' / 'tbdqn_t0')
+    assert trial == expected_stream(means)
+    assert 'train/explore_var' in trial  # DQN's epsilon
+
+
+def test_meta_tensorboard_false_writes_none_and_a_bad_value_is_named(tmp_path, no_png, spec_file, make_spec):
+    spec = make_spec('PPO', max_frame=256, num_envs=2, log_frequency=128, tensorboard=False)
+    lab.run(spec_file({'off': spec}), 'off', 'train', data_dir=str(tmp_path / 'data'))
+    (run,) = run_dirs(tmp_path / 'data', 'off')
+    assert (run / 'info' / 'off_t0_s0_session_df_train.csv').exists() and not (run / 'tb').exists()
+    spec['meta']['tensorboard'] = 'yes'
+    with pytest.raises(SpecError) as info:
+        load_spec(spec_file({'bad': spec}), 'bad')
+    assert 'meta.tensorboard' in str(info.value) and '\n' not in str(info.value)
+
+
+@pytest.mark.subprocess
+def test_tensorboard_is_not_imported_before_the_first_log_point():
+    code = ('import sys; import slm_lab.lab, slm_lab.experiment.session; '
+            "print([m for m in sys.modules if m == 'tensorboard' or m.startswith('tensorboard.')])")
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=lab_env(),
+                          cwd=Path(RUN_LAB).parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '[]'
+
+
+def start_run(tmp_path: Path, name: str, spec: dict) -> tuple[str, subprocess.Popen]:
+    spec_file = write_spec(tmp_path, name, spec)
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=lab_env())
+    return spec_file, proc
+
+
+def logged_frames(tmp_path: Path, name: str) -> list[int]:
+    runs = run_dirs(tmp_path / 'data', name)
+    csv = runs[0] / 'info' / f'{name}_t0_s0_session_df_train.csv' if runs else None
+    if csv is None or not csv.exists():
+        return []
+    return pd.read_csv(csv)['frame'].tolist()
+
+
+def snapshot_frames(run: Path, name: str) -> list[int]:
+    return sorted(int(s.name[1:]) for s in checkpoint.list_snapshots(run / 'ckpt' / f'{name}_t0_s0'))
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_sigterm_and_resume_leave_one_continuous_curve(tmp_path):
+    spec = quick(PPO)
+    spec['env']['max_frame'] = 400000
+    spec_file, proc = start_run(tmp_path, 'tbterm', spec)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(logged_frames(tmp_path, 'tbterm')) < 2:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, proc.stderr.read()
+    (run,) = run_dirs(tmp_path / 'data', 'tbterm')
+    stop = snapshot_frames(run, 'tbterm')[-1]
+    end = (stop // 500 + 3) * 500
+    done = cli([spec_file, 'tbterm', 'train@latest', '-s', f'env.max_frame={end}'], cwd=tmp_path, env=lab_env())
+    assert done.returncode == 0, done.stderr
+    assert train_csv(run, 'tbterm')['frame'].tolist() == list(range(500, end + 1, 500))
+    assert_stream_mirrors_records(run, 'tbterm')
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(tmp_path):
+    """Rows logged after the newest snapshot are in the event file when the run is killed; the
+    resume drops them and logs them again as it reproduces them: once each. A crash in the middle
+    of writing (a cut record, a staged file) does not disturb the resume either."""
+    spec = quick(PPO, checkpoint_frequency=2000)
+    spec['env']['max_frame'] = 400000
+    spec_file, proc = start_run(tmp_path, 'tbkill', spec)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            frames = logged_frames(tmp_path, 'tbkill')
+            if frames and frames[-1] > 2000 and frames[-1] % 2000 == 500:  # a row past a snapshot
+                break
+            time.sleep(0.02)
+        time.sleep(0.2)  # the row goes to the event file just after the CSV; the next snapshot is 1500 frames on
+        proc.kill()
+    finally:
+        proc.wait()
+    (run,) = run_dirs(tmp_path / 'data', 'tbkill')
+    snapshot = snapshot_frames(run, 'tbkill')[-1]
+    directory = run / 'tb' / 'tbkill_t0_s0'
+    logged = [step for step, _ in read_stream(directory)['train/total_reward_ma']]
+    assert snapshot >= 2000 and logged[-1] > snapshot, (snapshot, logged)  # killed between two snapshots
+    # what a writer killed mid-write leaves: half a record at the end, a staged stream not yet renamed
+    (event_file,) = [p for p in directory.iterdir() if p.stat().st_size]
+    with open(event_file, 'ab') as f:
+        f.write(b'\x30\x00\x00\x00\x00\x00\x00\x00\x12\x34')
+    (directory / '.staged.1').write_bytes(event_file.read_bytes()[:100])
+    end = (logged[-1] // 500 + 2) * 500
+    done = cli([spec_file, 'tbkill', 'train@latest', '-s', f'env.max_frame={end}'], cwd=tmp_path, env=lab_env())
+    assert done.returncode == 0, done.stderr
+    assert train_csv(run, 'tbkill')['frame'].tolist() == list(range(500, end + 1, 500))
+    assert_stream_mirrors_records(run, 'tbkill')
+    assert json.loads((run / 'info' / 'tbkill_t0_s0_resumes.json').read_text())[0]['frame'] == snapshot

@@ -28,16 +28,16 @@ def run(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None =
     if fork_from is not None and warm_start_from is not None:
         raise ModeError('--fork and --warm-start: give one (a fork continues the parent\'s training; a warm start '
                         'begins a new one from its weights)')
-    if fork_from is None and warm_start_from is None:
-        raise ModeError('give --fork RUN_DIR or --warm-start RUN_DIR')
-    option = '--fork' if fork_from is not None else '--warm-start'
-    if mode != 'train':
-        raise ModeError(f"{option} makes a new train run: use mode train, not '{mode}'")
     if frame is not None and fork_from is None:
         raise ModeError('--frame picks the snapshot a fork continues from: use it with --fork RUN_DIR')
     if ckpt is not None and warm_start_from is None:
         raise ModeError('--ckpt picks the weights of a warm start (or of enjoy@): use it with --warm-start RUN_DIR; '
                         'a fork continues from a snapshot (--frame N)')
+    if fork_from is None and warm_start_from is None:
+        raise ModeError('give --fork RUN_DIR or --warm-start RUN_DIR')
+    option = '--fork' if fork_from is not None else '--warm-start'
+    if mode != 'train':
+        raise ModeError(f"{option} makes a new train run: use mode train, not '{mode}'")
     if ckpt is not None and ckpt not in ('best', 'latest'):
         raise ModeError(f"--ckpt {ckpt}: use best or latest")
     check_spec_name(spec_name)

@@ -22,6 +22,11 @@ modes:
   train@latest      resume the newest run of this spec (data/{spec_name}_*), possibly
                     with a larger env.max_frame; continues in the same run directory
   train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
+  train --fork <run dir> [--frame N]
+                    a new run continuing from that run's snapshots (newest, or at frame N)
+                    under this spec, as far as the saved state fits it (docs/fork.md)
+  train --warm-start <run dir> [--ckpt best|latest]
+                    a new run from frame 0 whose nets start from that run's weights
   enjoy@<run dir>/<spec_name>_t0_s0_spec.json
                     replay that session's best weights (--ckpt latest: newest snapshot),
                     --episodes N, --render, --record; never trains or writes records; the only

@@ -7,6 +7,7 @@ import copy
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -201,3 +202,22 @@ def test_fork_api_checks(tmp_path):
     with pytest.raises(ModeError, match='use mode train'):
         slm_lab.run(spec_file, NAME, 'dev', data_dir=str(tmp_path / 'data'), fork='a')
     assert not (tmp_path / 'data').exists()
+
+
+@pytest.mark.slow
+def test_fork_of_two_sessions_is_exact_for_each(tmp_path):
+    """Each session of a two-session run (run in their own processes) continues from its own
+    snapshot: forked at 200 and run to 400, both sessions equal the parent's."""
+    spec = small_ppo(400)
+    spec['meta']['max_session'] = 2
+    spec_file = write_spec(tmp_path, NAME, spec)
+    parent_run = slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'a')).run_dir
+    child = slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'b'), fork=parent_run, frame=200).run_dir
+    for s in (0, 1):
+        for mode in ('train', 'eval'):
+            path = Path('info') / f'{NAME}_t0_s{s}_session_df_{mode}.csv'
+            mine, theirs = (pd.read_csv(run / path).drop(columns=['wall_t', 'fps']) for run in (child, parent_run))
+            pd.testing.assert_frame_equal(mine, theirs)
+        for net, weights in snapshot_state(parent_run, 400, s)['agent']['algorithm']['nets'].items():
+            forked = snapshot_state(child, 400, s)['agent']['algorithm']['nets'][net]
+            assert all(torch.equal(weights[k], forked[k]) for k in weights), f'session {s} {net}'

@@ -151,7 +151,12 @@ def copy_rows(src: Path, dest: Path, frame: int) -> None:
     if 'frame' not in header:
         return
     col = header.index('frame')
-    kept = [lines[0]] + [line for line in lines[1:] if line.strip() and float(next(csv.reader([line]))[col]) <= frame]
+    try:
+        kept = [lines[0]] + [line for line in lines[1:]
+                             if line.strip() and float(next(csv.reader([line]))[col]) <= frame]
+    except (ValueError, IndexError) as e:
+        raise LineageError(f'{src}: a row has no readable frame ({e}); the CSV is damaged: fork from a run whose '
+                           'records are intact') from None
     atomic_write_text(dest, ''.join(kept))
 
 

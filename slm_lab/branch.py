@@ -94,8 +94,8 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     frames = {s: snap.frame for s, snap in snapshots.items()}
     reached = max(frames.values())
     if spec['env']['max_frame'] <= reached:
-        raise lineage.LineageError(f"env.max_frame {spec['env']['max_frame']} is below frame {reached} of the "
-                                   f'snapshot forked from; use env.max_frame > {reached}')
+        raise lineage.LineageError(f"env.max_frame {spec['env']['max_frame']} leaves nothing to train after frame "
+                                   f'{reached} of the snapshot forked from; use env.max_frame > {reached}')
     nets = _spec_nets(spec)
     for s, snap in snapshots.items():
         lineage.check_nets_fit(snap.nets, nets, f'snapshot {snap.path}')

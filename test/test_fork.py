@@ -171,6 +171,8 @@ def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path):
     # a frame with no snapshot names the frames that exist
     line = _refused([spec_file, NAME, 'train', '--fork', run, '--frame', '250'], tmp_path, 'no snapshot at frame 250')
     assert '100, 200, 300' in line and 'session 0' in line
+    # the parent's newest snapshot is at its env.max_frame: a fork must train further
+    _refused([spec_file, NAME, 'train', '--fork', run], tmp_path, 'use env.max_frame > 800')
     # nets that do not fit: named
     for option in ('--fork', '--warm-start'):
         _refused([spec_file, NAME, 'train', option, run, '-s', 'agent.net.hid_layers=[16]', '-s',

@@ -59,7 +59,9 @@ def _spec_file(spec: str | os.PathLike | dict, spec_name: str | None, tmp: str) 
 
 def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str = 'train',
         overrides: list[str] | dict[str, Any] | None = None, data_dir: str = 'data', *, force: bool = False,
-        ray_address: str | None = None, keep: int | None = None) -> RunResult:
+        ray_address: str | None = None, keep: int | None = None, fork: str | os.PathLike | None = None,
+        frame: int | None = None, warm_start: str | os.PathLike | None = None,
+        ckpt: str | None = None) -> RunResult:
     """Run a spec as `slm-lab run SPEC_FILE SPEC_NAME MODE --set KEY=VALUE ...` does.
 
     spec: a spec file's path (JSON or YAML), or a dict: either a file's content ({name: spec}; with
@@ -71,6 +73,10 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
     overrides: ["env.max_frame=20000", ...] as --set takes them, or {"env.max_frame": 20000}
         (each value written as JSON).
     data_dir: where run directories are made (and train@latest looks).
+    fork, frame: a new run continuing from the snapshots of the run directory `fork` (at `frame`,
+        default each session's newest), as `--fork RUN_DIR --frame N` (docs/fork.md).
+    warm_start, ckpt: a fresh run whose nets start from the weights of the run directory
+        `warm_start` ('best' or 'latest'), as `--warm-start RUN_DIR --ckpt best`.
 
     Returns a RunResult(run_dir, metrics). Raises the lab's own exceptions: a LabError subclass
     (SpecError, ModeError, ResumeError, ...) for what the command line prints as one `error:`
@@ -86,6 +92,13 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
     found: list = []
     with tempfile.TemporaryDirectory(prefix='slm_lab_spec_') as tmp:
         spec_file, name = _spec_file(spec, spec_name, tmp)
-        metrics = lab.run(spec_file, name, mode, list(overrides or []), data_dir=data_dir, force=force,
-                          ray_address=ray_address, keep=keep, on_run_dir=found.append)
+        if fork is not None or warm_start is not None or frame is not None or ckpt is not None:
+            from slm_lab import branch
+            metrics = branch.run(spec_file, name, mode, list(overrides or []), data_dir,
+                                 fork_from=None if fork is None else os.fspath(fork), frame=frame,
+                                 warm_start_from=None if warm_start is None else os.fspath(warm_start), ckpt=ckpt,
+                                 on_run_dir=found.append)
+        else:
+            metrics = lab.run(spec_file, name, mode, list(overrides or []), data_dir=data_dir, force=force,
+                              ray_address=ray_address, keep=keep, on_run_dir=found.append)
     return RunResult(run_dir=Path(found[-1].root), metrics=metrics)

@@ -22,6 +22,11 @@ modes:
   train@latest      resume the newest run of this spec (data/{spec_name}_*), possibly
                     with a larger env.max_frame; continues in the same run directory
   train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
+  train --fork <run dir> [--frame N]
+                    a new run continuing from that run's snapshots (newest, or at frame N)
+                    under this spec, as far as the saved state fits it (docs/fork.md)
+  train --warm-start <run dir> [--ckpt best|latest]
+                    a new run from frame 0 whose nets start from that run's weights
   enjoy@<run dir>/<spec_name>_t0_s0_spec.json
                     replay that session's best weights (--ckpt latest: newest snapshot),
                     --episodes N, --render, --record; never trains or writes records; the only
@@ -89,6 +94,14 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     parser.add_argument('--force', action='store_true',
                         help='train@: resume even though the spec changed in ways that break continuity '
                              '(the changes are recorded in the run)')
+    branch = parser.add_argument_group('a new run from a trained one (mode train; docs/fork.md)')
+    branch.add_argument('--fork', metavar='RUN_DIR',
+                        help="a new run whose sessions continue from that run's snapshots (--frame N: the one at "
+                             'frame N; default: the newest), under this spec')
+    branch.add_argument('--frame', type=int, metavar='N', help='with --fork: the frame of the snapshot to fork from')
+    branch.add_argument('--warm-start', metavar='RUN_DIR',
+                        help="a fresh run whose nets start from that run's weights (--ckpt best, the default, or "
+                             'latest: its newest snapshot); optimizer state is not carried')
     search = parser.add_argument_group('search')
     search.add_argument('--ray-address', metavar='HOST:PORT',
                         help='run the trials on this Ray cluster (default: RAY_ADDRESS, else a local Ray)')
@@ -96,7 +109,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     # enjoy@'s options default to None so that giving one to another mode can be refused
     enjoy = parser.add_argument_group('enjoy@ (replay)')
     enjoy.add_argument('--episodes', type=int, help=f'episodes to play (default {ENJOY_DEFAULTS["episodes"]})')
-    enjoy.add_argument('--ckpt', choices=('best', 'latest'), help='best weights (default) or the newest snapshot')
+    enjoy.add_argument('--ckpt', choices=('best', 'latest'),
+                       help='best weights (default) or the newest snapshot (enjoy@ and --warm-start)')
     enjoy.add_argument('--render', action='store_const', const=True,
                        help='show the env in a window (needs a display)')
     enjoy.add_argument('--record', action='store_const', const=True,
@@ -127,8 +141,20 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
         for option, value in (('--ray-address', args.ray_address), ('--keep', args.keep)):
             if value is not None:
                 parser.error(f'{option} only applies to search and search@ modes, not to {args.mode!r}')
+    if args.fork is not None or args.warm_start is not None:
+        option = '--fork' if args.fork is not None else '--warm-start'
+        if args.fork is not None and args.warm_start is not None:
+            parser.error('--fork and --warm-start: give one (a fork continues the parent\'s training from a '
+                         'snapshot; a warm start begins a new run from its weights)')
+        if args.mode != 'train':
+            parser.error(f"{option} makes a new train run: use mode train, not {args.mode!r}")
+        if args.force:
+            parser.error(f'--force applies to train@ only: {option} takes any spec the saved weights fit')
+    if args.frame is not None and args.fork is None:
+        parser.error('--frame picks the snapshot a fork continues from: use it with --fork RUN_DIR')
     if not args.mode.startswith('enjoy@'):
-        extra = [f'--{key}' for key in ENJOY_DEFAULTS if getattr(args, key) is not None]
+        extra = [f'--{key}' for key in ENJOY_DEFAULTS if getattr(args, key) is not None
+                 and not (key == 'ckpt' and args.warm_start is not None)]  # --ckpt picks a warm start's weights
         if extra:
             parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
     return args
@@ -179,6 +205,10 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
             lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
             from slm_lab.experiment.enjoy import enjoy  # imports torch
             enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
+        elif args.fork is not None or args.warm_start is not None:
+            from slm_lab import branch
+            branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
+                       frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
         else:
             lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
                     ray_address=args.ray_address, keep=args.keep)

@@ -18,6 +18,7 @@ from slm_lab.lib import errors as lab_errors_module
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, Preempted, SessionKilled
 from slm_lab.persistence.fallback import continue_from_newest
+from slm_lab.persistence.lineage import load_warm_start
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.state import Portable, Snapshot
 
@@ -69,6 +70,10 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         if snapshot is None:
             if resume:
                 logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
+            if (spec['meta'].get('lineage') or {}).get('kind') == 'warm_start':  # nets from the parent's weights
+                path = run_dir.model_path(trial, session, 'warm_start')
+                load_warm_start(path, sess.agent.algorithm.nets())
+                logger.info(f'{sess.prename}: nets warm-started from {path.name}')
             if global_nets is not None:
                 sess.attach_global_nets(global_nets)
             return sess.run()

@@ -183,4 +183,6 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
         meta['random_seed'] = old_spec['meta']['random_seed']
     meta['experiment_ts'] = old_spec['meta']['experiment_ts']
     meta['lab_version'], meta['git_sha'], meta['mode'] = __version__, git_sha(), mode
+    if 'lineage' in old_spec['meta']:  # a forked or warm-started run keeps where it came from
+        meta['lineage'] = old_spec['meta']['lineage']
     return spec, old_spec

@@ -40,11 +40,14 @@ def is_search_run(root: Path) -> bool:
     return (root / 'search').is_dir()
 
 
-def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'train') -> RunDir:
+def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'train',
+                    label: str | None = None) -> RunDir:
     """The run directory named by {mode}@<target>: 'latest' (newest run of spec_name of that
     kind, by the timestamp in its name) or a path. train@ continues train runs and search@
-    searches; each refuses the other's run directory, which it would damage."""
+    searches; each refuses the other's run directory, which it would damage. `label` names the
+    option in errors (default {mode}@{target}; e.g. '--fork DIR')."""
     search = mode == 'search'
+    said = label or f'{mode}@{target}'
     if target == 'latest':  # dev runs are debugging runs: resume them only by name
         runs = []
         for r in _runs_of(spec_name, data_dir):
@@ -55,7 +58,7 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
             elif is_search_run(r) == search and not _is_dev_run(r, spec_name):
                 runs.append(r)
         if not runs:
-            raise ResumeError(f"{mode}@latest: no {'search' if search else 'run'} of spec '{spec_name}' in "
+            raise ResumeError(f"{said}: no {'search' if search else 'run'} of spec '{spec_name}' in "
                               f'{data_dir}/; start one with: python run_lab.py SPEC_FILE {spec_name} {mode}')
         root = runs[-1]
     else:
@@ -66,15 +69,15 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
             exists = False
         if not exists:
             runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
-            raise ResumeError(f'{mode}@{target}: no such run directory; runs of {spec_name}: {runs}')
+            raise ResumeError(f'{said}: no such run directory; runs of {spec_name}: {runs}')
     run_dir = RunDir(root, spec_name)
     if not run_dir.spec_path().is_file():
         runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
-        raise ResumeError(f'{mode}@{target}: {root} is not a run of spec {spec_name} '
+        raise ResumeError(f'{said}: {root} is not a run of spec {spec_name} '
                           f'(no {run_dir.spec_path().name}); runs of {spec_name}: {runs}')
     if is_search_run(root) != search:
         other = 'train' if search else 'search'
-        raise ResumeError(f'{mode}@{target}: {root} is a {"train run" if search else "search"}, not a '
+        raise ResumeError(f'{said}: {root} is a {"train run" if search else "search"}, not a '
                           f'{"search" if search else "train run"}; continue it with {other}@{target}')
     return run_dir
 

@@ -22,7 +22,7 @@ MAX_THREADS = 1024
 MAX_EVAL_EPISODES = 10_000  # SLM-Lab's specs use up to 8; each costs whole episodes of greedy play
 
 RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', 'spec_file', 'spec_name',
-                'overrides', 'mode')
+                'overrides', 'mode', 'lineage')
 
 META_SCHEMA = {
     'distributed': Field((bool, str), False, choices=(False, 'shared', 'synced'),
@@ -83,6 +83,9 @@ META_SCHEMA = {
     'spec_name': Field((str,), None, nullable=True, doc='(set by the lab) spec name'),
     'overrides': Field((list,), None, nullable=True, doc='(set by the lab) -s overrides applied'),
     'mode': Field((str,), None, nullable=True, doc='(set by the lab) lab mode'),
+    'lineage': Field((dict,), OMIT, doc='(set by the lab) the run this one was forked or warm-started from: '
+                                        'kind, parent, frame, ckpt, each session\'s snapshot or model file and '
+                                        'its checksum (docs/fork.md)'),
 }
 
 TOP_SCHEMA = {  # the keys of a spec

@@ -1,0 +1,225 @@
+"""Fork (`train --fork RUN_DIR [--frame N]`) and warm start (`train --warm-start RUN_DIR
+[--ckpt best|latest]`): new runs from a trained one, with their lineage, the parent untouched,
+and every bad input one line before anything is written."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import slm_lab
+from lab_helpers import DQN, PPO, assert_same_run, cli, train_csv, tree_digest, write_spec
+from slm_lab.persistence import snapshot as checkpoint
+from slm_lab.persistence.model_file import load_model_file
+
+NAME = 'fork_ppo'
+
+
+def small_ppo(max_frame: int = 800) -> dict:
+    spec = copy.deepcopy(PPO)
+    spec['env']['max_frame'] = max_frame
+    spec['meta'].update({'log_frequency': 100, 'eval_frequency': 200, 'keep_checkpoints': 100})
+    return spec
+
+
+@pytest.fixture(scope='module')
+def parent(tmp_path_factory):
+    """A PPO run of 800 frames with a snapshot every 100 frames, all kept: (spec file, data dir, run dir)."""
+    root = tmp_path_factory.mktemp('parent')
+    spec_file = write_spec(root, NAME, small_ppo())
+    result = slm_lab.run(spec_file, NAME, 'train', data_dir=str(root / 'data'))
+    return spec_file, root / 'data', result.run_dir
+
+
+def snapshot_state(run: Path, frame: int, session: int = 0) -> dict:
+    state, _ = checkpoint.load_snapshot(run / 'ckpt' / f'{NAME}_t0_s{session}' / f'f{frame:012d}')
+    return state
+
+
+def saved_spec(run: Path) -> dict:
+    return json.loads((run / f'{NAME}_spec.json').read_text())
+
+
+@pytest.mark.slow
+def test_fork_at_f_run_to_2f_equals_the_parent(parent, tmp_path):
+    """Forked at frame 400 with the parent's spec, run to 800: cell for cell the parent's run
+    straight to 800; the parent is not changed (not even a lock file); the fork records its
+    lineage, starts with the parent's rows up to 400, and is itself resumable with train@."""
+    spec_file, data, parent_run = parent
+    before = tree_digest(parent_run)
+    names_before = sorted(p.name for p in parent_run.rglob('*'))
+    out = tmp_path / 'data'
+    result = slm_lab.run(spec_file, NAME, 'train', data_dir=str(out), fork=parent_run, frame=400)
+    child = result.run_dir
+    assert child.parent == out and child != parent_run
+    assert_same_run(child, parent_run, NAME)
+    assert tree_digest(parent_run) == before
+    assert sorted(p.name for p in parent_run.rglob('*')) == names_before
+    lineage = saved_spec(child)['meta']['lineage']
+    manifest = json.loads((parent_run / 'ckpt' / f'{NAME}_t0_s0' / 'f000000000400' / 'MANIFEST.json').read_text())
+    assert lineage['kind'] == 'fork' and lineage['frame'] == 400
+    assert Path(lineage['parent']) == parent_run.resolve()
+    assert lineage['sessions']['0'] == {'snapshot': f'ckpt/{NAME}_t0_s0/f000000000400', 'frame': 400,
+                                        'state_crc32': manifest['files']['state.pt']['crc32'],
+                                        'spec_digest': manifest['spec_digest']}
+    # the fork continues: train@<its dir> to 1000, its lineage kept
+    slm_lab.run(spec_file, NAME, f'train@{child}', ['env.max_frame=1000'], data_dir=str(out))
+    assert train_csv(child, NAME)['frame'].iloc[-1] == 1000
+    assert saved_spec(child)['meta']['lineage'] == lineage
+
+
+@pytest.mark.slow
+def test_fork_copies_the_parents_rows_up_to_its_frame(parent, tmp_path):
+    """Before its first new row, a fork holds the parent's train and eval rows up to the frame
+    (the spec edited: a new learning rate, which the saved state fits)."""
+    spec_file, _, parent_run = parent
+    out = tmp_path / 'data'
+    result = slm_lab.run(spec_file, NAME, 'train', ['env.max_frame=300', 'agent.net.optim_spec.lr=5e-4'],
+                         data_dir=str(out), fork=parent_run, frame=200)
+    child = result.run_dir
+    for mode in ('train', 'eval'):
+        mine, theirs = train_csv(child, NAME, mode), train_csv(parent_run, NAME, mode)
+        head = theirs[theirs['frame'] <= 200]
+        assert len(head) > 0
+        assert mine.iloc[:len(head)].drop(columns=['wall_t', 'fps']).equals(head.drop(columns=['wall_t', 'fps']))
+    assert train_csv(child, NAME)['frame'].iloc[-1] == 300
+    assert saved_spec(child)['agent']['net']['optim_spec']['lr'] == 5e-4
+
+
+@pytest.mark.slow
+def test_fork_of_a_replay_run_is_exact(tmp_path):
+    """DQN with its replay in the snapshot (array files, linked or copied into the fork): forked
+    at F and run to 2F equals the run straight to 2F; the default frame is the newest snapshot."""
+    spec = copy.deepcopy(DQN)
+    spec['env']['max_frame'] = 600
+    spec['meta'].update({'log_frequency': 200, 'eval_frequency': 200})
+    spec_file = write_spec(tmp_path, 'fork_dqn', spec)
+    parent = slm_lab.run(spec_file, 'fork_dqn', 'train', data_dir=str(tmp_path / 'a')).run_dir
+    straight = slm_lab.run(spec_file, 'fork_dqn', 'train', ['env.max_frame=1200'],
+                           data_dir=str(tmp_path / 'b')).run_dir
+    before = tree_digest(parent)
+    child = slm_lab.run(spec_file, 'fork_dqn', 'train', ['env.max_frame=1200'], data_dir=str(tmp_path / 'c'),
+                        fork=parent).run_dir
+    assert saved_spec_of(child, 'fork_dqn')['meta']['lineage']['sessions']['0']['frame'] == 600
+    assert_same_run(child, straight, 'fork_dqn')
+    assert tree_digest(parent) == before
+
+
+def saved_spec_of(run: Path, name: str) -> dict:
+    return json.loads((run / f'{name}_spec.json').read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('ckpt', ['best', 'latest'])
+def test_warm_start_begins_at_frame_0_with_the_parents_weights(parent, tmp_path, ckpt):
+    """The new run's first snapshot (frame 0) holds the parent's weights (model_best.pt, or the
+    newest snapshot's nets) and no optimizer state; its rows start again from frame 0."""
+    spec_file, _, parent_run = parent
+    before = tree_digest(parent_run)
+    out = tmp_path / 'data'
+    child = slm_lab.run(spec_file, NAME, 'train', ['env.max_frame=200'], data_dir=str(out), warm_start=parent_run,
+                        ckpt=ckpt).run_dir
+    if ckpt == 'best':
+        expected = load_model_file(parent_run / 'model' / f'{NAME}_t0_s0_model_best.pt')[0]['nets']
+    else:
+        expected = snapshot_state(parent_run, 800)['agent']['algorithm']['nets']
+    first = snapshot_state(child, 0)
+    nets = first['agent']['algorithm']['nets']
+    assert nets.keys() == expected.keys()
+    for net in nets:
+        for key in nets[net]:
+            assert torch.equal(nets[net][key], expected[net][key]), f'{net}.{key}'
+    assert all(not opt['state'] for opt in first['agent']['algorithm']['optimizers'].values())
+    assert train_csv(child, NAME)['frame'].tolist() == [100, 200]
+    lineage = saved_spec(child)['meta']['lineage']
+    assert lineage['kind'] == 'warm_start' and lineage['ckpt'] == ckpt
+    assert lineage['sessions']['0']['session'] == 0
+    assert tree_digest(parent_run) == before
+
+
+def _refused(args: list[str], cwd: Path, expect: str) -> str:
+    data = cwd / 'data'
+    before = sorted(p.name for p in data.iterdir()) if data.exists() else []
+    proc = cli(args, cwd)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+    assert expect in lines[0], lines[0]
+    assert (sorted(p.name for p in data.iterdir()) if data.exists() else []) == before  # nothing written
+    return lines[0]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path):
+    spec_file, _, parent_run = parent
+    before = tree_digest(parent_run)
+    run = str(parent_run)
+    # no such run dir; a dir that is not a run of the spec; a search's dir
+    _refused([spec_file, NAME, 'train', '--fork', str(tmp_path / 'nope')], tmp_path, 'no such run directory')
+    (tmp_path / 'empty').mkdir()
+    _refused([spec_file, NAME, 'train', '--warm-start', str(tmp_path / 'empty')], tmp_path,
+             f'is not a run of spec {NAME}')
+    search = tmp_path / 'search_run'
+    (search / 'search').mkdir(parents=True)
+    (search / f'{NAME}_spec.json').write_text((parent_run / f'{NAME}_spec.json').read_text())
+    _refused([spec_file, NAME, 'train', '--fork', str(search)], tmp_path, 'is a search')
+    # a frame with no snapshot names the frames that exist
+    line = _refused([spec_file, NAME, 'train', '--fork', run, '--frame', '250'], tmp_path, 'no snapshot at frame 250')
+    assert '100, 200, 300' in line and 'session 0' in line
+    # the parent's newest snapshot is at its env.max_frame: a fork must train further
+    _refused([spec_file, NAME, 'train', '--fork', run], tmp_path, 'use env.max_frame > 800')
+    # nets that do not fit: named
+    for option in ('--fork', '--warm-start'):
+        _refused([spec_file, NAME, 'train', option, run, '-s', 'agent.net.hid_layers=[16]', '-s',
+                  'env.max_frame=1600'], tmp_path, "net 'model'")
+    # usage mistakes, refused by the parser
+    _refused([spec_file, NAME, 'dev', '--fork', run], tmp_path, 'use mode train')
+    _refused([spec_file, NAME, 'train', '--fork', run, '--warm-start', run], tmp_path, '--fork and --warm-start')
+    _refused([spec_file, NAME, 'train', '--frame', '400'], tmp_path, 'use it with --fork')
+    assert tree_digest(parent_run) == before
+
+
+def test_fork_options_parse_alike_in_both_spellings():
+    from slm_lab.cli import parse_run_args
+    for prog in ('run_lab.py', 'slm-lab run'):
+        args = parse_run_args(['s.json', 'x', 'train', '--fork', 'data/x_1', '--frame', '400'], prog)
+        assert (args.fork, args.frame, args.warm_start) == ('data/x_1', 400, None)
+        args = parse_run_args(['s.json', 'x', 'train', '--warm-start', 'data/x_1', '--ckpt', 'latest'], prog)
+        assert (args.warm_start, args.ckpt) == ('data/x_1', 'latest')
+
+
+def test_fork_api_checks(tmp_path):
+    """The Python API refuses what the command line refuses, as ModeError, before reading anything."""
+    from slm_lab.lib.errors import ModeError
+    spec_file = write_spec(tmp_path, NAME, small_ppo())
+    for kwargs, expect in (({'fork': 'a', 'warm_start': 'b'}, '--fork and --warm-start'),
+                           ({'frame': 100}, '--frame'), ({'fork': 'a', 'ckpt': 'best'}, '--ckpt')):
+        with pytest.raises(ModeError, match=expect):
+            slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'data'), **kwargs)
+    with pytest.raises(ModeError, match='use mode train'):
+        slm_lab.run(spec_file, NAME, 'dev', data_dir=str(tmp_path / 'data'), fork='a')
+    assert not (tmp_path / 'data').exists()
+
+
+@pytest.mark.slow
+def test_fork_of_two_sessions_is_exact_for_each(tmp_path):
+    """Each session of a two-session run (run in their own processes) continues from its own
+    snapshot: forked at 200 and run to 400, both sessions equal the parent's."""
+    spec = small_ppo(400)
+    spec['meta']['max_session'] = 2
+    spec_file = write_spec(tmp_path, NAME, spec)
+    parent_run = slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'a')).run_dir
+    child = slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'b'), fork=parent_run, frame=200).run_dir
+    for s in (0, 1):
+        for mode in ('train', 'eval'):
+            path = Path('info') / f'{NAME}_t0_s{s}_session_df_{mode}.csv'
+            mine, theirs = (pd.read_csv(run / path).drop(columns=['wall_t', 'fps']) for run in (child, parent_run))
+            pd.testing.assert_frame_equal(mine, theirs)
+        for net, weights in snapshot_state(parent_run, 400, s)['agent']['algorithm']['nets'].items():
+            forked = snapshot_state(child, 400, s)['agent']['algorithm']['nets'][net]
+            assert all(torch.equal(weights[k], forked[k]) for k in weights), f'session {s} {net}'

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from slm_lab import resources
 from slm_lab.experiment import viz
-from slm_lab.experiment.session import Session
+from slm_lab.experiment.session import Session, continue_mode
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import errors as lab_errors_module
 from slm_lab.lib import logger as lab_logger
@@ -298,6 +298,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                 p.kill()
     if errors:
         raise RuntimeError('; '.join(errors))
+    again = continue_mode(specs[0])
     if killed:
         s, signum = killed[0]
         try:
@@ -306,7 +307,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
             name = f'signal {signum}'
         why = ' (kill -9, or the out-of-memory killer: see `dmesg`)' if signum == signal.SIGKILL else ''
         raise SessionKilled(f'session {s} was killed by {name}{why} at some frame after its last snapshot; '
-                            'the other sessions stopped with snapshots; continue with train@latest', signum)
+                            f'the other sessions stopped with snapshots; continue with {again}@latest', signum)
     if lab_errors:
         name, message = lab_errors[0]
         cls = getattr(lab_errors_module, name, LabError)
@@ -317,5 +318,5 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
             raise Preempted(stop.signum or preempted[0][0], min(frames))
         raise Preempted(stop.signum or preempted[0][0], None,
                         f'with {len(results)} session(s) finished and {len(preempted)} not started yet '
-                        '(they start with train@latest)' if results else None)
+                        f'(they start with {again}@latest)' if results else None)
     return [results[s] for s in range(len(specs))]

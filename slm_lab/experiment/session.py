@@ -38,6 +38,11 @@ logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
 
 
+def continue_mode(spec: dict) -> str:
+    """The mode that continues this run: 'search' for a search's trial, else 'train'."""
+    return 'search' if str(spec['meta'].get('mode')).startswith('search') else 'train'
+
+
 class Session:
     """One agent in one (vector) env: act, step, update, tick; at log / eval frequency record a
     row and save. `run()` returns the session metrics."""
@@ -260,7 +265,7 @@ class Session:
                     next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
                 if self.stop.requested:
                     self.save_records()
-                    again = 'search' if str(self.spec['meta'].get('mode')).startswith('search') else 'train'
+                    again = continue_mode(self.spec)
                     logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
                                    f'continue with {again}@latest')
                     raise Preempted(self.stop.signum, clock.frame)
@@ -353,7 +358,7 @@ class Session:
         if self.stop.requested:
             frame = self.last_snapshot_frame
             logger.warning(f'{self.prename}: stopped during the evaluation at frame {self.clock.frame}; continue '
-                           f'with train@latest from the snapshot at frame {frame}')
+                           f'with {continue_mode(self.spec)}@latest from the snapshot at frame {frame}')
             raise Preempted(self.stop.signum, frame, f'during an evaluation at frame {self.clock.frame}; the snapshot '
                                                      f'at frame {frame} is kept')
 

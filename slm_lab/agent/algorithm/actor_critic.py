@@ -200,6 +200,9 @@ class ActorCritic(OnPolicyAlgorithm):
         'normalize_v_targets': Field((bool,), False,
                                      doc='(SLM-Lab v5) divide value predictions and targets by a running std of '
                                          'the targets (at least 1), clipped to [-10, 10], in the value loss'),
+        'normalize_advantage': Field((bool,), True,
+                                     doc='standardise the advantages over each batch in the policy loss (SLM-Lab '
+                                         "v5 does for every A2C variant; Stable-Baselines3's A2C does not)"),
     }
     memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy')
     nets_doc = """a policy and a value function. With `shared: false`, two nets with the same
@@ -239,6 +242,7 @@ class ActorCritic(OnPolicyAlgorithm):
             # training_frequency says
             self.training_frequency = self.num_step_returns
         self.return_normalizer = ReturnNormalizer() if spec.get('normalize_v_targets') else None
+        self.normalize_advantage = spec.get('normalize_advantage', True)
 
     def build_model(self) -> None:
         """self.model (an ActorCriticNet), self.optimizers and self.lr_schedulers from the net spec.
@@ -342,9 +346,11 @@ class ActorCritic(OnPolicyAlgorithm):
     def policy_loss(self, pd: torch.distributions.Distribution, actions: torch.Tensor,
                     advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(policy loss, mean entropy) on a batch: advantages (B,) standardised over the batch
-        (SLM-Lab v5 does so for every A2C variant), then actor_critic_policy_loss."""
+        (SLM-Lab v5 does so for every A2C variant) unless normalize_advantage is false, then
+        actor_critic_policy_loss."""
         entropy = pd.entropy()
-        loss = actor_critic_policy_loss(pd.log_prob(actions), standardize(advantages), entropy,
+        advantages = standardize(advantages) if self.normalize_advantage else advantages
+        loss = actor_critic_policy_loss(pd.log_prob(actions), advantages, entropy,
                                         self.policy_loss_coef, self.entropy_coef_now())
         return loss, entropy.mean()
 

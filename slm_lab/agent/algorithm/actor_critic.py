@@ -348,10 +348,15 @@ class ActorCritic(OnPolicyAlgorithm):
         """(policy loss, mean entropy) on a batch: advantages (B,) standardised over the batch
         (SLM-Lab v5 does so for every A2C variant) unless normalize_advantage is false, then
         actor_critic_policy_loss."""
-        entropy = pd.entropy()
+        return self.policy_loss_of(pd.log_prob(actions), pd.entropy(), advantages)
+
+    def policy_loss_of(self, log_probs: torch.Tensor, entropy: torch.Tensor,
+                       advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """policy_loss from the log-probabilities of the batch's actions and the policy's
+        entropies, (B,) each."""
         advantages = standardize(advantages) if self.normalize_advantage else advantages
-        loss = actor_critic_policy_loss(pd.log_prob(actions), advantages, entropy,
-                                        self.policy_loss_coef, self.entropy_coef_now())
+        loss = actor_critic_policy_loss(log_probs, advantages, entropy, self.policy_loss_coef,
+                                        self.entropy_coef_now())
         return loss, entropy.mean()
 
     def value_loss(self, values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -377,7 +382,7 @@ class ActorCritic(OnPolicyAlgorithm):
         rollout = self.rollout(batch)
         out, values = self.model.pd_out_and_value(rollout.states)
         advs, targets = self.advantages_and_targets(rollout, values.detach().reshape(rollout.rewards.shape))
-        policy_loss, entropy = self.policy_loss(self.model.head.distribution(out), rollout.actions, advs)
+        policy_loss, entropy = self.policy_loss_of(*self.model.head.log_prob_and_entropy(out, rollout.actions), advs)
         value_loss = self.value_loss(values, targets)
         grad_norm = self.step_losses(policy_loss, value_loss)
         self.step_lr_schedulers()

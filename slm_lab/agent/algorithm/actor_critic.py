@@ -289,7 +289,7 @@ class ActorCritic(OnPolicyAlgorithm):
         return {'model': self.model}
 
     # --- acting ---------------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, obs):
         out = self.model.pd_out(self.tensor(obs))
         actions = policy_util.sample_actions(out, self.model.head, self.action_policy,

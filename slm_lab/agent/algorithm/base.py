@@ -7,6 +7,7 @@ import torch
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.net import net_util
+from slm_lab.agent.net.optimizers import step_optimizer
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, not_available
@@ -199,7 +200,7 @@ class Algorithm:
                 torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
         grad_norm = float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
         for opt in optimizers:
-            opt.step()
+            step_optimizer(opt)
         if tick:
             self.clock.tick_opt_step()
         return grad_norm

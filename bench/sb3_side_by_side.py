@@ -28,6 +28,10 @@ What is measured, the same way on both sides:
                at the window's start, or 0 from frame 0; `wall_t` of the last row). Both include what
                each tool does while it trains: SB3 its logger, the lab its records, model files and
                snapshots at the spec's frequencies (the lab's clock also counts building its agent).
+  cpu_fps      the same frames / the CPU seconds of the process over the same window (time.process_time;
+               the lab's loop from Session.run's start, or its log row at the window's start, to its last
+               row): the figure to compare on a machine that other work shares, where wall time is
+               mostly waiting for a core.
   learning     mean return of the last 100 training episodes (SB3: the Monitor's ep_info_buffer; the
                lab: total_reward_ma of the last train row), exploration included; and, with
                --eval-episodes N (default 10), the mean return of N greedy episodes of the final
@@ -154,17 +158,17 @@ def sb3_child(row: Row, seed: int, frames: int, eval_episodes: int) -> dict:
 
         def _on_step(self) -> bool:
             if self.at is None and self.num_timesteps >= self.start:
-                self.at = (self.num_timesteps, time.perf_counter())
+                self.at = (self.num_timesteps, time.perf_counter(), time.process_time())
             return True
 
     callback = WindowStart(row.window_start) if row.window_start else None
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=frames, callback=callback)
-    t1 = time.perf_counter()
-    start_frame, start_t = callback.at if callback else (0, t0)
+    t1, c1 = time.perf_counter(), time.process_time()
+    start_frame, start_t, start_c = callback.at if callback else (0, t0, c0)
     returns = [info['r'] for info in model.ep_info_buffer]
     result = {'frames': int(model.num_timesteps), 'window_frames': int(model.num_timesteps) - start_frame,
-              'window_s': t1 - start_t, 'train_s': t1 - t0,
+              'window_s': t1 - start_t, 'window_cpu_s': c1 - start_c, 'train_s': t1 - t0,
               'last100_return': float(np.mean(returns)) if returns else math.nan, 'episodes': len(returns)}
     if eval_episodes:
         t2 = time.perf_counter()
@@ -180,9 +184,26 @@ def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Pa
     sys.path.insert(0, str(REPO_ROOT / 'bench'))
     from benchmark import read_train_rows
     from slm_lab import lab
-    from slm_lab.experiment import viz
+    from slm_lab.experiment import session, viz
     from slm_lab.experiment.enjoy import enjoy
     viz.png_available = lambda: False  # PNG export (kaleido) is a run's end, not training; HTML graphs stay
+    cpu_at: dict[str, float] = {}  # process CPU seconds at the loop's start and end and at each log row
+    run, log_row = session.Session.run, session.Session.log_row
+
+    def timed_run(self, *args, **kwargs):
+        cpu_at['start'] = time.process_time()
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            cpu_at.setdefault('end', time.process_time())
+
+    def timed_log_row(self):
+        log_row(self)
+        cpu_at[f'row{self.clock.frame}'] = time.process_time()
+        if self.clock.frame >= self.clock.max_frame:
+            cpu_at['end'] = time.process_time()  # before the session's final files and graphs
+
+    session.Session.run, session.Session.log_row = timed_run, timed_log_row
     overrides = [f'meta.random_seed={seed}', 'meta.max_session=1', f'env.max_frame={frames}',
                  'meta.torch_num_threads=1']
     with open(work_dir / 'lab.log', 'a', encoding='utf-8') as log, contextlib.redirect_stderr(log):
@@ -192,9 +213,10 @@ def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Pa
     last = rows[-1]
     start = next((r for r in rows if r['frame'] >= row.window_start), None) if row.window_start else None
     start_frame, start_t = (start['frame'], start['wall_t']) if start else (0, 0.0)
+    start_c = cpu_at[f'row{int(start_frame)}'] if start else cpu_at['start']
     ma = last['total_reward_ma']
     result = {'frames': int(last['frame']), 'window_frames': int(last['frame'] - start_frame),
-              'window_s': last['wall_t'] - start_t, 'train_s': last['wall_t'],
+              'window_s': last['wall_t'] - start_t, 'window_cpu_s': cpu_at['end'] - start_c, 'train_s': last['wall_t'],
               'last100_return': ma, 'episodes': int(last['epi'])}
     if eval_episodes:
         t2 = time.perf_counter()
@@ -214,6 +236,8 @@ def child_main(args: argparse.Namespace) -> int:
         else:
             result = lab_child(row, args.seed, args.frames, args.eval_episodes, Path(tmp))
     result['fps'] = result['window_frames'] / result['window_s'] if result['window_s'] > 0 else math.nan
+    cpu_s = result['window_cpu_s']
+    result['cpu_fps'] = result['window_frames'] / cpu_s if cpu_s > 0 else math.nan
     print('RESULT ' + json.dumps(result), flush=True)
     return 0
 
@@ -228,6 +252,7 @@ class Measured:
     seed: int
     frames: int
     fps: float
+    cpu_fps: float
     window_frames: int
     train_s: float
     total_s: float
@@ -251,7 +276,7 @@ def run_child(tool: str, row: Row, seed: int, frames: int, args: argparse.Namesp
         tail = '\n'.join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
         raise SystemExit(f'error: the {tool} run of {row.key} seed {seed} failed (exit {proc.returncode}):\n{tail}')
     r = json.loads(lines[-1][len('RESULT '):])
-    return Measured(tool, row.key, seed, r['frames'], r['fps'], r['window_frames'], r['train_s'],
+    return Measured(tool, row.key, seed, r['frames'], r['fps'], r['cpu_fps'], r['window_frames'], r['train_s'],
                     elapsed - r.get('eval_s', 0.0), r['last100_return'], r['episodes'],
                     r.get('greedy_return', math.nan))
 
@@ -272,31 +297,37 @@ def format_table(results: list[Measured]) -> str:
     pairs: dict[tuple[str, int], dict[str, Measured]] = {}
     for m in results:
         pairs.setdefault((m.row, m.seed), {})[m.tool] = m
-    head = ('row', 'seed', 'frames', 'SB3 fps', 'lab fps', 'lab/SB3', 'SB3 total_s', 'lab total_s',
-            'SB3 learning', 'lab learning')
+    head = ('row', 'seed', 'frames', 'SB3 fps', 'lab fps', 'lab/SB3', 'SB3 cpu_fps', 'lab cpu_fps', 'cpu lab/SB3',
+            'SB3 total_s', 'lab total_s', 'SB3 learning', 'lab learning')
     lines = []
     ratios: dict[str, list[float]] = {}
+    cpu_ratios: dict[str, list[float]] = {}
+
+    def ratio_of(ours: float | None, sb3: float | None, into: list[float]) -> str:
+        ratio = ours / sb3 if ours is not None and sb3 and not math.isnan(ours) and sb3 > 0 else math.nan
+        if not math.isnan(ratio):
+            into.append(ratio)
+        return '-' if math.isnan(ratio) else f'{ratio:.2f}x'
+
     for (row, seed), tools in pairs.items():
         sb3, ours = tools.get('sb3'), tools.get('lab')
-        ratio = ours.fps / sb3.fps if sb3 and ours and sb3.fps > 0 else math.nan
-        if not math.isnan(ratio):
-            ratios.setdefault(row, []).append(ratio)
         frames = (ours or sb3).frames
         lines.append([row, str(seed), f'{frames:,}', _fmt(sb3.fps if sb3 else math.nan),
-                      _fmt(ours.fps if ours else math.nan), _fmt(ratio, 2) + ('x' if not math.isnan(ratio) else ''),
+                      _fmt(ours.fps if ours else math.nan),
+                      ratio_of(ours and ours.fps, sb3 and sb3.fps, ratios.setdefault(row, [])),
+                      _fmt(sb3.cpu_fps if sb3 else math.nan), _fmt(ours.cpu_fps if ours else math.nan),
+                      ratio_of(ours and ours.cpu_fps, sb3 and sb3.cpu_fps, cpu_ratios.setdefault(row, [])),
                       _fmt(sb3.total_s if sb3 else math.nan, 1), _fmt(ours.total_s if ours else math.nan, 1),
                       _learning(sb3), _learning(ours)])
     rows = [list(head)] + lines
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    out = ['  '.join(c.ljust(w) if j in (0, 8, 9) else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths)))
+    out = ['  '.join(c.ljust(w) if j in (0, 11, 12) else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths)))
            for r in rows]
     out.insert(1, '  '.join('-' * w for w in widths))
-    if ratios:
-        out.append('')
-        for row, rs in ratios.items():
-            out.append(f'{row}: median lab/SB3 frames/s over {len(rs)} seed{"s" if len(rs) > 1 else ""}: '
-                       f'{statistics.median(rs):.2f}x')
-    return '\n'.join(out)
+    summary = [f'{row}: median lab/SB3 over {len(rs)} seed{"s" if len(rs) > 1 else ""}: frames/s '
+               f'{statistics.median(rs):.2f}x, CPU frames/s {statistics.median(cpu_ratios[row]):.2f}x'
+               for row, rs in ratios.items() if rs and cpu_ratios.get(row)]
+    return '\n'.join(out + ([''] + summary if summary else []))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -71,7 +71,8 @@ class Session:
         self.rigorous_eval = meta['rigorous_eval']
         self.eval_env = make_single_env(env_spec) if self.rigorous_eval else None
         self._eval_seeded = False
-        self._last_graph_t = -math.inf
+        # the first mid-run graph a minute in: a shorter session draws its graphs at the end only
+        self._last_graph_t = time.monotonic()
         self.checkpoint_frequency = meta['checkpoint_frequency'] or self.log_frequency
         self.keep_checkpoints = meta['keep_checkpoints']
         self.ckpt_dir = run_dir.ckpt_dir(trial, session)

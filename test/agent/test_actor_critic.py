@@ -182,6 +182,14 @@ def test_a2c_policy_loss_standardizes_the_advantages_first():
     torch.testing.assert_close(entropy, torch.tensor(math.log(2)))
 
 
+def test_a2c_policy_loss_takes_raw_advantages_without_normalize_advantage():
+    # as SB3's A2C: advantages 1, 3 weigh log pi = -ln 2 as they are: loss = 2 ln 2 - 0.01 ln 2
+    algo = make_algorithm(a2c_spec(normalize_advantage=False))
+    pd = torch.distributions.Categorical(logits=torch.zeros(2, 2))
+    loss, _ = algo.policy_loss(pd, torch.tensor([0, 1]), t([1, 3]))
+    torch.testing.assert_close(loss, torch.tensor(2 * math.log(2) - 0.01 * math.log(2)))
+
+
 def test_return_normalizer_merges_batches_and_scales_by_the_running_std():
     norm = ReturnNormalizer()
     torch.testing.assert_close(norm.scale(t([3.0])), t([3.0]))  # var 1 before any target: unchanged

@@ -153,3 +153,38 @@ def test_slm_lab_optimizers_validate_and_train_through_the_lab(tmp_path):
         'critic_optim_spec': {'name': 'GlobalAdam', 'lr': 1e-3},
     })
     check_resume_after_max_frame(tmp_path, 'ppo_slm_optims', spec)
+
+
+def _two_nets(seed: int = 0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+
+
+@pytest.mark.parametrize('fused', [True, False])
+def test_step_optimizer_is_adam_step_number_for_number(fused):
+    # the direct fused-Adam path must leave the weights and the optimizer state exactly as
+    # opt.step() does, from the first step (which creates the state) on
+    from slm_lab.agent.net.optimizers import step_optimizer
+    nets = [_two_nets(), _two_nets()]
+    opts = [torch.optim.Adam(n.parameters(), lr=1e-2, eps=1e-5, fused=fused) for n in nets]
+    torch.manual_seed(1)
+    batches = [torch.randn(32, 4) for _ in range(5)]
+    for x in batches:
+        for i, (net, opt) in enumerate(zip(nets, opts)):
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            (opt.step() if i == 0 else step_optimizer(opt))
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+    state_a, state_b = opts[0].state_dict()['state'], opts[1].state_dict()['state']
+    for k in state_a:
+        for key in ('step', 'exp_avg', 'exp_avg_sq'):
+            assert torch.equal(state_a[k][key], state_b[k][key])
+
+
+def test_group_grad_norms_are_get_total_norm():
+    from slm_lab.agent.algorithm.base import _group_grad_norms
+    torch.manual_seed(0)
+    groups = [[torch.randn(16, 4), torch.randn(16)], [torch.randn(2, 16)], []]
+    expected = [torch.nn.utils.get_total_norm(g) for g in groups]
+    assert all(torch.equal(a, b) for a, b in zip(_group_grad_norms(groups), expected))

@@ -157,3 +157,19 @@ def test_ppo_with_self_imitation_keys_runs_as_slm_lab_ran_it_and_points_to_pposi
     assert len([r for r in caplog.records if 'self-imitation' in r.getMessage()]) == 1  # none without the keys
     spec['agent']['algorithm']['name'] = 'PPOSIL'
     assert validate_spec(spec)['agent']['algorithm']['sil_policy_loss_coef'] == 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('spec_file, name', [('ppo/ppo_cartpole_zoo.json', 'ppo_cartpole_zoo'),
+                                             ('a2c/a2c_cartpole_zoo.json', 'a2c_cartpole_zoo')])
+def test_zoo_specs_resume_exactly_on_their_fast_optimizer_paths(tmp_path, spec_file, name):
+    # fused Adam stepped directly (ppo) and foreach RMSprop (a2c) carry their state through a snapshot
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / 'spec' / 'benchmark' / spec_file
+    spec = json.loads(path.read_text())[name]
+    spec['env']['max_frame'] = 1024
+    spec['meta'].update(log_frequency=256, eval_frequency=512, random_seed=3)
+    if 'lr_scheduler_spec' in spec['agent']['net']:  # LinearToZero ends at max_frame, which the resume raises
+        spec['agent']['net']['lr_scheduler_spec']['frame'] = 100000
+    check_resume_after_max_frame(tmp_path, name, spec)

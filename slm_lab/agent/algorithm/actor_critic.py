@@ -200,6 +200,9 @@ class ActorCritic(OnPolicyAlgorithm):
         'normalize_v_targets': Field((bool,), False,
                                      doc='(SLM-Lab v5) divide value predictions and targets by a running std of '
                                          'the targets (at least 1), clipped to [-10, 10], in the value loss'),
+        'normalize_advantage': Field((bool,), True,
+                                     doc='standardise the advantages over each batch in the policy loss (SLM-Lab '
+                                         "v5 does for every A2C variant; Stable-Baselines3's A2C does not)"),
     }
     memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy')
     nets_doc = """a policy and a value function. With `shared: false`, two nets with the same
@@ -239,6 +242,7 @@ class ActorCritic(OnPolicyAlgorithm):
             # training_frequency says
             self.training_frequency = self.num_step_returns
         self.return_normalizer = ReturnNormalizer() if spec.get('normalize_v_targets') else None
+        self.normalize_advantage = spec.get('normalize_advantage', True)
 
     def build_model(self) -> None:
         """self.model (an ActorCriticNet), self.optimizers and self.lr_schedulers from the net spec.
@@ -285,7 +289,7 @@ class ActorCritic(OnPolicyAlgorithm):
         return {'model': self.model}
 
     # --- acting ---------------------------------------------------------------------------------
-    @torch.no_grad()
+    @torch.inference_mode()
     def act(self, obs):
         out = self.model.pd_out(self.tensor(obs))
         actions = policy_util.sample_actions(out, self.model.head, self.action_policy,
@@ -342,10 +346,17 @@ class ActorCritic(OnPolicyAlgorithm):
     def policy_loss(self, pd: torch.distributions.Distribution, actions: torch.Tensor,
                     advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(policy loss, mean entropy) on a batch: advantages (B,) standardised over the batch
-        (SLM-Lab v5 does so for every A2C variant), then actor_critic_policy_loss."""
-        entropy = pd.entropy()
-        loss = actor_critic_policy_loss(pd.log_prob(actions), standardize(advantages), entropy,
-                                        self.policy_loss_coef, self.entropy_coef_now())
+        (SLM-Lab v5 does so for every A2C variant) unless normalize_advantage is false, then
+        actor_critic_policy_loss."""
+        return self.policy_loss_of(pd.log_prob(actions), pd.entropy(), advantages)
+
+    def policy_loss_of(self, log_probs: torch.Tensor, entropy: torch.Tensor,
+                       advantages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """policy_loss from the log-probabilities of the batch's actions and the policy's
+        entropies, (B,) each."""
+        advantages = standardize(advantages) if self.normalize_advantage else advantages
+        loss = actor_critic_policy_loss(log_probs, advantages, entropy, self.policy_loss_coef,
+                                        self.entropy_coef_now())
         return loss, entropy.mean()
 
     def value_loss(self, values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -371,7 +382,7 @@ class ActorCritic(OnPolicyAlgorithm):
         rollout = self.rollout(batch)
         out, values = self.model.pd_out_and_value(rollout.states)
         advs, targets = self.advantages_and_targets(rollout, values.detach().reshape(rollout.rewards.shape))
-        policy_loss, entropy = self.policy_loss(self.model.head.distribution(out), rollout.actions, advs)
+        policy_loss, entropy = self.policy_loss_of(*self.model.head.log_prob_and_entropy(out, rollout.actions), advs)
         value_loss = self.value_loss(values, targets)
         grad_norm = self.step_losses(policy_loss, value_loss)
         self.step_lr_schedulers()

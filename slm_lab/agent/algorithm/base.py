@@ -7,6 +7,7 @@ import torch
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.net import net_util
+from slm_lab.agent.net.optimizers import step_optimizer
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, not_available
@@ -184,21 +185,22 @@ class Algorithm:
         all the groups stepped together) and, when `tick`, counts one optimizer step on the clock."""
         names = tuple(self.optimizers) if names is None else names
         optimizers = [self.optimizers[name] for name in names]
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
+        for opt in optimizers:  # opt.zero_grad(set_to_none=True) without its per-call wrappers
+            for group in opt.param_groups:
+                for p in group['params']:
+                    p.grad = None
         loss.backward()
         clip = self.net_spec.get('clip_grad_val') if self.net_spec else None
-        norms = []
-        for params in self._clip_groups_of(names):
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-            norms.append(norm)
+        groups = self._clip_groups_of(names)
+        norms = _group_grad_norms([[p.grad for p in params if p.grad is not None] for params in groups])
+        for params, norm in zip(groups, norms):
             # clip_grad_norm_ scales by min(1, clip / (norm + 1e-6)): skip its multiply by exactly 1.0
             # (the margin keeps that exact in float32); a NaN or inf norm still goes through it
             if clip is not None and not float(norm) < clip * (1.0 - 1e-5):
                 torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
         grad_norm = float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
         for opt in optimizers:
-            opt.step()
+            step_optimizer(opt)
         if tick:
             self.clock.tick_opt_step()
         return grad_norm
@@ -311,3 +313,20 @@ def _apply_spec_hyperparameters(opt: torch.optim.Optimizer, spec_groups: list[di
             sched.base_lrs[i] = spec_lr
             if hasattr(sched, '_last_lr'):
                 sched._last_lr[i] = group['lr']
+
+
+def _group_grad_norms(grad_groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """The L2 norm of each group's gradients, as torch.nn.utils.get_total_norm gives it (the
+    vector norm of the per-tensor norms), with one _foreach_norm over every group's tensors
+    when they share a device and dtype: the same numbers for one kernel call instead of one per
+    group. A group without gradients has norm 0."""
+    flat = [g for grads in grad_groups for g in grads]
+    if not flat or len({(g.device, g.dtype) for g in flat}) > 1 or flat[0].device.type not in ('cpu', 'cuda'):
+        return [torch.nn.utils.get_total_norm(grads) for grads in grad_groups]
+    per_tensor = torch._foreach_norm(flat, 2.0)
+    norms, start = [], 0
+    for grads in grad_groups:
+        part = per_tensor[start:start + len(grads)]
+        start += len(grads)
+        norms.append(torch.linalg.vector_norm(torch.stack(part), 2.0) if part else torch.tensor(0.0))
+    return norms

@@ -226,7 +226,7 @@ class PPO(ActorCritic):
         advs, returns, old_values = self.rollout_advantages(rollout)
         states, actions = rollout.states, rollout.actions
         with torch.no_grad():
-            old_log_probs = self.model.head.distribution(self.model.pd_out(states)).log_prob(actions)
+            old_log_probs = self.model.head.log_prob(self.model.pd_out(states), actions)
         frame = self.clock.frame
         clip_eps = self.clip_eps.value(frame)
         entropy_coef = self.entropy_coef_now()
@@ -238,11 +238,11 @@ class PPO(ActorCritic):
             for start in range(0, batch_size, mb_size):  # the last minibatch holds the remainder
                 idx = perm[start:start + mb_size]
                 out, v = self.model.pd_out_and_value(states[idx])
-                pd = self.model.head.distribution(out)
+                log_probs, entropies_mb = self.model.head.log_prob_and_entropy(out, actions[idx])
                 adv = self.normalize_advantages(advs[idx])
-                pg_loss = ppo_policy_loss(pd.log_prob(actions[idx]), old_log_probs[idx], adv, clip_eps)
+                pg_loss = ppo_policy_loss(log_probs, old_log_probs[idx], adv, clip_eps)
                 v_loss = self.ppo_value_loss(v, old_values[idx], returns[idx], clip_eps)
-                entropy = pd.entropy().mean()
+                entropy = entropies_mb.mean()
                 loss = pg_loss + self.val_loss_coef * v_loss - entropy_coef * entropy
                 norms.append(self.step_optimizers(loss))
                 losses.append(loss.detach())

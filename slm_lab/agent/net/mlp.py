@@ -65,8 +65,9 @@ NET_SCHEMA = {
     'gpu': Field((bool, str), False, check=_check_gpu, doc="use CUDA when available (true/'auto')"),
     'linear_kernel': Field((str,), 'default', choices=LINEAR_KERNELS,
                            doc='CPU kernel of the linear layers\' products: "default" (torch\'s, MKL on the pinned '
-                               'build) or "onednn" (2-3x faster on AVX-512 AMD CPUs; the same maths rounded '
-                               'differently, so a seeded run gives other numbers than under "default")'),
+                               'build) or "onednn" (AVX-512 where MKL takes AVX2, as on AMD CPUs: 2-3x faster products '
+                               'measured in docs/BENCHMARKS.md; the same maths rounded differently, so a seeded run '
+                               'gives other numbers than under "default"; layers under 32 wide stay on "default")'),
     'batch_norm': Field((bool,), False, doc='(SLM-Lab v5) BatchNorm1d after each hidden linear layer, before its '
                                             'activation (instead of layer_norm when both are set, as in SLM-Lab); '
                                             'a batch of one (acting in one env) uses the running statistics'),

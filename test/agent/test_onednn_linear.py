@@ -12,6 +12,7 @@ from lab_helpers import check_resume_after_max_frame
 
 from slm_lab.agent.net import build_net
 from slm_lab.agent.net.onednn_linear import MIN_WIDTH, OneDNNLinear, use_linear_kernel
+from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 from test_td3 import resume_spec
 
@@ -77,7 +78,7 @@ def test_no_grad_and_other_inputs_fall_back_to_the_same_maths():
 def test_an_unknown_kernel_is_refused_by_name():
     spec = resume_spec()
     spec['agent']['net']['linear_kernel'] = 'blas'
-    with pytest.raises(Exception, match='agent.net.linear_kernel'):
+    with pytest.raises(SpecError, match='agent.net.linear_kernel'):
         validate_spec(spec)
 
 

@@ -85,8 +85,12 @@ class OffPolicyAlgorithm(Algorithm):
                 for tb, b in zip(target.buffers(), online.buffers()):
                     tb.copy_(b)
             return
-        targets = [tp for target, _ in pairs for tp in target.parameters()]
-        onlines = [p for _, online in pairs for p in online.parameters()]
+        # the nets' parameters are fixed objects from construction (load_state_dict copies into them):
+        # list them once, not at every step
+        if getattr(self, '_polyak_params', None) is None:
+            self._polyak_params = ([tp for target, _ in pairs for tp in target.parameters()],
+                                   [p for _, online in pairs for p in online.parameters()])
+        targets, onlines = self._polyak_params
         if self.polyak_lerp:
             torch._foreach_lerp_(targets, onlines, polyak_coef)
         else:

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import net_util
+from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, accepts, suggest
 
@@ -62,6 +63,11 @@ NET_SCHEMA = {
                          doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef; '
                              "SLM-Lab's default 0 leaves the target as it is)"),
     'gpu': Field((bool, str), False, check=_check_gpu, doc="use CUDA when available (true/'auto')"),
+    'linear_kernel': Field((str,), 'default', choices=LINEAR_KERNELS,
+                           doc='CPU kernel of the linear layers\' products: "default" (torch\'s, MKL on the pinned '
+                               'build) or "onednn" (AVX-512 where MKL takes AVX2, as on AMD CPUs: 2-3x faster products '
+                               'measured in docs/BENCHMARKS.md; the same maths rounded differently, so a seeded run '
+                               'gives other numbers than under "default"; layers under 32 wide stay on "default")'),
     'batch_norm': Field((bool,), False, doc='(SLM-Lab v5) BatchNorm1d after each hidden linear layer, before its '
                                             'activation (instead of layer_norm when both are set, as in SLM-Lab); '
                                             'a batch of one (acting in one env) uses the running statistics'),

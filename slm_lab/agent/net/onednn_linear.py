@@ -1,0 +1,95 @@
+"""Linear layers whose matrix products run on oneDNN instead of torch's default CPU BLAS.
+
+torch's CPU build computes an fp32 `nn.Linear` with MKL's sgemm, which on AMD processors takes
+its AVX2 path; oneDNN (bundled with torch, used by its inductor) takes AVX-512 where the CPU has
+it. On this project's AMD EPYC (Zen 5) the products of the off-policy nets (batch 64-256, widths
+256-400) ran 2-3x faster on oneDNN, one thread each (docs/BENCHMARKS.md, "Off-policy speed").
+
+The maths is the same, y = x W^T + b, but the products sum in another order, so the results
+differ from MKL's in the last bits (about 1e-7 relative): a seeded run gives other numbers. That
+is why the kernel is a spec key, `net.linear_kernel`, read when the nets are built: a run (and its
+resume, which builds from the saved spec) uses one kernel from its first step to its last. The
+parameters are nn.Linear's own (`weight`, `bias`), so state_dicts and snapshots are unchanged.
+
+Only 2-D float32 inputs on the CPU take the oneDNN path; anything else (a GPU, another dtype)
+falls back to F.linear, as the default kernel does.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from slm_lab.lib.errors import SpecError
+
+LINEAR_KERNELS = ('default', 'onednn')
+# layers narrower than this on either side (an input layer of a few observations, a Q head) stay on
+# the default kernel: their products are too small for oneDNN to win back its call (measured: a
+# 4 -> 256 layer at batch 64 took 13 us on oneDNN, 4 us on MKL)
+MIN_WIDTH = 32
+
+
+def _onednn_linear_op():
+    """torch's oneDNN linear (x (B, I), W (O, I), b (O,) or None -> x W^T + b), or None when this
+    torch build lacks it (no oneDNN, or a version that renamed the op)."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._linear_pointwise
+    except (AttributeError, RuntimeError):
+        return None
+
+
+_LINEAR = _onednn_linear_op()
+
+
+def _mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (M, K) @ b (N, K)^T on oneDNN; either may be a transposed view (oneDNN reads the strides)."""
+    return _LINEAR(a, b, None, 'none', [], '')
+
+
+class _OneDNNLinearFn(torch.autograd.Function):
+    """y = x W^T + b with the three products of its forward and backward on oneDNN:
+    y = x W^T, dL/dx = dL/dy W, dL/dW = (dL/dy)^T x, dL/db = sum over the batch of dL/dy."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return _LINEAR(x, weight, bias, 'none', [], '')
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight = ctx.saved_tensors
+        grad_y = grad_y.contiguous()
+        grad_x = _mm_nt(grad_y, weight.t()) if ctx.needs_input_grad[0] else None
+        grad_w = _mm_nt(grad_y.t(), x.t()) if ctx.needs_input_grad[1] else None
+        grad_b = grad_y.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_w, grad_b
+
+
+class OneDNNLinear(nn.Linear):
+    """nn.Linear computed on oneDNN (see the module docstring); the same parameters and state_dict."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.device.type != 'cpu' or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+            return F.linear(x, self.weight, self.bias)
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return _OneDNNLinearFn.apply(x.contiguous(), self.weight, self.bias)
+        # no graph to record (acting, target nets): the op alone, without the Python Function's cost
+        return _LINEAR(x.contiguous(), self.weight, self.bias, 'none', [], '')
+
+
+def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear_kernel') -> nn.Module:
+    """Make the nn.Linear layers of `net` compute on `kernel` ('default': unchanged; 'onednn':
+    each layer at least MIN_WIDTH wide on both sides becomes an OneDNNLinear, the same object).
+    Call before an optimizer or a target copy sees the net. Returns the net."""
+    if kernel == 'default':
+        return net
+    if _LINEAR is None:
+        raise SpecError(f"{path}: 'onednn' needs torch's oneDNN linear (torch.ops.mkldnn._linear_pointwise), "
+                        f'which this torch {torch.__version__} build lacks; use "default"')
+    for module in net.modules():
+        if type(module) is nn.Linear and min(module.in_features, module.out_features) >= MIN_WIDTH:
+            module.__class__ = OneDNNLinear  # the same object and Parameters: only forward changes
+    return net

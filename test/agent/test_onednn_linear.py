@@ -1,0 +1,88 @@
+"""net.linear_kernel "onednn": the same layer maths as nn.Linear (forward and every gradient,
+to rounding), the same parameters and state_dict, only wide layers switched, deterministic, and a
+seeded off-policy run that resumes exactly on it."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+from lab_helpers import check_resume_after_max_frame
+
+from slm_lab.agent.net import build_net
+from slm_lab.agent.net.onednn_linear import MIN_WIDTH, OneDNNLinear, use_linear_kernel
+from slm_lab.lib.errors import SpecError
+from slm_lab.spec import validate_spec
+from test_td3 import resume_spec
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason='torch without oneDNN')
+
+
+def mlp_spec(kernel: str) -> dict:
+    return {'type': 'MLPNet', 'hid_layers': [256, 64], 'hid_layers_activation': 'relu', 'out_layer_activation': None,
+            'init_fn': None, 'batch_norm': False, 'layer_norm': False, 'linear_kernel': kernel}
+
+
+def test_onednn_layers_compute_what_nn_linear_computes_forward_and_backward():
+    torch.manual_seed(0)
+    plain = build_net(mlp_spec('default'), 8, 3)
+    fast = use_linear_kernel(copy.deepcopy(plain), 'onednn')
+    assert list(fast.state_dict()) == list(plain.state_dict())
+    x = torch.randn(128, 8, requires_grad=True)
+    x_fast = x.detach().clone().requires_grad_(True)
+    y, y_fast = plain(x), fast(x_fast)
+    torch.testing.assert_close(y_fast, y, rtol=1e-5, atol=1e-5)
+    (y ** 2).sum().backward()
+    (y_fast ** 2).sum().backward()
+    torch.testing.assert_close(x_fast.grad, x.grad, rtol=1e-4, atol=1e-5)
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-4, msg=name)
+
+
+def test_only_layers_wide_on_both_sides_switch_and_keep_their_parameters():
+    net = build_net(mlp_spec('default'), 4, 2)
+    params = list(net.parameters())
+    use_linear_kernel(net, 'onednn')
+    kinds = [(m.in_features, m.out_features, type(m)) for m in net.modules() if isinstance(m, nn.Linear)]
+    # 4 -> 256 (input layer) and 64 -> 2 (head) stay nn.Linear; 256 -> 64 is wide enough
+    assert kinds == [(4, 256, nn.Linear), (256, 64, OneDNNLinear), (64, 2, nn.Linear)]
+    assert MIN_WIDTH <= 64
+    assert all(a is b for a, b in zip(net.parameters(), params))
+
+
+def test_onednn_results_are_the_same_every_time():
+    torch.manual_seed(1)
+    layer = use_linear_kernel(nn.Sequential(nn.Linear(300, 400)), 'onednn')[0]
+    x = torch.randn(256, 300)
+    outs = []
+    for _ in range(2):
+        layer.zero_grad(set_to_none=True)
+        y = layer(x)
+        y.square().sum().backward()
+        outs.append((y.detach(), layer.weight.grad.clone(), layer.bias.grad.clone()))
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+def test_no_grad_and_other_inputs_fall_back_to_the_same_maths():
+    torch.manual_seed(2)
+    layer = use_linear_kernel(nn.Sequential(nn.Linear(64, 64)), 'onednn')[0]
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+    x3 = torch.randn(2, 5, 64)  # not 2-D: torch's own linear
+    assert torch.equal(layer(x3), nn.functional.linear(x3, layer.weight, layer.bias))
+
+
+def test_an_unknown_kernel_is_refused_by_name():
+    spec = resume_spec()
+    spec['agent']['net']['linear_kernel'] = 'blas'
+    with pytest.raises(SpecError, match='agent.net.linear_kernel'):
+        validate_spec(spec)
+
+
+def test_td3_on_onednn_resumes_exactly_after_max_frame(tmp_path):
+    spec = resume_spec(policy_delay=2)
+    spec['agent']['net'].update(linear_kernel='onednn', hid_layers=[64, 64])
+    check_resume_after_max_frame(tmp_path, 'td3_onednn', spec)

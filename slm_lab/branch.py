@@ -12,7 +12,7 @@ import time
 
 import logging
 
-from slm_lab.lab import create_run_dir, logger, preflight, prepare_spec, write_specs
+from slm_lab.lab import create_run_dir, logger, preflight, prepare_spec, run_new, write_specs
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError
 from slm_lab.persistence import edits
@@ -175,14 +175,5 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
         for s, saved in weights.items():
             lineage.write_warm_start(staging.model_path(0, s, 'warm_start'), saved, records[str(s)])
 
-    trial = Trial(spec, run_dir, 'train', trial=0)
-    lock = create_run_dir(run_dir, trial, write=write_warm)
-    if on_run_dir is not None:
-        on_run_dir(run_dir)
-    logger.info(f'run directory {run_dir.root}: nets warm-started from {parent.root} ({ckpt})')
-    try:
-        metrics = trial.run()
-    finally:
-        lock.close()
-    logger.info(f'done: {run_dir.root}')
-    return metrics
+    return run_new(run_dir, Trial(spec, run_dir, 'train', trial=0), on_run_dir, write_warm,
+                   f': nets warm-started from {parent.root} ({ckpt})')

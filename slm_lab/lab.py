@@ -128,11 +128,16 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     ts = new_experiment_ts(data_dir, spec_name)
     spec['meta']['experiment_ts'] = ts
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
-    trial = Trial(spec, run_dir, mode, trial=0)
-    lock = create_run_dir(run_dir, trial)
+    return run_new(run_dir, Trial(spec, run_dir, mode, trial=0), on_run_dir)
+
+
+def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '') -> dict:
+    """Create a new run directory (create_run_dir, `write` filling it) and run its trial under
+    the run's lock; `what` ends the log line that names the directory."""
+    lock = create_run_dir(run_dir, trial, write=write)
     if on_run_dir is not None:
         on_run_dir(run_dir)
-    logger.info(f'run directory {run_dir.root}')
+    logger.info(f'run directory {run_dir.root}{what}')
     try:
         metrics = trial.run()
     finally:

@@ -32,7 +32,7 @@ def _spec_file(spec: str | os.PathLike | dict, spec_name: str | None, tmp: str) 
     if isinstance(spec, (str, os.PathLike)):
         path = os.fspath(spec)
         if spec_name is None:
-            from slm_lab.spec.read import read_spec_file
+            from slm_lab.spec.read import read_spec_file  # yaml: not at `import slm_lab`
             names = list(read_spec_file(path))
             if len(names) != 1:
                 raise SpecError(f'spec file {path} holds {len(names)} specs ({", ".join(names[:10])}); '
@@ -93,7 +93,7 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
     with tempfile.TemporaryDirectory(prefix='slm_lab_spec_') as tmp:
         spec_file, name = _spec_file(spec, spec_name, tmp)
         if fork is not None or warm_start is not None or frame is not None or ckpt is not None:
-            from slm_lab import branch
+            from slm_lab import branch  # imports lab (gymnasium): not at `import slm_lab`
             metrics = branch.run(spec_file, name, mode, list(overrides or []), data_dir,
                                  fork_from=None if fork is None else os.fspath(fork), frame=frame,
                                  warm_start_from=None if warm_start is None else os.fspath(warm_start), ckpt=ckpt,

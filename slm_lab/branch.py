@@ -17,6 +17,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError
 from slm_lab.persistence import edits
 from slm_lab.persistence.run_dir import RunDir, new_experiment_ts
+from slm_lab.spec import check_spec_name
 
 
 def run(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None = None, data_dir: str = 'data', *,
@@ -24,7 +25,6 @@ def run(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None =
         ckpt: str | None = None, on_run_dir=None) -> dict | None:
     """`train --fork RUN_DIR [--frame N]` or `train --warm-start RUN_DIR [--ckpt best|latest]`
     (exactly one of fork_from, warm_start_from); the checks of the command line, as ModeError."""
-    from slm_lab.spec import check_spec_name
     if fork_from is not None and warm_start_from is not None:
         raise ModeError('--fork and --warm-start: give one (a fork continues the parent\'s training; a warm start '
                         'begins a new one from its weights)')

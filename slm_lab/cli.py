@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import LabError, Preempted, Terminated, raise_terminated
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
 EXIT_INTERRUPTED = 130
@@ -162,7 +166,6 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
 
 def report(error: BaseException, mode: str) -> int:
     """Print how a command that did not finish ended (one line on stderr); its exit code."""
-    from slm_lab.lib.errors import LabError, Preempted, Terminated
     if isinstance(error, LabError):
         print(f'error: {error}', file=sys.stderr)
         return error.exit_code
@@ -183,9 +186,6 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
     """A run from the command line: (exit code, mode or None when the arguments were refused).
     `own_process`: this process ends with the command, so SIGTERM is left ignored once it is
     done; otherwise the caller's SIGTERM handler is put back."""
-    import signal
-
-    from slm_lab.lib.errors import LabError, Preempted, Terminated, raise_terminated
     # SIGTERM ends the command as Ctrl-C does until a trial takes over the signal to save snapshots
     previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
     try:
@@ -201,12 +201,11 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
         from slm_lab import lab  # imports the lab's modules: after the arguments are known to be valid
         if args.mode.startswith('enjoy@'):
             lab.check_mode(args.mode)
-            from slm_lab.lib import logger as lab_logger
             lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
             from slm_lab.experiment.enjoy import enjoy  # imports torch
             enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
         elif args.fork is not None or args.warm_start is not None:
-            from slm_lab import branch
+            from slm_lab import branch  # imports lab (gymnasium): only once the arguments are valid
             branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
                        frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
         else:

@@ -13,7 +13,7 @@ import signal
 import sys
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import LabError, Preempted, Terminated, raise_terminated
+from slm_lab.lib.errors import LabError, Preempted, Terminated, clear_terminated, raise_terminated
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
 EXIT_INTERRUPTED = 130
@@ -215,6 +215,7 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it has ended: a SIGTERM now must not change how
         return report(e, args.mode), args.mode
     finally:
+        clear_terminated()  # a SIGTERM is this command's: the next one starts without it
         if not own_process:  # a caller of main() gets its own handler back
             signal.signal(signal.SIGTERM, previous_sigterm)
     if own_process:

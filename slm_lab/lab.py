@@ -11,7 +11,7 @@ import warnings
 
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError, ResumeError, SpecError
+from slm_lab.lib.errors import ModeError, ResumeError, SpecError, check_terminated
 from slm_lab.lib.io import write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
@@ -151,6 +151,7 @@ def create_run_dir(run_dir, trial, write=None):
     temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
     run or a run with its specs (a kill's leftover is removed by the next run of the lab).
     Returns the open lock file that keeps other processes off the run while it trains."""
+    check_terminated()  # a SIGTERM during the checks ends the command before anything is written
     parent = run_dir.root.parent
     if parent.is_dir():
         for leftover in parent.glob('.*.tmp-*'):
@@ -221,6 +222,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         shared = f' ({share} frames for each of its {n_sessions} distributed sessions)' if split else ''
         raise ResumeError(f"env.max_frame {spec['env']['max_frame']}{shared} is below frame {reached} that a session "
                           f'of {run_dir.root} already reached; use env.max_frame >= {total}')
+    check_terminated()  # a SIGTERM during the checks ends the command before anything is written
     # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
     resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']))
     if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
@@ -291,6 +293,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
             preflight(spec)
+            check_terminated()  # a SIGTERM during the checks ends the command before anything is written
             write_json(run_dir.spec_path(), spec)
         except BaseException:
             lock.close()

@@ -32,10 +32,15 @@ def nonfinite_cause(nonfinite_nets: list[str], inputs: tuple, error: Exception) 
     return f'{what} (torch refused them with a {type(error).__name__})'
 
 
-def nonfinite_metrics(metrics: dict) -> str:
-    """The loss and gradient norm of an update that are NaN or infinite, as 'loss nan, ...'."""
-    return ', '.join(f'{k} {metrics[k]}' for k in ('loss', 'grad_norm') if k in metrics
+def nonfinite_metrics(metrics: dict, inputs: tuple = ()) -> str:
+    """The loss and gradient norm of an update that are NaN or infinite, as 'loss nan, ...', and
+    the observations or rewards (`inputs`, in that order) that were already so, if any."""
+    what = ', '.join(f'{k} {metrics[k]}' for k in ('loss', 'grad_norm') if k in metrics
                      and not math.isfinite(metrics[k]))
+    bad_inputs = [name for name, x in zip(('observations', 'rewards'), inputs) if not finite_in_float32(x)]
+    if bad_inputs:
+        what += f', from non-finite {" and ".join(bad_inputs)} of the env (as float32, which training uses)'
+    return what
 
 
 def diverged_error(prename: str, run_dir: RunDir, frame: int, opt_step: int, last_snapshot_frame: int | None,

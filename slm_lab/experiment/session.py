@@ -247,7 +247,7 @@ class Session:
                     raise self._diverged_or(e, obs, reward) from None
                 if metrics is not None:
                     if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):
-                        raise self._diverged(metrics)
+                        raise self._diverged(metrics, inputs=(obs, reward))
                     body.track_update(metrics)
                     if dev_params is not None:
                         self._dev_check_learning(dev_params)
@@ -281,11 +281,11 @@ class Session:
         what = nonfinite_cause(self.agent.nonfinite_nets(), inputs, error)
         return error if what is None else self._diverged({}, what)
 
-    def _diverged(self, metrics: dict, what: str | None = None) -> TrainingDiverged:
+    def _diverged(self, metrics: dict, what: str | None = None, inputs: tuple = ()) -> TrainingDiverged:
         """The one-line error for a loss, gradient norm (or, given as `what`, any other value
-        met in training) that became NaN or infinite."""
+        met in training) that became NaN or infinite; `inputs`: the step's observations and rewards."""
         return diverged_error(self.prename, self.run_dir, self.clock.frame, self.clock.opt_step,
-                              self.last_snapshot_frame, what or nonfinite_metrics(metrics))
+                              self.last_snapshot_frame, what or nonfinite_metrics(metrics, inputs))
 
     def _dev_check_learning(self, before: list[torch.Tensor]) -> None:
         """dev mode: after the first training update some parameter must have changed."""

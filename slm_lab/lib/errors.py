@@ -67,9 +67,32 @@ class Terminated(BaseException):
     exit_code = EXIT_CODES[signal.SIGTERM]
 
 
+_TERMINATED: list[int] = []  # the SIGTERMs raise_terminated received
+
+
 def raise_terminated(signum, _frame) -> None:
-    """SIGTERM handler of the lab's command outside training (Trial installs its own meanwhile)."""
+    """SIGTERM handler of the lab's command outside training (Trial installs its own meanwhile).
+    The signal is also remembered: an exception raised from a handler can be lost when it lands
+    in C code that clears errors (an extension module's import, a C-level hasattr), so the lab
+    checks again before it first writes (check_terminated)."""
+    _TERMINATED.append(signum)
     raise Terminated()
+
+
+def terminated_signals() -> list[int]:
+    """The SIGTERMs raise_terminated received in this process."""
+    return list(_TERMINATED)
+
+
+def clear_terminated() -> None:
+    """Forget the SIGTERMs received: the command they ended has ended (a caller that runs several)."""
+    _TERMINATED.clear()
+
+
+def check_terminated() -> None:
+    """Raise Terminated if raise_terminated received a SIGTERM that did not end the command."""
+    if _TERMINATED:
+        raise Terminated()
 
 
 class DiskFullError(LabError):

@@ -219,7 +219,8 @@ def run_one(spec_file: str, spec_name: str, seed: int, data_dir: Path, overrides
         if log is not None:
             log.close()
     wall_s = time.perf_counter() - start
-    new_runs = sorted(p for p in set(out_dir.iterdir()) - before if p.is_dir())
+    # run directories only, not the lab's data/.cache
+    new_runs = sorted(p for p in set(out_dir.iterdir()) - before if p.is_dir() and not p.name.startswith('.'))
     return summarize(spec_name, seed, read_train_rows(new_runs[-1]), wall_s, threshold)
 
 

@@ -208,7 +208,7 @@ def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Pa
                  'meta.torch_num_threads=1']
     with open(work_dir / 'lab.log', 'a', encoding='utf-8') as log, contextlib.redirect_stderr(log):
         lab.run(str(REPO_ROOT / row.spec_file), row.spec_name, 'train', overrides, data_dir=str(work_dir))
-    run_root = next(p for p in work_dir.iterdir() if p.is_dir())
+    run_root = next(p for p in work_dir.iterdir() if p.is_dir() and not p.name.startswith('.'))  # not data/.cache
     rows = read_train_rows(run_root)
     last = rows[-1]
     start = next((r for r in rows if r['frame'] >= row.window_start), None) if row.window_start else None

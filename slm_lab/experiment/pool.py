@@ -230,7 +230,9 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                 go[s].set()
                 released.append(s)
                 running += 1
-            while waiting and len(procs) - len(released) < width:
+            # the next ones only once the running ones have their imports done ('started'): a
+            # core importing torch for a session ahead would slow the start of the one whose turn it is
+            while waiting and len(procs) - len(released) < width and all(r in started or r in ended for r in released):
                 launch(waiting.pop(0))
 
     def stopped_before_starting(s: int) -> None:  # nothing to save: stopped, not failed

@@ -188,3 +188,11 @@ def fill_replay(agent, clock, steps: int) -> None:
         alg.memory.add(obs, action if getattr(alg, 'discrete', False) else alg.to_unit(action), rng.normal(size=n),
                        rng.normal(size=(n, obs_dim)).astype(np.float32), np.zeros(n, bool), np.zeros(n, bool))
         clock.tick()
+
+
+def assert_same_steps(a, b, actions) -> None:
+    """Step two vector envs with the same actions: every array they return is equal, step by step."""
+    for action in actions:
+        for x, y in zip(a.step(action), b.step(action)):
+            if isinstance(x, np.ndarray):
+                np.testing.assert_array_equal(x, y)

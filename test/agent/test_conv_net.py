@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from lab_helpers import assert_same_steps
 
 from slm_lab.agent.net import build_net
 from slm_lab.agent.net.conv import NATURE_CONV
@@ -131,10 +132,7 @@ def test_an_atari_game_continues_from_its_snapshot_exactly_unless_ale_makes_its_
             a.step(action)
         assert load_vector_env_state_dict(b, pickle.loads(pickle.dumps(vector_env_state_dict(a)))) is exact
         if exact:
-            for action in actions[100:]:
-                for x, y in zip(a.step(action), b.step(action)):
-                    if isinstance(x, np.ndarray):
-                        np.testing.assert_array_equal(x, y)
+            assert_same_steps(a, b, actions[100:])
     finally:
         a.close()
         b.close()

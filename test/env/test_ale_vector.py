@@ -9,6 +9,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from lab_helpers import assert_same_steps
 
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
@@ -175,10 +176,7 @@ def test_ales_games_are_the_same_for_the_same_seed_with_sticky_actions(seed):
         for x, y in zip(a.reset(seed=seed), b.reset(seed=seed)):
             if isinstance(x, np.ndarray):
                 np.testing.assert_array_equal(x, y)
-        for action in np.random.default_rng(0).integers(0, 4, size=(200, 3)):
-            for x, y in zip(a.step(action), b.step(action)):
-                if isinstance(x, np.ndarray):
-                    np.testing.assert_array_equal(x, y)
+        assert_same_steps(a, b, np.random.default_rng(0).integers(0, 4, size=(200, 3)))
     finally:
         a.close()
         b.close()

@@ -238,7 +238,9 @@ def test_fire_starts_the_game_max_t_counts_agent_steps_and_a_lost_life_continues
         assert min(lives) < 5
     finally:
         env.close()
-    env = make_env(validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'max_t': 50}))['env'])
+    # the gymnasium wrappers' path (test_ale_vector.py checks the same on ALE's vector env)
+    env = make_env(validate_spec(atari_spec('PPO', {'type': 'ConvNet'}, {'name': 'ALE/Breakout-v5', 'max_t': 50,
+                                                                         'vector_backend': 'gymnasium'}))['env'])
     try:
         env.reset(seed=0)
         ends = [i for i in range(120) if env.step(np.zeros(2, dtype=int))[3].all()]

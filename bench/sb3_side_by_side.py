@@ -7,6 +7,9 @@
     python bench/sb3_side_by_side.py --full          # every row at its full length: learning for all rows
     python bench/sb3_side_by_side.py --rows ppo --seeds 0 --lab-only --frames-scale 0.005   # no SB3 needed
 
+After the table it prints each row's floor (bench/floor.py: the row's env alone plus its matrix
+products at this CPU's measured peak) and each tool's median frames/s as a share of it.
+
 Rows (rl-zoo3's hyperparameters, SB3's defaults where rl-zoo3 gives none; the lab's spec that
 maps them is named, docs/BENCHMARKS.md has the mapping and what the lab cannot express):
 
@@ -347,6 +350,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--lab-only', action='store_true', help='run only the lab side (no SB3 needed)')
     parser.add_argument('--sb3-only', action='store_true', help='run only the SB3 side')
     parser.add_argument('--json', metavar='OUT', help='also write every figure to OUT as JSON')
+    parser.add_argument('--no-floor', action='store_true',
+                        help="skip the floor lines (bench/floor.py) printed after the table")
     parser.add_argument('--child', choices=('sb3', 'lab'), help=argparse.SUPPRESS)
     parser.add_argument('--seed', type=int, help=argparse.SUPPRESS)
     parser.add_argument('--frames', type=int, help=argparse.SUPPRESS)
@@ -399,13 +404,32 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print('learning: mean return of the last 100 training episodes / of the greedy episodes')
             print(format_table(results), flush=True)
+            meta = {'date': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'cpu_count': os.cpu_count(), 'cpu': args.cpu,
+                    'full': args.full, 'frames_scale': args.frames_scale, 'eval_episodes': args.eval_episodes}
+            figures = json.dumps({'meta': meta, 'runs': [asdict(m) for m in results]}, indent=1)
             if args.json:
                 from slm_lab.lib.io import atomic_write_text  # noqa: E402 (the lab's atomic write)
-                meta = {'date': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'cpu_count': os.cpu_count(), 'cpu': args.cpu,
-                        'full': args.full, 'frames_scale': args.frames_scale, 'eval_episodes': args.eval_episodes}
-                atomic_write_text(args.json, json.dumps({'meta': meta, 'runs': [asdict(m) for m in results]},
-                                                        indent=1))
+                atomic_write_text(args.json, figures)
+            if not args.no_floor:
+                print()
+                print(floor_lines(args, figures), flush=True)
     return 0
+
+
+def floor_lines(args: argparse.Namespace, figures: str) -> str:
+    """bench/floor.py's lines for the rows run, with these runs' frames/s as shares of each floor,
+    measured in a fresh process of one thread on the same core."""
+    with tempfile.TemporaryDirectory(prefix='slm_side_') as tmp:
+        side = Path(tmp, 'side.json')
+        side.write_text(figures)
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / 'floor.py'), '--rows', ','.join(args.rows),
+               '--side', str(side)] + (['--cpu', str(args.cpu)] if args.cpu is not None else [])
+        env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+    if done.returncode != 0:
+        return 'floor not measured: ' + ((done.stderr or done.stdout).strip().splitlines() or ['?'])[-1]
+    return ('the floor of each row (bench/floor.py: the env alone + the products at this CPU\'s peak) and each '
+            "tool's median frames/s as a share of it:\n" + done.stdout.strip())
 
 
 if __name__ == '__main__':

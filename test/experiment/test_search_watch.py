@@ -1,5 +1,6 @@
 """A search you can watch: its console lines (a trial's start with its drawn values, its end with
-status, frame and total_reward_ma, a summary each log interval), and Ctrl-C (SIGINT to the whole
+status, frame and total_reward_ma, a summary each log interval; its first trial in the process
+the driver started before Ray), and Ctrl-C (SIGINT to the whole
 foreground process group, as a terminal sends it) stopping it with the lab's own lines only."""
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def test_a_search_prints_a_line_per_trial_start_and_end_and_summaries(tmp_path):
     assert lines.index(starts[1]) > lines.index(ends[0])  # one trial at a time (each takes every core)
     graph = (run_dir(tmp_path) / 'graph' / f'{NAME}_experiment_graph.html').read_text()
     assert '"type":"log"' in graph  # lr is drawn log-uniformly
+    # the first trial ran in the process the driver started before Ray (its imports overlapped
+    # Ray's start), the second in the one its Ray worker started while the first trained
+    logs = [(run_dir(tmp_path) / 'log' / f'{NAME}_t{i}_process.log').read_text() for i in (0, 1)]
+    assert 'started ahead by the search driver, before Ray' in logs[0], logs[0]
+    assert 'started ahead by its Ray worker' in logs[1], logs[1]
+    assert not list((run_dir(tmp_path) / 'search').rglob('*.fifo'))  # the pipe went with the search
 
 
 @pytest.mark.slow

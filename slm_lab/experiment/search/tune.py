@@ -219,20 +219,131 @@ def _spawn_trial_process() -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
-def start_trial_process(run_dir: RunDir, index: int) -> subprocess.Popen:
-    """Trial `index` in a child process (search_trial). The process was started ahead when this
-    Ray worker ran a trial before (its imports, a few seconds, done while that trial trained);
-    another is started ahead for the next trial."""
+def start_trial_process(run_dir: RunDir, index: int):
+    """Trial `index` in a process of search_trial, started ahead: the one the search's driver
+    started before Ray (see DriverSpare), for the first trial that claims it, or the one this Ray
+    worker started while its previous trial trained; else a new child. Another is started ahead
+    for this worker's next trial. Returns a subprocess.Popen, or an AdoptedProcess (the driver's)."""
     global _SPARE
-    proc = _SPARE if _SPARE is not None and _SPARE.poll() is None else _spawn_trial_process()
-    _SPARE = None
-    proc.stdin.write((json.dumps([str(run_dir.root), run_dir.spec_name, index]) + '\n').encode())
-    proc.stdin.close()
+    line = (json.dumps([str(run_dir.root), run_dir.spec_name, index]) + '\n').encode()
+    proc = DriverSpare.claim(line)
+    if proc is None:
+        proc = _SPARE if _SPARE is not None and _SPARE.poll() is None else _spawn_trial_process()
+        _SPARE = None
+        proc.stdin.write(line)
+        proc.stdin.close()
     _SPARE = _spawn_trial_process()
     return proc
 
 
-def stop_process(proc: subprocess.Popen | None, timeout: float = 600.0) -> None:
+class AdoptedProcess:
+    """A trial process the search's driver started (its child, not this worker's), used as the
+    trainable uses a Popen: poll, send_signal, wait, kill. Its exit status comes from the file the
+    driver writes when it reaps the process (DriverSpare.start)."""
+
+    def __init__(self, pid: int, status: Path):
+        self.pid, self.status, self.returncode = pid, status, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self.status.exists():
+            self.returncode = int(self.status.read_text())
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(f'trial process {self.pid}', timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+
+class DriverSpare:
+    """The first trial's process, started by the search's driver before Ray starts, so that its
+    imports (torch and the lab, about 2 s) run while Ray and Tune start (about 3 s) instead of after.
+    It waits on a named pipe for its trial's line. The first trainable on this machine to claim it
+    (an atomic rename of the pipe, named in SPARE_VAR) writes the line and adopts the process; the
+    driver reaps it and writes its exit status beside the pipe. Local searches only: a trainable on
+    another node has no such pipe and starts its own process."""
+
+    SPARE_VAR = 'SLM_LAB_SPARE_TRIAL'
+
+    def __init__(self, fifo: Path, proc: subprocess.Popen):
+        self.fifo, self.proc = fifo, proc
+
+    @classmethod
+    def start(cls, folder: Path) -> 'DriverSpare':
+        """The process and its pipe in `folder` (inside Ray's session directory of the search, so
+        that what a killed search leaves goes with that directory; emptied first)."""
+        import shutil
+        import threading
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        fifo = folder / 'trial.fifo'
+        os.mkfifo(fifo, 0o600)
+        env = dict(os.environ)
+        env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+        proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', '--fifo', str(fifo)], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        (folder / 'pid').write_text(str(proc.pid))
+
+        def reap():
+            atomic_write_text(folder / 'status', str(proc.wait()))
+
+        threading.Thread(target=reap, daemon=True, name='spare-trial-reaper').start()
+        os.environ[cls.SPARE_VAR] = str(fifo)  # Ray's processes, started after this, inherit it
+        return cls(fifo, proc)
+
+    def close(self) -> None:
+        """Stop the process if no trial took it, and remove the pipe's folder once it has ended."""
+        import shutil
+        os.environ.pop(self.SPARE_VAR, None)
+        if self.fifo.exists():  # never claimed: it waits for a line that will not come
+            self.proc.kill()
+        stop_process(self.proc)  # claimed and still running (its trainable did not stop it): a snapshot
+        shutil.rmtree(self.fifo.parent, ignore_errors=True)
+
+    @classmethod
+    def claim(cls, line: bytes) -> AdoptedProcess | None:
+        """Give `line` to the driver's spare process when this is the first claim on this machine
+        and the process is alive; None otherwise (the caller starts its own)."""
+        fifo = os.environ.get(cls.SPARE_VAR)
+        if not fifo:
+            return None
+        fifo = Path(fifo)
+        claimed = fifo.with_name('claimed.fifo')
+        try:
+            os.rename(fifo, claimed)  # only one claim succeeds
+            pid = int((fifo.parent / 'pid').read_text())
+        except (OSError, ValueError):
+            return None
+        status = fifo.parent / 'status'
+        end = time.monotonic() + 30.0
+        while not status.exists():
+            try:  # the process opens the pipe as it starts; until then no reader: ENXIO
+                fd = os.open(claimed, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                if time.monotonic() > end:
+                    return None
+                time.sleep(0.02)
+                continue
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+            return AdoptedProcess(pid, status)
+        return None  # it ended before its trial came
+
+
+def stop_process(proc: 'subprocess.Popen | AdoptedProcess | None', timeout: float = 600.0) -> None:
     """SIGTERM a trial process (its sessions save snapshots) and wait for it; SIGKILL after timeout."""
     if proc is None or proc.poll() is not None:
         return

@@ -1,6 +1,6 @@
 """One trial of a search, run by its Ray trainable as a child process:
 python -m slm_lab.experiment.search_trial, then one line on stdin: ["RUN_DIR", "SPEC_NAME", TRIAL]
-(or, started by the search's driver before Ray, `--fifo PATH`: the line comes through that pipe)
+(or, started by the search's driver before Ray, `--fd N`: the line comes through that pipe)
 
 The process imports the lab first and then waits for its trial, so a trainable can start it
 ahead of time (while the trial before trains). Given its trial, it writes its output to
@@ -42,12 +42,11 @@ def warm_up() -> None:
     viz.warm_up()
 
 
-def open_fifo(argv: list[str]) -> int | None:
-    """`--fifo PATH` (a process the search's driver starts before Ray, tune.DriverSpare): the pipe,
-    opened at once, read and write, so that a trainable can write its line at any time after this
-    (before, it waits) and the read below blocks until the line comes."""
-    if len(argv) >= 2 and argv[0] == '--fifo':
-        return os.open(argv[1], os.O_RDWR)
+def driver_pipe(argv: list[str]) -> int | None:
+    """`--fd N` (a process the search's driver starts before Ray, tune.DriverSpare): the descriptor
+    of the pipe its line comes through, which the driver opened (read and write) and passed on."""
+    if len(argv) >= 2 and argv[0] == '--fd':
+        return int(argv[1])
     return None
 
 
@@ -62,7 +61,7 @@ def read_line(fd: int) -> str:
     return data.decode()
 
 
-def main(fifo: int | None = None) -> int:
+def main(pipe: int | None = None) -> int:
     # torch and the lab load after the Ray worker has started this process (see warm_up)
     from slm_lab.experiment.trial import Trial
     from slm_lab.experiment.signals import die_with_parent
@@ -73,7 +72,7 @@ def main(fifo: int | None = None) -> int:
         warm_up()
     except Exception:  # noqa: BLE001  (its error, if real, comes again in the trial, into the trial's log)
         pass
-    line = read_line(fifo) if fifo is not None else sys.stdin.readline()
+    line = read_line(pipe) if pipe is not None else sys.stdin.readline()
     if not line:  # started ahead for a trial that never came
         return 0
     root, spec_name, index = json.loads(line)
@@ -83,7 +82,7 @@ def main(fifo: int | None = None) -> int:
     os.dup2(log, 2)
     watch_stop_files(run_dir, index)
     print(f'trial {index}: process {os.getpid()}, started ahead by '
-          f'{"the search driver, before Ray" if fifo is not None else "its Ray worker"}', file=sys.stderr, flush=True)
+          f'{"the search driver, before Ray" if pipe is not None else "its Ray worker"}', file=sys.stderr, flush=True)
     spec = json.loads(run_dir.spec_path(index).read_text())
     resume = any(run_dir.ckpt_dir(index, s).exists() for s in range(spec['meta']['max_session']))
     try:
@@ -98,7 +97,7 @@ def main(fifo: int | None = None) -> int:
 
 
 if __name__ == '__main__':
-    code = main(open_fifo(sys.argv[1:]))
+    code = main(driver_pipe(sys.argv[1:]))
     # the trial's files are written (each atomically) and its logs are flushed here: skip the
     # interpreter's teardown (torch's, about 0.6 s), which the search would wait for
     import logging

@@ -275,8 +275,8 @@ class DriverSpare:
 
     SPARE_VAR = 'SLM_LAB_SPARE_TRIAL'
 
-    def __init__(self, fifo: Path, proc: subprocess.Popen):
-        self.fifo, self.proc = fifo, proc
+    def __init__(self, fifo: Path, proc: subprocess.Popen, reaper):
+        self.fifo, self.proc, self.reaper = fifo, proc, reaper
 
     @classmethod
     def start(cls, folder: Path) -> 'DriverSpare':
@@ -290,17 +290,25 @@ class DriverSpare:
         os.mkfifo(fifo, 0o600)
         env = dict(os.environ)
         env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
-        proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', '--fifo', str(fifo)], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        # the child reads the pipe through a descriptor opened here, read and write: it holds the
+        # pipe from its first instant (a claim, which renames the pipe, can come at any time) and
+        # its read blocks until the line comes instead of ending at a writer's close
+        fd = os.open(fifo, os.O_RDWR)
+        try:
+            proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', '--fd', str(fd)],
+                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(fd,))
+        finally:
+            os.close(fd)
         (folder / 'pid').write_text(str(proc.pid))
 
         def reap():
             atomic_write_text(folder / 'status', str(proc.wait()))
 
-        threading.Thread(target=reap, daemon=True, name='spare-trial-reaper').start()
+        reaper = threading.Thread(target=reap, daemon=True, name='spare-trial-reaper')
+        reaper.start()
         os.environ[cls.SPARE_VAR] = str(fifo)  # Ray's processes, started after this, inherit it
-        return cls(fifo, proc)
+        return cls(fifo, proc, reaper)
 
     def close(self) -> None:
         """Stop the process if no trial took it, and remove the pipe's folder once it has ended."""
@@ -309,6 +317,7 @@ class DriverSpare:
         if self.fifo.exists():  # never claimed: it waits for a line that will not come
             self.proc.kill()
         stop_process(self.proc)  # claimed and still running (its trainable did not stop it): a snapshot
+        self.reaper.join(timeout=10)  # its status written before the folder goes
         shutil.rmtree(self.fifo.parent, ignore_errors=True)
 
     @classmethod
@@ -328,7 +337,7 @@ class DriverSpare:
         status = fifo.parent / 'status'
         end = time.monotonic() + 30.0
         while not status.exists():
-            try:  # the process opens the pipe as it starts; until then no reader: ENXIO
+            try:  # ENXIO: no reader, the process has ended (its status is on its way)
                 fd = os.open(claimed, os.O_WRONLY | os.O_NONBLOCK)
             except OSError:
                 if time.monotonic() > end:

@@ -21,6 +21,13 @@ BACKENDS = ('ale', 'gymnasium')
 # why a run on ALE's vector env resumes approximately, and the key that resumes exactly
 ALE_VECTOR_NOTE = (" (env.vector_backend 'ale': ALE's vector env cannot save its games; env.vector_backend "
                    "'gymnasium' runs them so that a run resumes exactly)")
+
+
+def approximate_resume_note(env_spec: dict) -> str:
+    """ALE_VECTOR_NOTE for an env spec run on ALE's vector env (whose resume is approximate), else ''."""
+    return ALE_VECTOR_NOTE if env_spec.get('vector_backend') == 'ale' else ''
+
+
 NOOP_MAX = 30  # up to 30 no-op frames at each game's start, as the DQN papers and SLM-Lab
 # constructor arguments of an ALE game that ALE's vector env takes too (the rest it has no way to set)
 _ALE_VECTOR_KWARGS = ('game', 'frameskip', 'repeat_action_probability', 'full_action_space',

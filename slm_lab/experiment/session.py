@@ -12,7 +12,7 @@ import torch
 from slm_lab.agent import Agent
 from slm_lab.agent.body import Body
 from slm_lab.env import Clock, agent_action_space, make_env, make_single_env, normalize_obs_fn, obs_norm_state
-from slm_lab.env.atari import ALE_VECTOR_NOTE
+from slm_lab.env.atari import approximate_resume_note
 from slm_lab.env.wrappers import finished_returns
 from slm_lab.experiment import viz
 from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfinite_metrics
@@ -126,7 +126,7 @@ class Session:
             self.obs = np.array(state['obs'])
         else:
             approximate.append(f'{self.spec["env"]["name"]} cannot be snapshotted mid-episode'
-                               f'{ALE_VECTOR_NOTE if self.spec["env"].get("vector_backend") == "ale" else ""}: '
+                               f'{approximate_resume_note(self.spec["env"])}: '
                                'fresh episodes start now')
             self.obs, _ = self.env.reset(seed=self.seed + self.clock.frame)
             self.agent.start_fresh_episodes()
@@ -213,8 +213,8 @@ class Session:
         if not resumed:
             logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
                         f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')
-            if self.spec['env'].get('vector_backend') == 'ale':
-                logger.info(f'{self.prename}: a resume of this run will be approximate{ALE_VECTOR_NOTE}')
+            if note := approximate_resume_note(self.spec['env']):
+                logger.info(f'{self.prename}: a resume of this run will be approximate{note}')
             self.obs, _ = self.env.reset(seed=self.seed)
             # a snapshot before the first step: a session that recorded anything always has one to
             # continue from, so train@ can tell a crash early in a run from damage

@@ -300,7 +300,7 @@ class DriverSpare:
                                     stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(fd,))
         finally:
             os.close(fd)
-        (folder / 'pid').write_text(str(proc.pid))
+        atomic_write_text(folder / 'pid', str(proc.pid))
 
         def reap():
             atomic_write_text(folder / 'status', str(proc.wait()))

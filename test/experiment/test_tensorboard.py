@@ -193,17 +193,19 @@ def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(t
     """Rows logged after the newest snapshot are in the event file when the run is killed; the
     resume drops them and logs them again as it reproduces them: once each. A crash in the middle
     of writing (a cut record, a staged file) does not disturb the resume either."""
-    spec = quick(PPO, checkpoint_frequency=2000)
+    # snapshots 8000 frames apart: a kill 0.2 s after a row in the first half of a gap lands before
+    # the next snapshot with 4000 frames or more to spare (with 2000 apart, a fast run had passed it)
+    spec = quick(PPO, checkpoint_frequency=8000)
     spec['env']['max_frame'] = 400000
     spec_file, proc = start_run(tmp_path, 'tbkill', spec)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             frames = logged_frames(tmp_path, 'tbkill')
-            if frames and frames[-1] > 2000 and frames[-1] % 2000 == 500:  # a row past a snapshot
+            if frames and frames[-1] > 8000 and 0 < frames[-1] % 8000 <= 4000:  # a row past a snapshot
                 break
             time.sleep(0.02)
-        time.sleep(0.2)  # the row goes to the event file just after the CSV; the next snapshot is 1500 frames on
+        time.sleep(0.2)  # the row goes to the event file just after the CSV
         proc.kill()
     finally:
         proc.wait()
@@ -211,7 +213,7 @@ def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(t
     snapshot = snapshot_frames(run, 'tbkill')[-1]
     directory = run / 'tb' / 'tbkill_t0_s0'
     logged = [step for step, _ in read_stream(directory)['train/total_reward_ma']]
-    assert snapshot >= 2000 and logged[-1] > snapshot, (snapshot, logged)  # killed between two snapshots
+    assert snapshot >= 8000 and logged[-1] > snapshot, (snapshot, logged)  # killed between two snapshots
     # what a writer killed mid-write leaves: half a record at the end, a staged stream not yet renamed
     (event_file,) = [p for p in directory.iterdir() if p.stat().st_size]
     with open(event_file, 'ab') as f:

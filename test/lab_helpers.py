@@ -196,3 +196,14 @@ def assert_same_steps(a, b, actions) -> None:
         for x, y in zip(a.step(action), b.step(action)):
             if isinstance(x, np.ndarray):
                 np.testing.assert_array_equal(x, y)
+
+
+def assert_truncated_at(env, ends: list[int], steps: int = 120) -> None:
+    """Step a 2-env vector env with action 0 for `steps` steps (from a seed-0 reset), then close
+    it: its first episodes end (all its envs at once) at exactly the step indices `ends`."""
+    try:
+        env.reset(seed=0)
+        done = [i for i in range(steps) if env.step(np.zeros(2, dtype=int))[3].all()]
+        assert done[:len(ends)] == ends
+    finally:
+        env.close()

@@ -17,6 +17,24 @@ import time
 MARKER_VAR = 'SLM_LAB_SEARCH_ID'
 
 
+def parent_pid(pid: int | str) -> int:
+    """A process's parent, from /proc (OSError when it is gone, ValueError/IndexError if unreadable)."""
+    with open(f'/proc/{pid}/stat', 'rb') as f:
+        return int(f.read().rsplit(b')', 1)[1].split()[1])
+
+
+def child_pids(parent: int) -> list[int]:
+    """The processes whose parent is `parent` (Linux: /proc; none elsewhere)."""
+    children = []
+    for entry in os.listdir('/proc') if os.path.isdir('/proc') else []:
+        try:
+            if entry.isdigit() and parent_pid(entry) == parent:
+                children.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    return children
+
+
 def marked_pids(marker: str, token: str | None = None) -> list[int]:
     """Processes whose environment holds MARKER_VAR=marker or RAY_AUTH_TOKEN=token (other than
     this one), and their descendants: Ray starts its dashboard and runtime-env agents with a fresh
@@ -30,8 +48,7 @@ def marked_pids(marker: str, token: str | None = None) -> list[int]:
         try:
             with open(f'/proc/{entry}/environ', 'rb') as f:
                 env = set(f.read().split(b'\0'))
-            with open(f'/proc/{entry}/stat', 'rb') as f:
-                parent[int(entry)] = int(f.read().rsplit(b')', 1)[1].split()[1])
+            parent[int(entry)] = parent_pid(entry)
         except (OSError, ValueError, IndexError):
             continue
         if needles & env:

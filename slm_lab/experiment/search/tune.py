@@ -212,11 +212,14 @@ def record_node(run_dir: RunDir, index: int) -> None:
 _SPARE: subprocess.Popen | None = None  # per Ray worker: a trial process started ahead, waiting for its trial
 
 
-def _spawn_trial_process() -> subprocess.Popen:
+def _spawn_trial_process(args: tuple[str, ...] = (), **popen) -> subprocess.Popen:
+    """A search_trial process (its line on stdin unless `args` say otherwise), in its own session,
+    with the lab on its path."""
     env = dict(os.environ)
     env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
-    return subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial'], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', *args], env=env,
+                            stdin=popen.pop('stdin', subprocess.PIPE), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, **popen)
 
 
 def start_trial_process(run_dir: RunDir, index: int):
@@ -288,16 +291,12 @@ class DriverSpare:
         folder.mkdir(parents=True)
         fifo = folder / 'trial.fifo'
         os.mkfifo(fifo, 0o600)
-        env = dict(os.environ)
-        env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
         # the child reads the pipe through a descriptor opened here, read and write: it holds the
         # pipe from its first instant (a claim, which renames the pipe, can come at any time) and
         # its read blocks until the line comes instead of ending at a writer's close
         fd = os.open(fifo, os.O_RDWR)
         try:
-            proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', '--fd', str(fd)],
-                                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True, pass_fds=(fd,))
+            proc = _spawn_trial_process(('--fd', str(fd)), stdin=subprocess.DEVNULL, pass_fds=(fd,))
         finally:
             os.close(fd)
         atomic_write_text(folder / 'pid', str(proc.pid))

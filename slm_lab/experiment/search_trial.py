@@ -43,7 +43,7 @@ def warm_up() -> None:
 
 
 def driver_pipe(argv: list[str]) -> int | None:
-    """`--fd N` (a process the search's driver starts before Ray, tune.DriverSpare): the descriptor
+    """`--fd N` (a process the search's driver starts before Ray, search/processes.DriverSpare): the descriptor
     of the pipe its line comes through, which the driver opened (read and write) and passed on."""
     if len(argv) >= 2 and argv[0] == '--fd':
         return int(argv[1])

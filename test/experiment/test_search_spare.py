@@ -1,4 +1,4 @@
-"""The first trial's process a search's driver starts before Ray (tune.DriverSpare): one claim
+"""The first trial's process a search's driver starts before Ray (processes.DriverSpare): one claim
 gets it, the claimer sees its exit status as a Popen would, and the driver's close stops one that
 no trial took and leaves no pipe behind. (A whole search using it: test_search_watch.py.)"""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from slm_lab.experiment.search.tune import AdoptedProcess, DriverSpare, stop_process
+from slm_lab.experiment.search.processes import AdoptedProcess, DriverSpare, stop_process
 
 
 @pytest.fixture

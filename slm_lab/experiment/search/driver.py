@@ -17,7 +17,8 @@ import pandas as pd
 from slm_lab.experiment import viz
 from slm_lab.experiment.search.specs import total_trials
 from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, trial_reports, values_of
-from slm_lab.experiment.search.tune import DriverSpare, make_searcher, make_trainable, request_stop
+from slm_lab.experiment.search.processes import DriverSpare
+from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
 from slm_lab.experiment.search.watch import SearchWatch, make_callback
 from slm_lab.experiment.search_reaper import MARKER_VAR, child_pids, sweep
 from slm_lab.experiment.search_space import LOG_SPACES, Param

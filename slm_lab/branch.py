@@ -126,7 +126,7 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
                                   frames[s])
 
     trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
-    lock = create_run_dir(run_dir, trial, write=write_fork)
+    lock, run_dir = create_run_dir(run_dir, trial, write=write_fork)
     if on_run_dir is not None:
         on_run_dir(run_dir)
     logger.info(f'run directory {run_dir.root}: forked from {parent.root} at frame(s) {frames}')

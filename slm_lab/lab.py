@@ -12,7 +12,7 @@ import warnings
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, ResumeError, SpecError, check_terminated
-from slm_lab.lib.io import write_json
+from slm_lab.lib.io import rename_no_replace, write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
 from slm_lab.persistence import edits
@@ -134,7 +134,7 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
 def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '') -> dict:
     """Create a new run directory (create_run_dir, `write` filling it) and run its trial under
     the run's lock; `what` ends the log line that names the directory."""
-    lock = create_run_dir(run_dir, trial, write=write)
+    lock, run_dir = create_run_dir(run_dir, trial, write=write)
     if on_run_dir is not None:
         on_run_dir(run_dir)
     logger.info(f'run directory {run_dir.root}{what}')
@@ -146,29 +146,45 @@ def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '')
     return metrics
 
 
-def create_run_dir(run_dir, trial, write=None):
+def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None):
     """Create the run directory with its specs in place, atomically: it is built under a
     temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
     run or a run with its specs (a kill's leftover is removed by the next run of the lab).
-    Returns the open lock file that keeps other processes off the run while it trains."""
+    Returns (the open lock file that keeps other processes off the run while it trains, the run
+    directory). Two runs started in the same second pick the same name: the rename never
+    replaces what is there, and the run that comes second takes the next free second's name,
+    its directory written again with meta.experiment_ts of `spec` (default: the trial's) and
+    the trial's run directory changed to match."""
     check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+    spec = trial.spec if spec is None else spec
     parent = run_dir.root.parent
     if parent.is_dir():
         for leftover in parent.glob('.*.tmp-*'):
             pid = leftover.name.rsplit('-', 1)[1]
             if leftover.is_dir() and pid.isdigit() and pid_is_stale(int(pid)):
                 shutil.rmtree(leftover, ignore_errors=True)
-    staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
-    staging.create()
-    lock = lock_run(staging)  # the lock is on the file, which the rename keeps
-    try:
-        (write or write_specs)(staging, trial)
-        os.rename(staging.root, run_dir.root)
-    except BaseException:
+    while True:
+        staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
+        staging.create()
+        lock = lock_run(staging)  # the lock is on the file, which the rename keeps
+        try:
+            (write or write_specs)(staging, trial)
+            placed = rename_no_replace(staging.root, run_dir.root)
+        except BaseException:
+            lock.close()
+            shutil.rmtree(staging.root, ignore_errors=True)
+            raise
+        if placed:
+            return lock, run_dir
         lock.close()
         shutil.rmtree(staging.root, ignore_errors=True)
-        raise
-    return lock
+        taken = run_dir.root.name
+        spec['meta']['experiment_ts'] = new_experiment_ts(str(parent), run_dir.spec_name,
+                                                          after=spec['meta']['experiment_ts'])
+        run_dir = RunDir.for_spec(str(parent), run_dir.spec_name, spec['meta']['experiment_ts'])
+        if trial is not None:
+            trial.rename_run_dir(run_dir)
+        logger.info(f'{taken} was taken by a run started at the same time: this run is {run_dir.root.name}')
 
 
 def write_specs(run_dir, trial) -> None:
@@ -283,7 +299,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
         def write_search(staging, _):
             write_json(staging.spec_path(), spec)
             (staging.root / 'search').mkdir()  # what makes it a search's directory (resume.is_search_run)
-        lock = create_run_dir(run_dir, None, write=write_search)
+        lock, run_dir = create_run_dir(run_dir, None, write=write_search, spec=spec)
         logger.info(f'run directory {run_dir.root}: search of {search_lib.total_trials(spec, params)} trial(s)')
     else:
         target = mode[len('search@'):]

@@ -45,6 +45,11 @@ class Trial:
         # one session alone trains exactly as without meta.distributed: it runs in-process as one
         self.distributed = (spec['meta'].get('distributed') or False) if self.max_session > 1 else False
 
+    def rename_run_dir(self, run_dir: RunDir) -> None:
+        """The run directory took another name as it was created (lab.create_run_dir: another run
+        had taken this one's in the same second); nothing of the trial has run yet."""
+        self.run_dir = run_dir
+
     def session_spec(self, session: int | None) -> dict:
         """The spec of the trial (session None) or of one of its sessions, as the run directory
         saves it. As in SLM-Lab, a session's spec records the seed that session used as

@@ -7,6 +7,7 @@ that fails because the disk is full removes its temp file and raises DiskFullErr
 """
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
@@ -137,6 +138,48 @@ def _fsync_dir(dirpath: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+_RENAME_NOREPLACE = 1  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    """libc's renameat2 (glibc >= 2.28), or None."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def rename_no_replace(src: str | os.PathLike, dst: str | os.PathLike) -> bool:
+    """Rename `src` to `dst` unless something is already at `dst`, atomically; False (nothing
+    renamed) when `dst` exists. os.rename alone replaces an empty directory at `dst` without a
+    word, and a check before it races with another process. Where renameat2(RENAME_NOREPLACE) is
+    missing or the filesystem refuses it, `dst` is claimed with mkdir (atomic, and exclusive among
+    callers of this function) and `src` renamed over that empty directory."""
+    fn = _renameat2()
+    if fn is not None:
+        if fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            return False
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+    try:
+        os.mkdir(dst)
+    except FileExistsError:
+        return False
+    try:
+        os.rename(src, dst)
+    except BaseException:
+        os.rmdir(dst)
+        raise
+    return True
 
 
 # --- convenience writers ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import fcntl
 import os
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from slm_lab.lib.errors import ResumeError
@@ -15,14 +16,21 @@ TS_FORMAT = '%Y_%m_%d_%H%M%S'
 SUBDIRS = ('info', 'model', 'graph', 'log')
 
 
-def new_experiment_ts(data_dir: str, spec_name: str) -> str:
-    """A timestamp for a new run whose directory does not exist yet."""
-    t = time.time()
-    while True:
-        ts = time.strftime(TS_FORMAT, time.localtime(t))
-        if not os.path.exists(os.path.join(data_dir, f'{spec_name}_{ts}')):
-            return ts
-        t += 1
+def new_experiment_ts(data_dir: str, spec_name: str, after: str | None = None) -> str:
+    """A timestamp for a new run whose directory does not exist yet: now, or the next second
+    whose name is free; with `after` (a timestamp another run took meanwhile), the first free one
+    after it. The next second rather than a suffix keeps every run's name
+    data/{spec_name}_{YYYY_MM_DD_HHMMSS}, which train@latest sorts by; the seconds are counted on
+    the name itself, so a later name is always greater (a DST change cannot send it back)."""
+    ts = time.strftime(TS_FORMAT) if after is None else next_second(after)
+    while os.path.lexists(os.path.join(data_dir, f'{spec_name}_{ts}')):
+        ts = next_second(ts)
+    return ts
+
+
+def next_second(ts: str) -> str:
+    """The timestamp one second after `ts` (both in TS_FORMAT)."""
+    return (datetime.strptime(ts, TS_FORMAT) + timedelta(seconds=1)).strftime(TS_FORMAT)
 
 
 @dataclass(frozen=True)

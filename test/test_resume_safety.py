@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from conftest import LabWarnings, tmpfs
@@ -460,3 +461,99 @@ def test_a_run_made_before_clip_obs_existed_resumes_without_clipping(tmp_path):
     saved = json.loads((run / 'preclip_spec.json').read_text())
     assert saved['env']['clip_obs'] is None and saved['env']['clip_reward'] is None
     assert train_csv(run, 'preclip')['frame'].iloc[-1] == 1000
+
+
+# --- damaged snapshots passed over (issue 27) ----------------------------------------------------
+
+SKIP = 'skipped'
+
+
+@pytest.fixture(scope='module')
+def skipping_run(tmp_path_factory) -> tuple[Path, str]:
+    """A PPO run of two sessions to frame 2000, its snapshots at 1000, 1500 and 2000 kept, trained
+    once and copied by each test that damages it: (run, spec file)."""
+    root = tmp_path_factory.mktemp('skipping')
+    spec = copy_spec(PPO, max_frame=2000)
+    spec['meta'].update(keep_checkpoints=3, max_session=2)
+    spec_file = write_spec(root, SKIP, spec)
+    lab.run(spec_file, SKIP, 'train', data_dir=str(root / 'data'))
+    (run,) = run_dirs(root / 'data', SKIP)
+    return run, spec_file
+
+
+def _rename_newest(snap: Path) -> str:
+    snap.rename(snap.with_name('f000000002500'))
+    return 'f000000002500'
+
+
+def _replace_newest(snap: Path) -> str:
+    shutil.rmtree(snap)
+    shutil.copytree(snap.with_name('f000000001000'), snap)
+    return snap.name
+
+
+DAMAGES = {  # how the newest snapshot (f2000) is damaged -> (the name it then has, what the lab says of it)
+    'flipped byte in state.pt': (lambda s: flip_byte(s / checkpoint.STATE_FILE) or s.name, 'state.pt fails its checksum'),
+    'damaged manifest': (lambda s: (s / checkpoint.MANIFEST).write_text('{"format') and s.name, 'manifest'),
+    'deleted manifest': (lambda s: (s / checkpoint.MANIFEST).unlink() or s.name, 'manifest missing'),
+    'renamed directory': (_rename_newest, 'does not match the directory name'),
+    'replaced directory': (_replace_newest, 'does not match the directory name'),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('damage', list(DAMAGES))
+def test_a_damaged_snapshot_passed_over_is_said_recorded_and_set_aside(tmp_path, skipping_run, damage, no_png,
+                                                                       capfd):
+    """train@latest continues session 1 from its older intact snapshot, and says which one it
+    skipped and why: on the console, in the session's log and in its resume record; the damaged
+    one is set aside as f{frame}.damaged (renamed: not overwritten by the session's next save
+    of that frame). The sessions run in their own processes, which read what the lab read."""
+    template, spec_file = skipping_run
+    run = Path(shutil.copytree(template, tmp_path / 'data' / template.name))
+    damage_fn, said = DAMAGES[damage]
+    name = damage_fn(run / 'ckpt' / f'{SKIP}_t0_s1' / 'f000000002000')
+    capfd.readouterr()
+    lab.run(spec_file, SKIP, 'train@latest', ['env.max_frame=2500'], data_dir=str(run.parent))
+    console = capfd.readouterr().err
+    line = f'{SKIP}_t0_s1: skipped damaged snapshot {name} ('
+    for text in (console, (run / 'log' / f'{SKIP}_t0_s1.log').read_text()):
+        assert line in text, text
+        said_line = text.split(line, 1)[1].splitlines()[0]
+        assert said in said_line and f'kept as {name}.damaged; continuing from f000000001500' in said_line, said_line
+    assert 'skipped damaged' not in (run / 'log' / f'{SKIP}_t0_s0.log').read_text()
+    record = json.loads((run / 'info' / f'{SKIP}_t0_s1_resumes.json').read_text())[-1]
+    assert record['frame'] == 1500 and record['fell_back_from'] == [name], record
+    (skipped,) = record['damaged_skipped']
+    assert skipped['snapshot'] == name and said in skipped['problem'] and skipped['kept_as'] == f'{name}.damaged'
+    assert json.loads((run / 'info' / f'{SKIP}_t0_s0_resumes.json').read_text())[-1]['frame'] == 2000
+    for s in (0, 1):
+        frames = pd.read_csv(run / 'info' / f'{SKIP}_t0_s{s}_session_df_train.csv')['frame'].tolist()
+        assert frames == [500, 1000, 1500, 2000, 2500], (s, frames)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tmp_path):
+    """The same for a trial of one session (in the lab's process), through the command line;
+    the damaged snapshot is set aside as it is, and resuming again does not pass over it again."""
+    spec = copy_spec(PPO, max_frame=2000)
+    spec['meta']['keep_checkpoints'] = 5
+    one = write_spec(tmp_path, SKIP, spec)
+    assert cli([one, SKIP, 'train'], cwd=tmp_path).returncode == 0
+    (run,) = run_dirs(tmp_path / 'data', SKIP)
+    ckpt = run / 'ckpt' / f'{SKIP}_t0_s0'
+    flip_byte(ckpt / 'f000000002000' / checkpoint.STATE_FILE)
+    damaged_bytes = (ckpt / 'f000000002000' / checkpoint.STATE_FILE).read_bytes()
+    # to frame 1900: the resumed session's last snapshot is older than the damaged one, which stays
+    done = cli([one, SKIP, 'train@latest', '-s', 'env.max_frame=1900', '-s', 'meta.log_frequency=100'],
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (f'{SKIP}_t0_s0: skipped damaged snapshot f000000002000 (state.pt fails its checksum); it is kept as '
+            'f000000002000.damaged; continuing from f000000001500') in done.stderr, done.stderr
+    aside = ckpt / 'f000000002000.damaged'
+    assert (aside / checkpoint.STATE_FILE).read_bytes() == damaged_bytes
+    assert not (ckpt / 'f000000002000').exists()
+    done = cli([one, SKIP, 'train@latest', '-s', 'env.max_frame=2000', '-s', 'meta.log_frequency=100'],
+               cwd=tmp_path)
+    assert done.returncode == 0 and 'skipped damaged' not in done.stderr, done.stderr

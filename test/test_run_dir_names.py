@@ -79,6 +79,7 @@ def test_the_next_free_second_is_taken_and_names_keep_sorting(tmp_path):
     assert next_second('2026_03_29_015959') == '2026_03_29_020000'  # by the name, not the clock: no DST jump
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize('same_second', [True, False], ids=['same-second', 'as-started'])
 def test_trains_started_together_each_get_their_own_directory(tmp_path, same_second):
@@ -101,6 +102,7 @@ def test_trains_started_together_each_get_their_own_directory(tmp_path, same_sec
     check_runs(data, run_dirs(data, NAME), 256)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize('same_second', [True, False], ids=['same-second', 'as-started'])
 def test_forks_of_one_run_started_together_each_get_their_own_directory(tmp_path, same_second, no_png):

@@ -66,7 +66,7 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
         sess.on_first_write = on_first_write
         return sess
 
-    def attempt(sess: Session, snapshot: Snapshot | None, fell_back_from: list[str], t0: float) -> dict:
+    def attempt(sess: Session, snapshot: Snapshot | None, skipped: list[dict], t0: float) -> dict:
         if snapshot is None:
             if resume:
                 logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
@@ -87,8 +87,9 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
             sess.attach_global_nets(global_nets)
             if global_nets.restored_from is not None:
                 sess.resume_record['global_nets_from'] = global_nets.restored_from
-        if fell_back_from:
-            sess.resume_record['fell_back_from'] = fell_back_from  # snapshots with damaged arrays
+        if skipped:  # damaged snapshots passed over (set aside): which, and what was wrong with each
+            sess.resume_record['fell_back_from'] = [d['snapshot'] for d in skipped]
+            sess.resume_record['damaged_skipped'] = skipped
         return sess.run(resumed=True)
 
     try:

@@ -12,7 +12,7 @@ from typing import Any
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.persistence.model_file import DamagedModelFile, load_model_file, save_model_file
-from slm_lab.persistence.snapshots import load_latest_snapshot, set_aside_damaged
+from slm_lab.persistence.snapshots import load_latest_snapshot, problem_of, set_aside_damaged
 from slm_lab.persistence.state import Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')  # these lines belong to the session's log
@@ -27,39 +27,52 @@ class DamagedSnapshot(Exception):
 
 
 def continue_from_newest(ckpt_dir: Path, prename: str, build: Callable[[], Any],
-                         attempt: Callable[[Any, Snapshot | None, list[str], float], dict],
+                         attempt: Callable[[Any, Snapshot | None, list[dict], float], dict],
                          first: Snapshot | None = None) -> dict:
     """Run a session from its newest intact snapshot: `build()` makes the session (anything with
-    a close()), then `attempt(session, snapshot, fell_back_from, t0)` runs it (`t0`: perf_counter
+    a close()), then `attempt(session, snapshot, skipped, t0)` runs it (`t0`: perf_counter
     before the session was built) from `first` when the caller read it already, else from the
     newest intact snapshot in ckpt_dir, or from None when there is none (a fresh start: the lab
     has checked that the session recorded nothing). When the attempt raises DamagedSnapshot,
-    nothing was written: a new session runs again from the next older intact snapshot, and the
-    damaged ones are set aside (never deleted) once an older intact one is found, their names
-    passed as `fell_back_from`. Returns what the attempt returns; the session is closed after."""
-    damaged: list[Path] = []  # snapshots whose arrays failed their checksums, not yet set aside
+    nothing was written: a new session runs again from the next older intact snapshot.
+    Every damaged snapshot passed over (its files damaged, its manifest damaged or missing, or,
+    found here, its arrays failing their checksums) is said in a warning and set aside as
+    f{frame}.damaged (never deleted, and so never overwritten by a later save of that frame) once
+    an older intact snapshot is found; `skipped` lists them ({'snapshot', 'problem', 'kept_as'})
+    for the session's resume record. Returns what the attempt returns; the session is closed
+    after."""
+    array_damaged: list[Path] = []  # snapshots whose arrays failed their checksums, newest last
+    to_set_aside: dict[Path, str] = {}  # damaged snapshots passed over, not yet set aside: what is wrong
+    skipped: list[dict] = []  # those set aside, for the resume record
     snapshot = first
     while True:
         t0 = time.perf_counter()
         session = build()
         try:
             if snapshot is None:
-                snapshot = load_latest_snapshot(ckpt_dir, skip=damaged)
+                snapshot = load_latest_snapshot(ckpt_dir, skip=array_damaged, damaged=[])
             if snapshot is None:
-                if damaged:  # each failed before anything was written, and none is deleted
-                    raise ResumeError(f'{prename}: the arrays of snapshot {damaged[-1]} are damaged and no older '
-                                      'intact snapshot is left; nothing of this session was written or deleted: '
-                                      'start a new run (SPEC_FILE SPEC_NAME train)')
+                if array_damaged:  # each failed before anything was written, and none is deleted
+                    raise ResumeError(f'{prename}: the arrays of snapshot {array_damaged[-1]} are damaged and no '
+                                      'older intact snapshot is left; nothing of this session was written or '
+                                      'deleted: start a new run (SPEC_FILE SPEC_NAME train)')
                 return attempt(session, None, [], t0)
-            fell_back_from = []
-            while damaged:  # an older intact snapshot was found: now the damaged ones can go aside
-                fell_back_from.append(damaged[-1].name)
-                aside = set_aside_damaged(damaged.pop())
-                logger.warning(f'{prename}: the damaged snapshot is kept as {aside.name}')
-            return attempt(session, snapshot, fell_back_from, t0)
+            for path, problem in snapshot.passed_over:
+                to_set_aside.setdefault(Path(path), problem)
+            # an older intact snapshot was found: now the damaged ones can go aside, newest first
+            for path in sorted(to_set_aside, key=lambda p: p.name, reverse=True):
+                if not path.is_dir():  # another process set it aside meanwhile
+                    continue
+                aside = set_aside_damaged(path)
+                logger.warning(f'{prename}: skipped damaged snapshot {path.name} ({to_set_aside[path]}); it is kept as '
+                               f'{aside.name}; continuing from {Path(snapshot.path).name}')
+                skipped.append({'snapshot': path.name, 'problem': to_set_aside[path], 'kept_as': aside.name})
+            to_set_aside.clear()
+            return attempt(session, snapshot, list(skipped), t0)
         except DamagedSnapshot as e:
             logger.warning(f'{prename}: {e}; nothing was written: starting again from the previous snapshot')
-            damaged.append(e.path)
+            array_damaged.append(Path(e.path))
+            to_set_aside[Path(e.path)] = problem_of(e.path, e)
             snapshot = None
         finally:
             session.close()

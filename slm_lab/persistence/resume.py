@@ -165,8 +165,9 @@ def load_sessions(run_dir: RunDir, max_session: int, seconds: dict[int, float] |
     anything are left out."""
     loaded = {}
     for s in range(max_session):
-        # damaged snapshots are reported by the session that falls back past them (in its log), or
-        # named in the refusal below: not twice
+        # the damaged snapshots passed over travel with the one found (Snapshot.passed_over): the
+        # session that continues from it says so (console, log, resume record) and sets them aside;
+        # when none is intact, the refusal below names them
         damaged: list = []
         t0 = time.perf_counter()
         found = load_latest_snapshot(run_dir.ckpt_dir(0, s), damaged=damaged)

@@ -12,32 +12,45 @@ from slm_lab.lib.io import _fsync_dir
 from slm_lab.persistence.snapshot import (SET_ASIDE_DIR, SNAPSHOT_DIR, STATE_FILE, UnknownSnapshotFormat, _check_crc,
                                           _scan, list_snapshots, logger, map_arrays, read_snapshot,
                                           verify_snapshot)
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.state import PassedOver, Snapshot
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
 
 
 def load_latest_snapshot(ckpt_dir: Path, skip: Collection = (), verify_arrays: bool = False,
                          damaged: list | None = None) -> Snapshot | None:
     """The newest intact snapshot (a Snapshot: state, manifest, path), falling back past damaged ones
-    (and past those in `skip`, e.g. ones whose arrays failed the background check) with a
-    warning, or, when `damaged` is a list, appending (path, ResumeError) to it for the caller to
-    report; None when there is none. A snapshot of an unknown format version is refused
+    (and past those in `skip`, e.g. ones whose arrays failed the background check); None when there
+    is none. The damaged ones passed over are the Snapshot's `passed_over` (path, what is wrong),
+    for the caller to report and set aside; when `damaged` is a list, each is also appended to it
+    as (path, ResumeError) (the only report when none is intact), else each is warned about here.
+    `verify_arrays`: the array files are checksummed too (a full read), so a snapshot whose arrays
+    are damaged is passed over as well. A snapshot of an unknown format version is refused
     (UnknownSnapshotFormat), not skipped."""
     skip = {Path(p) for p in skip}
+    passed_over = []
     for path in list_snapshots(ckpt_dir):
         if path in skip:
             continue
         try:
             plain, manifest = read_snapshot(path, verify_arrays=verify_arrays)
-            return Snapshot(map_arrays(plain, path, manifest['files']), manifest, path, plain)
+            return Snapshot(map_arrays(plain, path, manifest['files']), manifest, path, plain, passed_over)
         except UnknownSnapshotFormat:
             raise
         except ResumeError as e:
+            passed_over.append(PassedOver(path, problem_of(path, e)))
             if damaged is None:
                 logger.warning(f'{e}; falling back to the previous snapshot')
             else:
                 damaged.append((path, e))
     return None
+
+
+def problem_of(path: Path, error: Exception) -> str:
+    """What is wrong with the snapshot at `path`, from the error that says so (without the
+    'snapshot {path}: ' its messages begin with)."""
+    text = str(error)
+    prefix = f'snapshot {path}: '
+    return text[len(prefix):] if text.startswith(prefix) else text
 
 
 def set_aside_damaged(path: Path) -> Path:

@@ -57,24 +57,37 @@ def best_model(state: dict) -> dict | None:
     return state.get('best_model')
 
 
+class PassedOver(NamedTuple):
+    """A damaged snapshot passed over on the way to an older intact one, and what is wrong with it."""
+
+    path: Path
+    problem: str
+
+
 class Portable(NamedTuple):
     """A snapshot as it travels to another process: the state file's plain contents (arrays as
-    references to their files), the manifest and the snapshot's directory."""
+    references to their files), the manifest and the snapshot's directory, and the damaged
+    snapshots passed over to reach it."""
 
     plain: dict
     manifest: dict
     path: str
+    passed_over: tuple[PassedOver, ...] = ()
 
 
 class Snapshot:
     """A loaded snapshot: its state (arrays memory-mapped), manifest and directory. Unpacks as
     (state, manifest, path). `plain` (what its state file held, before the arrays were mapped)
-    makes it portable to another process."""
+    makes it portable to another process. `passed_over`: the newer snapshots of its session that
+    were found damaged on the way to it (load_latest_snapshot), for whoever continues from it to
+    report and set aside."""
 
-    __slots__ = ('state', 'manifest', 'path', 'plain')
+    __slots__ = ('state', 'manifest', 'path', 'plain', 'passed_over')
 
-    def __init__(self, state: dict, manifest: dict, path: Path, plain: dict | None = None):
+    def __init__(self, state: dict, manifest: dict, path: Path, plain: dict | None = None,
+                 passed_over: tuple[PassedOver, ...] = ()):
         self.state, self.manifest, self.path, self.plain = state, manifest, Path(path), plain
+        self.passed_over = tuple(passed_over)
 
     def __iter__(self):
         return iter((self.state, self.manifest, self.path))
@@ -83,7 +96,7 @@ class Snapshot:
         """What another process needs to continue from this snapshot without reading it again."""
         if self.plain is None:
             raise ValueError(f'snapshot {self.path} was not loaded with its plain state: it cannot be sent on')
-        return Portable(self.plain, self.manifest, str(self.path))
+        return Portable(self.plain, self.manifest, str(self.path), self.passed_over)
 
     @classmethod
     def reopen(cls, portable: Portable) -> Snapshot:
@@ -91,7 +104,7 @@ class Snapshot:
         contents came with it, and the arrays' checks run as after any load)."""
         path = Path(portable.path)
         return cls(map_arrays(portable.plain, path, portable.manifest['files']), portable.manifest, path,
-                   portable.plain)
+                   portable.plain, portable.passed_over)
 
     @property
     def frame(self) -> int:

@@ -7,14 +7,15 @@ Each is a new run directory whose spec records where it came from (meta.lineage)
 checked before that directory exists, and the parent run is only read."""
 from __future__ import annotations
 
-import os
-import time
-
 import logging
+import os
+import shutil
+import time
+from pathlib import Path
 
 from slm_lab.lab import create_run_dir, logger, preflight, prepare_spec, run_new, write_specs
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError
+from slm_lab.lib.errors import ModeError, Preempted
 from slm_lab.persistence import edits
 from slm_lab.persistence.run_dir import RunDir, new_experiment_ts
 from slm_lab.spec import check_spec_name
@@ -91,6 +92,8 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
         raise lineage.LineageError(f'meta.max_session {n_sessions}: {parent.root} has {parent_sessions} session(s) '
                                    f'to fork from; use meta.max_session <= {parent_sessions}')
     snapshots = lineage.fork_snapshots(parent, n_sessions, frame)
+    for s, snap in snapshots.items():
+        _say_passed_over('--fork', parent, s, lineage.snapshot_record(parent, snap))
     frames = {s: snap.frame for s, snap in snapshots.items()}
     reached = max(frames.values())
     if spec['env']['max_frame'] <= reached:
@@ -125,7 +128,8 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
                 lineage.copy_rows(parent.session_df_path(0, s, df_mode), staging.session_df_path(0, s, df_mode),
                                   frames[s])
 
-    trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
+    trained: list[bool] = []  # set once a session of the fork first writes: from then on it is a run of its own
+    trial = Trial(spec, run_dir, 'train', trial=0, resume=True, on_resumed=lambda: trained.append(True))
     lock, run_dir = create_run_dir(run_dir, trial, write=write_fork)
     if on_run_dir is not None:
         on_run_dir(run_dir)
@@ -134,11 +138,30 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
         seconds: dict[int, float] = {}
         trial.check_resume(resume_lib.load_sessions(run_dir, n_sessions, seconds), seconds)  # the copies
         metrics = trial.run()
-    finally:
+    except BaseException as e:
         trial.release()
         lock.close()
+        # a fork that fails before any of its sessions wrote is no run: its directory goes, so that
+        # train@latest does not take it for one. Stopped by a signal (Preempted, a second Ctrl-C), it
+        # stays: its copied snapshots continue with train@latest as the stop's message says
+        if not trained and not isinstance(e, (Preempted, KeyboardInterrupt)) and run_dir.root != parent.root:
+            shutil.rmtree(run_dir.root, ignore_errors=True)
+            logger.info(f'removed {run_dir.root}: the fork failed before it trained')
+        raise
+    trial.release()
+    lock.close()
     logger.info(f'done: {run_dir.root}')
     return metrics
+
+
+def _say_passed_over(option: str, parent: RunDir, session: int, record: dict) -> None:
+    """Warn of each damaged snapshot of the parent's session passed over to reach the one taken
+    (`record`: lineage.snapshot_record, which the new run's lineage keeps); the parent is left as
+    it is."""
+    for skipped in record.get('passed_over', ()):
+        logger.warning(f'{option} {parent.root}: session {session}: skipped damaged snapshot '
+                       f'{Path(skipped["snapshot"]).name} ({skipped["problem"]}); taking '
+                       f'{Path(record["snapshot"]).name} (frame {record["frame"]}); the parent run is left as it is')
 
 
 def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides: list[str] | None,
@@ -159,6 +182,7 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
     weights, records = {}, {}
     for s in range(meta['max_session']):
         weights[s], records[str(s)] = lineage.warm_start_weights(parent, s % parent_sessions, ckpt)
+        _say_passed_over('--warm-start', parent, s % parent_sessions, records[str(s)])
     nets = _spec_nets(spec)
     for s, saved in weights.items():
         record = records[str(s)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -223,3 +224,89 @@ def test_fork_of_two_sessions_is_exact_for_each(tmp_path):
         for net, weights in snapshot_state(parent_run, 400, s)['agent']['algorithm']['nets'].items():
             forked = snapshot_state(child, 400, s)['agent']['algorithm']['nets'][net]
             assert all(torch.equal(weights[k], forked[k]) for k in weights), f'session {s} {net}'
+
+
+# --- damaged parents (issue 27) ------------------------------------------------------------------
+
+def flip_byte(path: Path, offset: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 if offset is None else offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize('damage', ['state.pt', 'MANIFEST.json'])
+def test_a_fork_passes_over_a_damaged_newest_snapshot_and_says_so(parent, tmp_path, damage, no_png):
+    """Without --frame, a fork takes each session's newest intact snapshot: it says which of the
+    parent's snapshots it skipped and why, records it in its lineage, and leaves the parent as it
+    is (nothing set aside there)."""
+    from conftest import LabWarnings
+    spec_file, _, template = parent
+    data = tmp_path / 'data'
+    parent_run = Path(shutil.copytree(template, data / template.name))
+    newest = parent_run / 'ckpt' / f'{NAME}_t0_s0' / 'f000000000800'
+    if damage == 'state.pt':
+        flip_byte(newest / 'state.pt')
+    else:
+        (newest / 'MANIFEST.json').unlink()
+    said = 'state.pt fails its checksum' if damage == 'state.pt' else 'manifest missing'
+    before = tree_digest(parent_run)
+    with LabWarnings() as warned:
+        child = slm_lab.run(spec_file, NAME, 'train', ['env.max_frame=900'], data_dir=str(data),
+                            fork=parent_run).run_dir
+    assert (f'--fork {parent_run}: session 0: skipped damaged snapshot f000000000800 ({said}' in warned.text
+            and 'taking f000000000700 (frame 700)' in warned.text), warned.text
+    session = saved_spec(child)['meta']['lineage']['sessions']['0']
+    assert session['frame'] == 700
+    (skipped,) = session['passed_over']
+    assert skipped['snapshot'] == f'ckpt/{NAME}_t0_s0/f000000000800' and said in skipped['problem']
+    assert train_csv(child, NAME)['frame'].iloc[-1] == 900
+    assert tree_digest(parent_run) == before and newest.is_dir()
+
+
+def test_a_fork_takes_the_older_snapshot_when_the_newest_replay_arrays_are_damaged(tmp_path, monkeypatch, no_png):
+    """Before: the fork took the newest snapshot (its arrays are checked by size only at load),
+    found their damage once its directory existed, stopped with 'no older intact snapshot is
+    left' and left that directory behind for train@latest to fail on. Now the arrays are checked
+    before the fork's directory is made, and the parent's older intact snapshot is taken."""
+    from conftest import LabWarnings
+    monkeypatch.setattr(checkpoint, 'ARRAY_FILE_MIN_BYTES', 1024)  # so this small replay gets .npy files
+    spec = copy.deepcopy(DQN)
+    spec['env']['max_frame'] = 1000
+    spec['meta'].update({'log_frequency': 500, 'eval_frequency': 500})
+    spec_file = write_spec(tmp_path, 'fork_replay', spec)
+    data = tmp_path / 'data'
+    parent_run = slm_lab.run(spec_file, 'fork_replay', 'train', data_dir=str(data)).run_dir
+    newest = checkpoint.list_snapshots(parent_run / 'ckpt' / 'fork_replay_t0_s0')[0]
+    array = newest / 'agent.memory.states.npy'
+    assert newest.name == 'f000000001000' and array.is_file()
+    flip_byte(array, offset=array.stat().st_size - 8)  # in the data, past the .npy header
+    before = tree_digest(parent_run)
+    with LabWarnings() as warned:
+        child = slm_lab.run(spec_file, 'fork_replay', 'train', ['env.max_frame=1500'], data_dir=str(data),
+                            fork=parent_run).run_dir
+    assert 'skipped damaged snapshot f000000001000 (agent.memory.states.npy fails its checksum' in warned.text
+    lineage = saved_spec_of(child, 'fork_replay')['meta']['lineage']
+    assert lineage['sessions']['0']['frame'] == 500 and lineage['sessions']['0']['passed_over']
+    assert train_csv(child, 'fork_replay')['frame'].tolist() == [500, 1000, 1500]
+    assert tree_digest(parent_run) == before
+    # the fork is the newest run: train@latest continues it
+    slm_lab.run(spec_file, 'fork_replay', 'train@latest', ['env.max_frame=2000'], data_dir=str(data))
+    assert train_csv(child, 'fork_replay')['frame'].iloc[-1] == 2000
+    assert tree_digest(parent_run) == before
+
+
+def test_a_fork_that_fails_before_it_trains_leaves_no_directory(parent, tmp_path, monkeypatch, no_png):
+    """Its new directory goes (the parent's stays as it was), so train@latest never takes it."""
+    from slm_lab.experiment.session import Session
+    spec_file, _, template = parent
+    data = tmp_path / 'data'
+    parent_run = Path(shutil.copytree(template, data / template.name))
+    before = tree_digest(parent_run)
+
+    def fails(self, *args, **kwargs):
+        raise RuntimeError('failed while loading')
+    monkeypatch.setattr(Session, 'resume_from', fails)
+    with pytest.raises(RuntimeError, match='failed while loading'):
+        slm_lab.run(spec_file, NAME, 'train', ['env.max_frame=900'], data_dir=str(data), fork=parent_run)
+    assert [p.name for p in data.iterdir()] == [parent_run.name]
+    assert tree_digest(parent_run) == before

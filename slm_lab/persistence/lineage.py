@@ -16,7 +16,7 @@ from slm_lab.lib.io import atomic_write_text
 from slm_lab.persistence.model_file import contents_crc32, load_model_file, save_model_file
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import STATE_FILE, list_snapshots, map_arrays, read_snapshot
-from slm_lab.persistence.snapshots import load_latest_snapshot
+from slm_lab.persistence.snapshots import load_latest_snapshot, problem_of
 from slm_lab.persistence.state import Snapshot
 
 
@@ -34,17 +34,23 @@ def _frames(ckpt_dir: Path) -> list[int]:
 
 
 def fork_snapshots(parent: RunDir, sessions: int, frame: int | None) -> dict[int, Snapshot]:
-    """The snapshot each of the first `sessions` sessions of `parent` continues from, loaded (its
-    state file checksummed; with `frame`, its arrays too): with `frame`, the snapshot at exactly
-    that frame, which must be intact in every session; else each session's newest intact one.
-    LineageError naming the session and the frames that exist otherwise."""
+    """The snapshot each of the first `sessions` sessions of `parent` continues from, loaded, its
+    state file and its arrays checksummed (a full read: a fork copies what it finds, and its
+    run directory is made only once every part is known intact): with `frame`, the snapshot at
+    exactly that frame, which must be intact in every session; else each session's newest intact
+    one, the damaged ones passed over on the way in its `passed_over` (the parent is only read:
+    nothing of it is set aside). LineageError naming the session and the frames that exist
+    otherwise."""
     loaded = {}
     for s in range(sessions):
         ckpt = parent.ckpt_dir(0, s)
         if frame is None:
-            found = load_latest_snapshot(ckpt, damaged=[])
+            damaged: list = []
+            found = load_latest_snapshot(ckpt, verify_arrays=True, damaged=damaged)
             if found is None:
-                raise LineageError(f'--fork {parent.root}: session {s} has no intact snapshot in {ckpt}; '
+                why = (f'all {len(damaged)} of its snapshots are damaged (newest {damaged[0][0].name}: '
+                       f'{problem_of(*damaged[0])})' if damaged else f'it has no snapshot in {ckpt}')
+                raise LineageError(f'--fork {parent.root}: session {s} has no intact snapshot: {why}; '
                                    'fork a run whose sessions all saved one')
             loaded[s] = found
             continue
@@ -65,10 +71,15 @@ def fork_snapshots(parent: RunDir, sessions: int, frame: int | None) -> dict[int
 def snapshot_record(run: RunDir, snapshot: Snapshot) -> dict:
     """How a lineage names a snapshot: its path in its run, frame, the CRC32 of its state file
     (from its manifest: it identifies the exact state continued from) and the digest of the spec
-    it was saved under."""
+    it was saved under; and, when newer snapshots of the session were damaged, which ones were
+    passed over to reach it and what was wrong with each (`passed_over`)."""
     manifest = snapshot.manifest
-    return {'snapshot': str(Path(snapshot.path).relative_to(run.root)), 'frame': manifest['frame'],
-            'state_crc32': manifest['files'][STATE_FILE]['crc32'], 'spec_digest': manifest.get('spec_digest')}
+    record = {'snapshot': str(Path(snapshot.path).relative_to(run.root)), 'frame': manifest['frame'],
+              'state_crc32': manifest['files'][STATE_FILE]['crc32'], 'spec_digest': manifest.get('spec_digest')}
+    if snapshot.passed_over:
+        record['passed_over'] = [{'snapshot': str(Path(path).relative_to(run.root)), 'problem': problem}
+                                 for path, problem in snapshot.passed_over]
+    return record
 
 
 def warm_start_weights(parent: RunDir, session: int, ckpt: str) -> tuple[dict, dict]:

@@ -157,8 +157,13 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     if args.frame is not None and args.fork is None:
         parser.error('--frame picks the snapshot a fork continues from: use it with --fork RUN_DIR')
     if not args.mode.startswith('enjoy@'):
-        extra = [f'--{key}' for key in ENJOY_DEFAULTS if getattr(args, key) is not None
-                 and not (key == 'ckpt' and args.warm_start is not None)]  # --ckpt picks a warm start's weights
+        extra = [f'--{key}' for key in ENJOY_DEFAULTS if key != 'ckpt' and getattr(args, key) is not None]
+        if args.ckpt is not None and args.warm_start is None:  # --ckpt also picks a warm start's weights
+            given = '--fork' if args.fork is not None else f'mode {args.mode!r}'
+            also = f'{", ".join(extra)} only apply to enjoy@<session spec>, and ' if extra else ''
+            fork = '; a fork continues from a snapshot: pick it with --frame N' if args.fork is not None else ''
+            parser.error(f'{also}--ckpt picks the weights that --warm-start RUN_DIR or enjoy@<session spec> load: '
+                         f'use it with one of them, not with {given}{fork}')
         if extra:
             parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
     return args

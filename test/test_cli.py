@@ -132,7 +132,8 @@ USER_ERRORS = {
     'enjoy with -s': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json', '-s', 'env.max_frame=5'], '-s/--set'),
     'enjoy with --force': (['enjoy@data/x_2020_01_01_000000/x_t0_s0_spec.json', '--force'], '--force'),
     'enjoy options with train': ([DEMO, 'ppo_cartpole', 'train', '--episodes', '3', '--ckpt', 'latest'],
-                                 '--episodes, --ckpt only apply to enjoy@'),
+                                 '--episodes only apply to enjoy@<session spec>, and --ckpt picks the weights that '
+                                 '--warm-start RUN_DIR or enjoy@<session spec> load'),
     'search': ([DEMO, 'ppo_cartpole', 'search'], 'has no search block'),
 }
 

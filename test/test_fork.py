@@ -310,3 +310,15 @@ def test_a_fork_that_fails_before_it_trains_leaves_no_directory(parent, tmp_path
         slm_lab.run(spec_file, NAME, 'train', ['env.max_frame=900'], data_dir=str(data), fork=parent_run)
     assert [p.name for p in data.iterdir()] == [parent_run.name]
     assert tree_digest(parent_run) == before
+
+
+@pytest.mark.parametrize('prog', ['run_lab.py', 'slm-lab run'])
+def test_ckpt_with_a_fork_says_it_goes_with_warm_start_or_enjoy(prog, capsys):
+    """Before: '--ckpt only apply to enjoy@', though --warm-start takes it too."""
+    from slm_lab.cli import parse_run_args
+    with pytest.raises(SystemExit) as info:
+        parse_run_args(['s.json', 'x', 'train', '--fork', 'data/x_1', '--ckpt', 'best'], prog)
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert '--ckpt picks the weights that --warm-start RUN_DIR or enjoy@<session spec> load' in line, line
+    assert 'not with --fork; a fork continues from a snapshot: pick it with --frame N' in line, line

@@ -86,7 +86,7 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     if frame is not None and frame < 0:
         raise ModeError(f'--frame {frame}: give the frame of a snapshot (>= 0)')
     parent, parent_spec = _parent(target, spec_name, data_dir, '--fork')
-    spec, _ = edits.continuation_spec(spec_file, spec_name, overrides, parent_spec, 'train')
+    spec, _ = edits.continuation_spec(spec_file, spec_name, overrides, parent_spec, 'train', fork=True)
     n_sessions, parent_sessions = spec['meta']['max_session'], parent_spec['meta']['max_session']
     if n_sessions > parent_sessions:
         raise lineage.LineageError(f'meta.max_session {n_sessions}: {parent.root} has {parent_sessions} session(s) '

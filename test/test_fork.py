@@ -322,3 +322,28 @@ def test_ckpt_with_a_fork_says_it_goes_with_warm_start_or_enjoy(prog, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert '--ckpt picks the weights that --warm-start RUN_DIR or enjoy@<session spec> load' in line, line
     assert 'not with --fork; a fork continues from a snapshot: pick it with --frame N' in line, line
+
+
+def test_a_fork_under_another_algorithm_says_so_in_one_line(parent, tmp_path):
+    """Before: a DQN spec named as the PPO parent failed on a key of PPO's (agent.algorithm.lam:
+    unknown key). Now the line names both algorithms and the way on (--warm-start); train@ of
+    such a spec says the same of the run."""
+    from slm_lab.lib.errors import ResumeError
+    spec_file, _, template = parent
+    dqn_file = write_spec(tmp_path, NAME, DQN)  # a DQN spec under the PPO parent's name
+    data = tmp_path / 'data'
+    with pytest.raises(ResumeError) as info:
+        slm_lab.run(dqn_file, NAME, 'train', ['env.max_frame=1600'], data_dir=str(data), fork=template)
+    line = str(info.value)
+    assert line.startswith("--fork: the parent run's algorithm is PPO and the spec's is DQN; a fork continues the "
+                           "parent's training, so it needs the same algorithm"), line
+    assert 'use --warm-start instead of --fork' in line and '\n' not in line and 'lam' not in line, line
+    assert not data.exists()
+    parent_run = Path(shutil.copytree(template, data / template.name))
+    before = tree_digest(parent_run)
+    with pytest.raises(ResumeError) as info:
+        slm_lab.run(dqn_file, NAME, f'train@{parent_run}', ['env.max_frame=1600'], data_dir=str(data))
+    line = str(info.value)
+    assert line.startswith("the run's algorithm is PPO and the spec's is DQN"), line
+    assert f'train@{parent_run} continues a run with its own algorithm: use a spec of PPO' in line, line
+    assert tree_digest(parent_run) == before and [p.name for p in data.iterdir()] == [parent_run.name]

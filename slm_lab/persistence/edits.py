@@ -10,7 +10,7 @@ from slm_lab import __version__
 from slm_lab.lib.decay import Schedule
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import git_sha
-from slm_lab.spec import RUNTIME_META, diff_specs, load_spec, validate_spec
+from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, validate_spec
 
 # edits that keep the past and the future of a run consistent
 ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
@@ -170,14 +170,32 @@ def describe_schedule_change(change: dict) -> str:
 
 
 def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | None, old_spec: dict,
-                      mode: str) -> tuple[dict, dict]:
+                      mode: str, fork: bool = False) -> tuple[dict, dict]:
     """The spec a run (or search) continues under: the spec file with the run's own -s overrides
     first (so a bare train@latest continues the run as it was started), then these; keys the file
     leaves out taken from the run's saved spec; its seed and timestamp kept. Returns (spec, the
-    saved spec filled with keys added later)."""
+    saved spec filled with keys added later). A spec of another algorithm than the run's is a
+    ResumeError that says so (rather than naming a key of the run's algorithm that the spec's does
+    not know): always for a `fork`, which continues the run's training; for train@ when the two
+    do not merge (a --force'd change between algorithms of one state, DQN to DoubleDQN, does)."""
     old_spec = fill_keys_added_later(old_spec)
     overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
-    spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    if fork and (change := _algorithm_change(spec_file, spec_name, overrides, old_spec)):
+        raise ResumeError(f"--fork: the parent run's algorithm is {change[0]} and the spec's is {change[1]}; a fork "
+                          f'continues the parent\'s training, so it needs the same algorithm: fork with a spec of '
+                          f"{change[0]}, or, to train {change[1]} from the parent's weights, use --warm-start "
+                          'instead of --fork (a fresh run; the nets must fit)')
+    try:
+        spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+    except SpecError as e:
+        change = _algorithm_change(spec_file, spec_name, overrides, old_spec)
+        if change is None:
+            raise
+        new_run = (f'a new search of {change[1]} (search)' if mode.startswith('search') else
+                   f"a new run of {change[1]} (train, or train --warm-start RUN_DIR to begin from this run's weights)")
+        raise ResumeError(f"the run's algorithm is {change[0]} and the spec's is {change[1]}, which does not fit the "
+                          f"run's saved spec ({str(e).split('; ')[0]}); {mode} continues a run with its own "
+                          f'algorithm: use a spec of {change[0]}, or start {new_run}') from None
     meta = spec['meta']
     if meta['random_seed'] is None:
         meta['random_seed'] = old_spec['meta']['random_seed']
@@ -186,3 +204,15 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
     if 'lineage' in old_spec['meta']:  # a forked or warm-started run keeps where it came from
         meta['lineage'] = old_spec['meta']['lineage']
     return spec, old_spec
+
+
+def _algorithm_change(spec_file: str, spec_name: str, overrides: list[str], old_spec: dict) -> tuple[str, str] | None:
+    """(the run's algorithm, the spec's) when the spec file with `overrides` names another
+    algorithm than the run's saved spec; None when they agree or the file names none."""
+    def name(spec) -> str | None:
+        agent = spec.get('agent') if isinstance(spec, dict) else None
+        algorithm = agent.get('algorithm') if isinstance(agent, dict) else None
+        value = algorithm.get('name') if isinstance(algorithm, dict) else None
+        return value if isinstance(value, str) else None
+    old, new = name(old_spec), name(load_raw_spec(spec_file, spec_name, overrides))
+    return (old, new) if old is not None and new is not None and old != new else None

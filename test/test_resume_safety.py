@@ -557,3 +557,39 @@ def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tm
     done = cli([one, SKIP, 'train@latest', '-s', 'env.max_frame=2000', '-s', 'meta.log_frequency=100'],
                cwd=tmp_path)
     assert done.returncode == 0 and 'skipped damaged' not in done.stderr, done.stderr
+
+
+@pytest.fixture(scope='module')
+def recorded_run(tmp_path_factory) -> tuple[Path, str]:
+    """A PPO run trained to frame 1000 and resumed once to 1500: (run, spec file)."""
+    root = tmp_path_factory.mktemp('recorded')
+    spec_file = write_spec(root, 'recorded', PPO)
+    lab.run(spec_file, 'recorded', 'train', ['env.max_frame=1000'], data_dir=str(root / 'data'))
+    lab.run(spec_file, 'recorded', 'train@latest', ['env.max_frame=1500'], data_dir=str(root / 'data'))
+    (run,) = run_dirs(root / 'data', 'recorded')
+    return run, spec_file
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize('deleted,told_by', [
+    (['ckpt', 'info', 'model'], 'tb/recorded_t0_s0, its TensorBoard records'),
+    (['ckpt', 'info', 'model', 'tb'], 'log/recorded_t0_s0.log, which logs a record at frame 500'),
+    (['ckpt', 'info', 'model', 'tb', 'log'], 'recorded_resumes.json, which records frame 1000'),
+])
+def test_a_run_whose_records_were_deleted_is_not_started_over(tmp_path, recorded_run, deleted, told_by):
+    """Before: train@ after ckpt/, info/ and model/ were deleted started the run again from frame
+    0 (exit 0, 'no snapshot to resume from (nothing recorded yet)'). What the run still holds
+    tells that it had progressed: refused in one line naming what is missing, nothing written."""
+    template, spec_file = recorded_run
+    run = Path(shutil.copytree(template, tmp_path / 'data' / template.name))
+    for sub in deleted:
+        shutil.rmtree(run / sub)
+    before = (tree_digest(run), sorted(p.name for p in run.rglob('*')))
+    done = cli([spec_file, 'recorded', 'train@latest', '-s', 'env.max_frame=2000'], cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    line = one_line_error(done)
+    assert f'session 0 of data/{run.name} has recorded progress (data/{run.name}/{told_by})' in line, line
+    assert 'it has no snapshot (ckpt/, info/ and model/ are missing from the run)' in line, line
+    assert 'start a new run' in line and 'left unchanged' in line, line
+    assert (tree_digest(run), sorted(p.name for p in run.rglob('*'))) == before

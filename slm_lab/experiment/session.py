@@ -302,6 +302,7 @@ class Session:
         clock = self.clock
         left = (clock.max_frame - clock.frame) / row['fps'] if row['fps'] and row['fps'] > 0 else math.nan
         loss = '-' if math.isnan(row['loss']) else f'{row["loss"]:.4g}'  # '-': no update yet, not a NaN loss
+        # persistence/resume.py (LOGGED_ROW) reads '| frame N/M |' back: a run's records deleted, its log still tells
         logger.info(
             f'trial {self.trial} session {self.index} | frame {clock.frame}/{clock.max_frame} | '
             f'fps {row["fps"]:.0f} | epi {clock.epi} | total_reward_ma {row["total_reward_ma"]:.2f} | '

@@ -132,9 +132,17 @@ def check_resume_logs(run_dir: RunDir, max_session: int) -> None:
                               'away and resume again')
 
 
+# a session's log line of a training record (experiment/session.py, Session.log_row):
+# 'trial 0 session 0 | frame 1000/100000 | fps ...'
+LOGGED_ROW = re.compile(r'\| frame (\d+)/\d+ \|')
+
+
 def session_has_progress(run_dir: RunDir, session: int) -> list[str]:
-    """What a session has recorded on disk (rows, weights, snapshot directories): its progress,
-    which a fresh start would overwrite. Empty when the session never got that far."""
+    """What a session has recorded on disk: its progress, which a fresh start would overwrite or
+    contradict. Empty when the session never got past its start. Its records (CSV rows), weights
+    and snapshot directories are the progress itself; when those were deleted, what the session
+    wrote about them still tells: its resume log, its TensorBoard events (written from its rows),
+    its log's record lines and the run's resume log naming a frame it had reached."""
     found = []
     for df_mode in ('train', 'eval'):
         path = run_dir.session_df_path(0, session, df_mode)
@@ -154,7 +162,42 @@ def session_has_progress(run_dir: RunDir, session: int) -> list[str]:
     found += [str(p) for p in list_snapshots(ckpt)]
     if ckpt.is_dir():  # snapshots set aside as damaged are progress too
         found += [str(p) for p in sorted(ckpt.glob('f*.damaged*'))]
+    if run_dir.session_resume_log_path(0, session).exists():  # it resumed from a snapshot once
+        found.append(str(run_dir.session_resume_log_path(0, session)))
+    tb = run_dir.tb_dir(0, session)
+    if tb.is_dir() and any(p.is_file() for p in tb.iterdir()):
+        found.append(f'{tb}, its TensorBoard records')
+    logged = _frame_in_log(run_dir.log_path(0, session))
+    if logged:
+        found.append(f'{run_dir.log_path(0, session)}, which logs a record at frame {logged}')
+    reached = _frame_in_run_resume_log(run_dir, session)
+    if reached:
+        found.append(f'{run_dir.resume_log_path()}, which records frame {reached}')
     return found
+
+
+def _frame_in_run_resume_log(run_dir: RunDir, session: int) -> int:
+    """The highest frame of `session` that the run's resume log records it had reached (0: none)."""
+    try:
+        records = read_json(run_dir.resume_log_path())
+    except (OSError, ValueError):
+        return 0
+    frames = [r['frames'].get(str(session)) for r in records if isinstance(r, dict) and isinstance(r.get('frames'), dict)] \
+        if isinstance(records, list) else []
+    return max((f for f in frames if isinstance(f, int) and not isinstance(f, bool)), default=0)
+
+
+def _frame_in_log(path: Path) -> int:
+    """The frame of the first record line at a frame > 0 in a session's log (0: none)."""
+    try:
+        with open(path, encoding='utf-8', errors='replace') as f:
+            for line in f:
+                match = LOGGED_ROW.search(line)
+                if match and int(match[1]) > 0:
+                    return int(match[1])
+    except OSError:
+        pass
+    return 0
 
 
 def load_sessions(run_dir: RunDir, max_session: int, seconds: dict[int, float] | None = None) -> dict[int, Snapshot]:
@@ -178,8 +221,15 @@ def load_sessions(run_dir: RunDir, max_session: int, seconds: dict[int, float] |
             continue
         progress = session_has_progress(run_dir, s)
         if progress:
-            what = (f'all {len(damaged)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged (newest: {damaged[0][1]})'
-                    if damaged else f'it has no snapshot ({run_dir.ckpt_dir(0, s)} is missing or empty)')
+            missing = [f'{sub}/' for sub in ('ckpt', 'info', 'model') if not (run_dir.root / sub).is_dir()]
+            if damaged:
+                what = f'all {len(damaged)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged (newest: {damaged[0][1]})'
+            elif len(missing) > 1:
+                what = f'it has no snapshot ({", ".join(missing[:-1])} and {missing[-1]} are missing from the run)'
+            elif missing:
+                what = f'it has no snapshot ({missing[0]} is missing from the run)'
+            else:
+                what = f'it has no snapshot ({run_dir.ckpt_dir(0, s)} is missing or empty)'
             raise ResumeError(f'session {s} of {run_dir.root} has recorded progress ({progress[0]}) but {what}; '
                               'it cannot continue without starting over its records: start a new run with '
                               f'python run_lab.py SPEC_FILE {run_dir.spec_name} train (this run is left unchanged)')

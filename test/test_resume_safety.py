@@ -493,7 +493,8 @@ def _replace_newest(snap: Path) -> str:
 
 
 DAMAGES = {  # how the newest snapshot (f2000) is damaged -> (the name it then has, what the lab says of it)
-    'flipped byte in state.pt': (lambda s: flip_byte(s / checkpoint.STATE_FILE) or s.name, 'state.pt fails its checksum'),
+    'flipped byte in state.pt': (lambda s: flip_byte(s / checkpoint.STATE_FILE) or s.name,
+                                 'state.pt fails its checksum'),
     'damaged manifest': (lambda s: (s / checkpoint.MANIFEST).write_text('{"format') and s.name, 'manifest'),
     'deleted manifest': (lambda s: (s / checkpoint.MANIFEST).unlink() or s.name, 'manifest missing'),
     'renamed directory': (_rename_newest, 'does not match the directory name'),

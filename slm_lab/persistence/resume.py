@@ -182,8 +182,10 @@ def _frame_in_run_resume_log(run_dir: RunDir, session: int) -> int:
         records = read_json(run_dir.resume_log_path())
     except (OSError, ValueError):
         return 0
-    frames = [r['frames'].get(str(session)) for r in records if isinstance(r, dict) and isinstance(r.get('frames'), dict)] \
-        if isinstance(records, list) else []
+    if not isinstance(records, list):
+        return 0
+    frames = [r['frames'].get(str(session)) for r in records
+              if isinstance(r, dict) and isinstance(r.get('frames'), dict)]
     return max((f for f in frames if isinstance(f, int) and not isinstance(f, bool)), default=0)
 
 
@@ -223,7 +225,8 @@ def load_sessions(run_dir: RunDir, max_session: int, seconds: dict[int, float] |
         if progress:
             missing = [f'{sub}/' for sub in ('ckpt', 'info', 'model') if not (run_dir.root / sub).is_dir()]
             if damaged:
-                what = f'all {len(damaged)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged (newest: {damaged[0][1]})'
+                what = (f'all {len(damaged)} snapshot(s) in {run_dir.ckpt_dir(0, s)} are damaged '
+                        f'(newest: {damaged[0][1]})')
             elif len(missing) > 1:
                 what = f'it has no snapshot ({", ".join(missing[:-1])} and {missing[-1]} are missing from the run)'
             elif missing:

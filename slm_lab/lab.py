@@ -8,6 +8,7 @@ import secrets
 import shutil
 import time
 import warnings
+from pathlib import Path
 
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
@@ -16,7 +17,7 @@ from slm_lab.lib.io import write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
 from slm_lab.persistence import edits
-from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
+from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, lock_run, new_experiment_ts
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp, pid_is_stale
 from slm_lab.spec import check_spec_name, load_spec, session_max_frame
 
@@ -112,13 +113,19 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
 
 def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
         data_dir: str = DATA_DIR, force: bool = False, ray_address: str | None = None,
-        keep: int | None = None, on_run_dir=None) -> dict | None:
+        keep: int | None = None, on_run_dir=None, run_dir: str | None = None) -> dict | None:
     """Run a spec in a mode; returns the trial metrics (None when a resumed run was already
     finished). Raises LabError for user errors, before anything is written. `on_run_dir`, if
-    given, is called with the run's RunDir once it is known (the Python API returns it)."""
+    given, is called with the run's RunDir once it is known (the Python API returns it).
+    `run_dir` (mode train): the run's own directory, chosen by the user: see `train_in`."""
     mode = check_mode(mode)
     check_spec_name(spec_name)  # before train@ looks for data/{spec_name}_* or a run is made
+    if run_dir is not None and mode != 'train':
+        raise ModeError(f"--run-dir {run_dir}: it names a train run's directory (started there, or continued when "
+                        f"it exists); use mode train, not '{mode}'")
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
+    if run_dir is not None:
+        return train_in(spec_file, spec_name, run_dir, overrides, force, on_run_dir)
     if mode.startswith('train@'):
         return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force, on_run_dir)
     if mode == 'search' or mode.startswith('search@'):
@@ -129,6 +136,27 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     spec['meta']['experiment_ts'] = ts
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
     return run_new(run_dir, Trial(spec, run_dir, mode, trial=0), on_run_dir)
+
+
+def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | None, force: bool,
+             on_run_dir=None) -> dict | None:
+    """`train --run-dir PATH`, one command for a job that a scheduler may start again at any time:
+    a new run in PATH when PATH does not exist (or is an empty directory), else PATH's run continued
+    as train@PATH does (from each session's newest intact snapshot; at once None, exit 0, when it
+    is already finished). The same command thus starts, continues and completes the run."""
+    root = Path(path.rstrip('/') or '/')
+    try:
+        started = root.is_dir() and any(root.iterdir())
+    except OSError as e:
+        raise ModeError(f'--run-dir {path}: cannot be read ({e.strerror}); give a directory the lab may create '
+                        'or a run directory') from None
+    if started or (root.exists() and not root.is_dir()):
+        return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir)
+    spec = prepare_spec(spec_file, spec_name, 'train', overrides)
+    from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
+    spec['meta']['experiment_ts'] = time.strftime(TS_FORMAT)
+    new = RunDir(root, spec_name)
+    return run_new(new, Trial(spec, new, 'train', trial=0), on_run_dir)
 
 
 def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '') -> dict:

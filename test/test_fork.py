@@ -163,7 +163,7 @@ def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path):
     _refused([spec_file, NAME, 'train', '--fork', str(tmp_path / 'nope')], tmp_path, 'no such run directory')
     (tmp_path / 'empty').mkdir()
     _refused([spec_file, NAME, 'train', '--warm-start', str(tmp_path / 'empty')], tmp_path,
-             f'is not a run of spec {NAME}')
+             'is not a run directory')
     search = tmp_path / 'search_run'
     (search / 'search').mkdir(parents=True)
     (search / f'{NAME}_spec.json').write_text((parent_run / f'{NAME}_spec.json').read_text())

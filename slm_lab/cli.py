@@ -260,12 +260,16 @@ commands:
                     the same as python run_lab.py; no arguments: the demo
   plot -f RUN_DIR,RUN_DIR[,...] [-l LABEL,...] [-t TITLE] [-o OUT]
                     one graph comparing runs (or a search's trials) (slm-lab plot --help)
+  report RUN_DIR[,RUN_DIR...] [-o OUT.md]
+                    a table of each run's final score per seed, mean and 95% interval
+                    (slm-lab report --help)
 
 {MODES_HELP}
 examples:
   slm-lab run spec/demo.json ppo_cartpole train --set env.max_frame=20000
   slm-lab run spec/demo.json ppo_cartpole train@latest --set env.max_frame=200000
   slm-lab plot -f data/ppo_cartpole_2026_01_01_120000,data/dqn_cartpole_2026_01_01_130000 -l PPO,DQN
+  slm-lab report data/ppo_cartpole_2026_01_01_120000,data/dqn_cartpole_2026_01_01_130000
 """
 
 
@@ -282,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
     if command == 'plot':
         from slm_lab.experiment.compare import plot_main  # pandas and plotly: only plot needs them
         return plot_main(rest)
-    print(f"error: unknown command {command!r}; the commands are run and plot (see slm-lab --help)", file=sys.stderr)
+    if command == 'report':
+        from slm_lab.experiment.report import report_main  # numpy: only a report needs it
+        return report_main(rest)
+    print(f"error: unknown command {command!r}; the commands are run, plot and report (see slm-lab --help)",
+          file=sys.stderr)
     return 2
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_helpers import PPO, RUN_LAB, assert_same_run, cli, lab_env, write_spec
+from lab_helpers import PPO, RUN_LAB, assert_same_run, cli, lab_env, write_spec, visible
 
 from slm_lab.persistence import snapshot as checkpoint
 
@@ -63,7 +63,7 @@ def test_one_command_starts_continues_and_completes_the_run(tmp_path):
     third = cli(command, cwd=tmp_path)
     assert third.returncode == 0, third.stderr
     # both stops were resumes of the one run directory, nothing else was made beside it
-    assert [p.name for p in run.parent.iterdir()] == ['job_1']
+    assert [p.name for p in visible(run.parent)] == ['job_1']
     assert len(json.loads((run / f'{NAME}_resumes.json').read_text())) == 2
     t0 = time.monotonic()
     fourth = cli(command, cwd=tmp_path)

@@ -70,11 +70,13 @@ def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | 
     runs = [(label, [pd.read_csv(p) for p in csvs])
             for label, (_, csvs) in zip(labels or [c[0] for c in curves], curves)]
     title = title or ' vs '.join(label for label, _ in runs)
+    js_dir = None  # beside the graph
     if out is None:
         out = str(Path(data_dir) / 'plots' / f'compare_{time.strftime("%Y_%m_%d_%H%M%S")}.html')
+        js_dir = str(Path(data_dir) / viz.JS_DIR)  # the data directory's one copy, as its runs' graphs
     prefix = out[:-len('.html')] if out.endswith('.html') else out
     Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    return viz.plot_compare(runs, title, prefix)
+    return viz.plot_compare(runs, title, prefix, js_dir=js_dir)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +89,8 @@ def plot_main(argv: list[str]) -> int:
     parser = _Parser(prog='slm-lab plot', description=(
         "One graph of runs' total_reward_ma over frames: each curve the mean across the run's sessions, "
         'with a band from their minimum to their maximum, a colour per run. HTML always (it loads '
-        'plotly.min.js written beside it); a PNG too where kaleido and a browser work (the png extra).'),
+        'plotly.js from the data directory\'s .plotly/, or beside it with -o); a PNG too where kaleido and a '
+        'browser work (the png extra).'),
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""\
 examples:
   slm-lab plot -f data/ppo_cartpole_2026_01_01_120000,data/a2c_cartpole_2026_01_01_130000 -l PPO,A2C

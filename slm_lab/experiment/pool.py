@@ -200,6 +200,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
     snapshot the lab read and checked for it (Snapshot.portable()) and the seconds that took; the
     session continues from it without reading it again."""
     read = dict(read or {})
+    viz.png_available()  # decided (and said) once for the command: the sessions' processes inherit it
     ctx = mp.get_context('spawn')
     queue = ctx.Queue()
     width = len(specs) if global_nets is not None else min(len(specs), resources.session_pool_width())

@@ -339,3 +339,11 @@ def test_a_session_spec_records_its_seed_and_reruns_that_session(tmp_path, no_pn
         rerun = pd.read_csv(again / 'info' / f'two_t0_s0_session_df_{df_mode}.csv').drop(columns=TIMING)
         assert original['opt_step'].iloc[-1] > 0
         pd.testing.assert_frame_equal(original, rerun, check_exact=True)
+
+
+def test_a_relative_spec_path_not_found_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    from slm_lab.lib.errors import SpecError
+    from slm_lab.spec.read import read_spec_file
+    monkeypatch.chdir(tmp_path)  # outside the repository, as `slm-lab run` with no arguments elsewhere
+    with pytest.raises(SpecError, match=f'spec/demo.json not found in {tmp_path} .*run from its root'):
+        read_spec_file('spec/demo.json')

@@ -145,7 +145,7 @@ def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_wr
 
 def _run_worker(args, queue, global_nets, report_first_write: bool, read: tuple[Portable, float] | None) -> None:
     session = args[4]
-    stop = StopSignal().install()
+    stop = StopSignal(announce=False).install()  # the lab's process said it for the command; it passes the signal on
     # the lab started this process with stop signals blocked (so a Ctrl-C to the terminal's
     # process group during start-up cannot kill it half-made); a pending one is handled now
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

@@ -106,6 +106,11 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
                        'forked': time.strftime('%Y-%m-%dT%H:%M:%S')}
     if 'lineage' in parent_spec['meta']:
         meta['lineage']['parent_lineage'] = parent_spec['meta']['lineage']
+    # as train@ says it: where the fork's spec moves a frame-driven schedule (an lr under
+    # LinearToZero follows env.max_frame) from the value the parent had at that frame
+    changes = edits.schedule_changes(parent_spec, spec, frames)
+    if changes:
+        meta['lineage']['schedule_changes'] = changes
     preflight(spec)
     run_dir = _new_run_dir(spec, spec_name, data_dir)
     # every snapshot loads into a session of this spec (env count, memory, ...) before anything is written
@@ -130,6 +135,8 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     if on_run_dir is not None:
         on_run_dir(run_dir)
     logger.info(f'run directory {run_dir.root}: forked from {parent.root} at frame(s) {frames}')
+    for change in changes:
+        logger.warning(f'schedule change on fork: {edits.describe_schedule_change(change)}')
     try:
         seconds: dict[int, float] = {}
         trial.check_resume(resume_lib.load_sessions(run_dir, n_sessions, seconds), seconds)  # the copies

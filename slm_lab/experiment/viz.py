@@ -232,7 +232,7 @@ def _rgba(color: str, alpha: float) -> str:
 
 
 def _add_band(fig: go.Figure, frame: np.ndarray, aligned: np.ndarray, name: str, color: str, group: str,
-              mean_name: str) -> None:
+              mean_name: str, dash: str = 'solid') -> None:
     """The mean across sessions (bold, `color`) with a shaded band from their min to their max."""
     mean, low, high = _mean_min_max(aligned)
     # the band is two traces: the max line (invisible), then the min line filled up to it
@@ -242,7 +242,7 @@ def _add_band(fig: go.Figure, frame: np.ndarray, aligned: np.ndarray, name: str,
                              fillcolor=_rgba(color, 0.2), legendgroup=group, hoverinfo='skip', name=name,
                              showlegend=bool(name)))
     fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name=mean_name, legendgroup=group,
-                             line={'color': color, 'width': 3}))
+                             line={'color': color, 'width': 3, 'dash': dash}))
 
 
 def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *, png: bool = True) -> list[str]:
@@ -266,20 +266,35 @@ def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *,
     return _write_fig(fig, f'{path_prefix}_trial_graph', png)
 
 
+def _wrap(text: str, width: int = 80) -> str:
+    """A title broken into lines of at most about `width` characters, so it fits the image."""
+    lines, line = [], ''
+    for word in text.split(' '):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f'{line} {word}' if line else word
+    return '<br>'.join(lines + [line])
+
+
 def plot_compare(runs: list[tuple[str, list[pd.DataFrame]]], title: str, path_prefix: str, *,
-                 png: bool = True, js_dir: str | None = None) -> list[str]:
+                 png: bool = True, js_dir: str | None = None, dashed: set[int] = frozenset()) -> list[str]:
     """One graph comparing runs: for each (label, its sessions' train dataframes), the mean
-    total_reward_ma across its sessions vs frame (bold) with a band from their min to their max,
-    a colour per run. Writes `{path_prefix}.html`, plus `.png` when `png` is true and
-    png_available(). Returns the paths written."""
+    total_reward_ma across its sessions vs frame (bold; dashed for the runs in `dashed`, e.g. a
+    search's trials stopped early) with a band from their min to their max, a colour per run.
+    Writes `{path_prefix}.html`, plus `.png` when `png` is true and png_available(). Returns the
+    paths written."""
     fig = go.Figure()
     for i, (label, session_dfs) in enumerate(runs):
         frame, aligned = _align_return_ma(session_dfs)
         color = RUN_COLORS[i % len(RUN_COLORS)]
         sessions = f'{len(session_dfs)} session' + ('s' if len(session_dfs) != 1 else '')
-        _add_band(fig, frame, aligned, '', color, f'run{i}', f'{label} ({sessions})')
-    fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
-                      xaxis_title='frame', yaxis_title='total_reward_ma (mean; band: min-max across sessions)',
+        _add_band(fig, frame, aligned, '', color, f'run{i}', f'{label} ({sessions})',
+                  dash='dash' if i in dashed else 'solid')
+    fig.update_layout(title={'text': _wrap(title), 'font': {'size': 16}}, template='plotly_white',
+                      hovermode='x unified', xaxis_title='frame',
+                      yaxis_title='total_reward_ma (mean; band: min-max across sessions)',
                       legend={'orientation': 'h', 'y': -0.15})
     return _write_fig(fig, path_prefix, png, js_dir)
 

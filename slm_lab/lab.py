@@ -47,6 +47,7 @@ def preflight(spec: dict) -> None:
     is refused before anything of its size is allocated."""
     from slm_lab.agent import Agent  # imports torch: kept out of start-up, so a bad mode or spec fails fast
     from slm_lab.env import Clock, agent_action_space, make_env
+    check_gpu(spec)
     try:
         env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
     except Exception as e:  # whatever gym.make raises for these arguments is a spec problem
@@ -61,6 +62,15 @@ def preflight(spec: dict) -> None:
     finally:
         env.close()
     _try_torch_pieces(agent.algorithm)
+
+
+def check_gpu(spec: dict) -> None:
+    """Say it, once per command, when the spec asks for a GPU (agent.net.gpu true) and this machine
+    has no CUDA device: the run trains on the CPU ('auto' asks for one only where there is one)."""
+    import torch  # kept out of start-up (see preflight)
+    if (spec['agent'].get('net') or {}).get('gpu') is True and not torch.cuda.is_available():
+        logger.warning(f'agent.net.gpu is true but torch {torch.__version__} finds no CUDA device here: training on '
+                       "the CPU (agent.net.gpu 'auto' uses a GPU only where there is one, without this line)")
 
 
 def _try_torch_pieces(algorithm) -> None:

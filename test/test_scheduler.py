@@ -110,3 +110,4 @@ def test_a_stop_of_a_two_session_run_is_said_once(tmp_path):
     assert code == 130, text
     assert text.count('SIGINT received') == 1, text
     assert 'Traceback' not in text
+

@@ -61,7 +61,7 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
         overrides: list[str] | dict[str, Any] | None = None, data_dir: str = 'data', *, force: bool = False,
         ray_address: str | None = None, keep: int | None = None, fork: str | os.PathLike | None = None,
         frame: int | None = None, warm_start: str | os.PathLike | None = None,
-        ckpt: str | None = None) -> RunResult:
+        ckpt: str | None = None, run_dir: str | os.PathLike | None = None) -> RunResult:
     """Run a spec as `slm-lab run SPEC_FILE SPEC_NAME MODE --set KEY=VALUE ...` does.
 
     spec: a spec file's path (JSON or YAML), or a dict: either a file's content ({name: spec}; with
@@ -77,6 +77,8 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
         default each session's newest), as `--fork RUN_DIR --frame N` (docs/fork.md).
     warm_start, ckpt: a fresh run whose nets start from the weights of the run directory
         `warm_start` ('best' or 'latest'), as `--warm-start RUN_DIR --ckpt best`.
+    run_dir: mode train in this directory, as `--run-dir DIR`: a new run there the first time,
+        that run continued on later calls, metrics None at once when it is finished.
 
     Returns a RunResult(run_dir, metrics). Raises the lab's own exceptions: a LabError subclass
     (SpecError, ModeError, ResumeError, ...) for what the command line prints as one `error:`
@@ -100,5 +102,6 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
                                  on_run_dir=found.append)
         else:
             metrics = lab.run(spec_file, name, mode, list(overrides or []), data_dir=data_dir, force=force,
-                              ray_address=ray_address, keep=keep, on_run_dir=found.append)
+                              ray_address=ray_address, keep=keep, on_run_dir=found.append,
+                              run_dir=None if run_dir is None else os.fspath(run_dir))
     return RunResult(run_dir=Path(found[-1].root), metrics=metrics)

@@ -109,6 +109,11 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
                        'forked': time.strftime('%Y-%m-%dT%H:%M:%S')}
     if 'lineage' in parent_spec['meta']:
         meta['lineage']['parent_lineage'] = parent_spec['meta']['lineage']
+    # as train@ says it: where the fork's spec moves a frame-driven schedule (an lr under
+    # LinearToZero follows env.max_frame) from the value the parent had at that frame
+    changes = edits.schedule_changes(parent_spec, spec, frames)
+    if changes:
+        meta['lineage']['schedule_changes'] = changes
     preflight(spec)
     run_dir = _new_run_dir(spec, spec_name, data_dir)
     # every snapshot loads into a session of this spec (env count, memory, ...) before anything is written
@@ -134,6 +139,8 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     if on_run_dir is not None:
         on_run_dir(run_dir)
     logger.info(f'run directory {run_dir.root}: forked from {parent.root} at frame(s) {frames}')
+    for change in changes:
+        logger.warning(f'schedule change on fork: {edits.describe_schedule_change(change)}')
     try:
         seconds: dict[int, float] = {}
         trial.check_resume(resume_lib.load_sessions(run_dir, n_sessions, seconds), seconds)  # the copies
@@ -172,7 +179,11 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
     s mod (its sessions)."""
     from slm_lab.experiment.trial import Trial  # imports torch (see lab.preflight)
     from slm_lab.persistence import lineage  # imports torch (see lab.preflight)
-    parent, parent_spec = _parent(target, spec_name, data_dir, '--warm-start')
+    from slm_lab.persistence import resume as resume_lib  # imports torch (see lab.preflight)
+    if target == 'latest':  # the newest train run of this spec
+        (parent, parent_spec), parent_trial = _parent(target, spec_name, data_dir, '--warm-start'), 0
+    else:  # any run whose nets fit, of any spec name: a teacher for a student, a search's best trial
+        parent, parent_trial, parent_spec = resume_lib.resolve_trial(target, f'--warm-start {target}')
     spec = prepare_spec(spec_file, spec_name, 'train', overrides)
     meta = spec['meta']
     if meta.get('distributed') and meta['max_session'] > 1:
@@ -181,15 +192,16 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
     parent_sessions = parent_spec['meta']['max_session']
     weights, records = {}, {}
     for s in range(meta['max_session']):
-        weights[s], records[str(s)] = lineage.warm_start_weights(parent, s % parent_sessions, ckpt)
+        weights[s], records[str(s)] = lineage.warm_start_weights(parent, s % parent_sessions, ckpt, parent_trial)
         _say_passed_over('--warm-start', parent, s % parent_sessions, records[str(s)])
     nets = _spec_nets(spec)
     for s, saved in weights.items():
         record = records[str(s)]
         lineage.check_nets_fit(saved, nets, str(parent.root / record.get('file', record.get('snapshot'))))
     del nets
-    meta['lineage'] = {'kind': 'warm_start', 'parent': os.path.abspath(parent.root), 'ckpt': ckpt, 'sessions': records,
-                       'warm_started': time.strftime('%Y-%m-%dT%H:%M:%S')}
+    meta['lineage'] = {'kind': 'warm_start', 'parent': os.path.abspath(parent.root),
+                       'parent_spec_name': parent.spec_name, 'parent_trial': parent_trial, 'ckpt': ckpt,
+                       'sessions': records, 'warm_started': time.strftime('%Y-%m-%dT%H:%M:%S')}
     if 'lineage' in parent_spec['meta']:
         meta['lineage']['parent_lineage'] = parent_spec['meta']['lineage']
     run_dir = _new_run_dir(spec, spec_name, data_dir)

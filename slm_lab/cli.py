@@ -26,6 +26,9 @@ modes:
   train@latest      resume the newest run of this spec (data/{spec_name}_*), possibly
                     with a larger env.max_frame; continues in the same run directory
   train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
+  train --run-dir DIR
+                    for job schedulers: the same command starts the run in DIR, continues it
+                    after any stop, and exits 0 at once once it is finished (docs/schedulers.md)
   train --fork <run dir> [--frame N]
                     a new run continuing from that run's snapshots (newest, or at frame N)
                     under this spec, as far as the saved state fits it (docs/fork.md)
@@ -98,6 +101,10 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     parser.add_argument('--force', action='store_true',
                         help='train@: resume even though the spec changed in ways that break continuity '
                              '(the changes are recorded in the run)')
+    parser.add_argument('--run-dir', metavar='DIR',
+                        help='train: the run\'s own directory, for a job a scheduler may start again: a new run in '
+                             'DIR the first time, DIR\'s run continued after any stop, exit 0 at once when it is '
+                             'finished (docs/schedulers.md)')
     branch = parser.add_argument_group('a new run from a trained one (mode train; docs/fork.md)')
     branch.add_argument('--fork', metavar='RUN_DIR',
                         help="a new run whose sessions continue from that run's snapshots (--frame N: the one at "
@@ -154,6 +161,13 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
             parser.error(f"{option} makes a new train run: use mode train, not {args.mode!r}")
         if args.force:
             parser.error(f'--force applies to train@ only: {option} takes any spec the saved weights fit')
+    if args.run_dir is not None:
+        if args.mode != 'train':
+            parser.error(f"--run-dir names a train run's directory (started there, or continued when it exists): "
+                         f'use mode train, not {args.mode!r}')
+        if args.fork is not None or args.warm_start is not None:
+            parser.error('--run-dir and --fork / --warm-start: a new run from a trained one gets its own directory '
+                         'under data/; give one of them')
     if args.frame is not None and args.fork is None:
         parser.error('--frame picks the snapshot a fork continues from: use it with --fork RUN_DIR')
     if not args.mode.startswith('enjoy@'):
@@ -215,7 +229,7 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
                        frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
         else:
             lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
-                    ray_address=args.ray_address, keep=args.keep)
+                    ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
     except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it has ended: a SIGTERM now must not change how
         return report(e, args.mode), args.mode
@@ -251,12 +265,16 @@ commands:
                     the same as python run_lab.py; no arguments: the demo
   plot -f RUN_DIR,RUN_DIR[,...] [-l LABEL,...] [-t TITLE] [-o OUT]
                     one graph comparing runs (or a search's trials) (slm-lab plot --help)
+  report RUN_DIR[,RUN_DIR...] [-o OUT.md]
+                    a table of each run's final score per seed, mean and 95% interval
+                    (slm-lab report --help)
 
 {MODES_HELP}
 examples:
   slm-lab run spec/demo.json ppo_cartpole train --set env.max_frame=20000
   slm-lab run spec/demo.json ppo_cartpole train@latest --set env.max_frame=200000
   slm-lab plot -f data/ppo_cartpole_2026_01_01_120000,data/dqn_cartpole_2026_01_01_130000 -l PPO,DQN
+  slm-lab report data/ppo_cartpole_2026_01_01_120000,data/dqn_cartpole_2026_01_01_130000
 """
 
 
@@ -273,7 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     if command == 'plot':
         from slm_lab.experiment.compare import plot_main  # pandas and plotly: only plot needs them
         return plot_main(rest)
-    print(f"error: unknown command {command!r}; the commands are run and plot (see slm-lab --help)", file=sys.stderr)
+    if command == 'report':
+        from slm_lab.experiment.report import report_main  # numpy: only a report needs it
+        return report_main(rest)
+    print(f"error: unknown command {command!r}; the commands are run, plot and report (see slm-lab --help)",
+          file=sys.stderr)
     return 2
 
 

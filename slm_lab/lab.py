@@ -8,6 +8,7 @@ import secrets
 import shutil
 import time
 import warnings
+from pathlib import Path
 
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
@@ -16,7 +17,7 @@ from slm_lab.lib.io import rename_no_replace, write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
 from slm_lab.persistence import edits
-from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
+from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, lock_run, new_experiment_ts
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp, pid_is_stale
 from slm_lab.spec import check_spec_name, load_spec, session_max_frame
 
@@ -46,6 +47,7 @@ def preflight(spec: dict) -> None:
     is refused before anything of its size is allocated."""
     from slm_lab.agent import Agent  # imports torch: kept out of start-up, so a bad mode or spec fails fast
     from slm_lab.env import Clock, agent_action_space, make_env
+    check_gpu(spec)
     try:
         env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
     except Exception as e:  # whatever gym.make raises for these arguments is a spec problem
@@ -60,6 +62,15 @@ def preflight(spec: dict) -> None:
     finally:
         env.close()
     _try_torch_pieces(agent.algorithm)
+
+
+def check_gpu(spec: dict) -> None:
+    """Say it, once per command, when the spec asks for a GPU (agent.net.gpu true) and this machine
+    has no CUDA device: the run trains on the CPU ('auto' asks for one only where there is one)."""
+    import torch  # kept out of start-up (see preflight)
+    if (spec['agent'].get('net') or {}).get('gpu') is True and not torch.cuda.is_available():
+        logger.warning(f'agent.net.gpu is true but torch {torch.__version__} finds no CUDA device here: training on '
+                       "the CPU (agent.net.gpu 'auto' uses a GPU only where there is one, without this line)")
 
 
 def _try_torch_pieces(algorithm) -> None:
@@ -112,13 +123,19 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
 
 def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
         data_dir: str = DATA_DIR, force: bool = False, ray_address: str | None = None,
-        keep: int | None = None, on_run_dir=None) -> dict | None:
+        keep: int | None = None, on_run_dir=None, run_dir: str | None = None) -> dict | None:
     """Run a spec in a mode; returns the trial metrics (None when a resumed run was already
     finished). Raises LabError for user errors, before anything is written. `on_run_dir`, if
-    given, is called with the run's RunDir once it is known (the Python API returns it)."""
+    given, is called with the run's RunDir once it is known (the Python API returns it).
+    `run_dir` (mode train): the run's own directory, chosen by the user: see `train_in`."""
     mode = check_mode(mode)
     check_spec_name(spec_name)  # before train@ looks for data/{spec_name}_* or a run is made
+    if run_dir is not None and mode != 'train':
+        raise ModeError(f"--run-dir {run_dir}: it names a train run's directory (started there, or continued when "
+                        f"it exists); use mode train, not '{mode}'")
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
+    if run_dir is not None:
+        return train_in(spec_file, spec_name, run_dir, overrides, force, on_run_dir)
     if mode.startswith('train@'):
         return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force, on_run_dir)
     if mode == 'search' or mode.startswith('search@'):
@@ -131,10 +148,31 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     return run_new(run_dir, Trial(spec, run_dir, mode, trial=0), on_run_dir)
 
 
-def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '') -> dict:
-    """Create a new run directory (create_run_dir, `write` filling it) and run its trial under
-    the run's lock; `what` ends the log line that names the directory."""
-    lock, run_dir = create_run_dir(run_dir, trial, write=write)
+def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | None, force: bool,
+             on_run_dir=None) -> dict | None:
+    """`train --run-dir PATH`, one command for a job that a scheduler may start again at any time:
+    a new run in PATH when PATH does not exist (or is an empty directory), else PATH's run continued
+    as train@PATH does (from each session's newest intact snapshot; at once None, exit 0, when it
+    is already finished). The same command thus starts, continues and completes the run."""
+    root = Path(path.rstrip('/') or '/')
+    try:
+        started = root.is_dir() and any(root.iterdir())
+    except OSError as e:
+        raise ModeError(f'--run-dir {path}: cannot be read ({e.strerror}); give a directory the lab may create '
+                        'or a run directory') from None
+    if started or (root.exists() and not root.is_dir()):
+        return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir)
+    spec = prepare_spec(spec_file, spec_name, 'train', overrides)
+    from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
+    spec['meta']['experiment_ts'] = time.strftime(TS_FORMAT)
+    new = RunDir(root, spec_name)
+    return run_new(new, Trial(spec, new, 'train', trial=0), on_run_dir, fixed=True)
+
+
+def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '', fixed: bool = False) -> dict:
+    """Create a new run directory (create_run_dir, `write` filling it; `fixed`: under exactly its
+    name) and run its trial under the run's lock; `what` ends the log line that names the directory."""
+    lock, run_dir = create_run_dir(run_dir, trial, write=write, fixed=fixed)
     if on_run_dir is not None:
         on_run_dir(run_dir)
     logger.info(f'run directory {run_dir.root}{what}')
@@ -146,7 +184,7 @@ def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '')
     return metrics
 
 
-def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None):
+def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None, fixed: bool = False):
     """Create the run directory with its specs in place, atomically: it is built under a
     temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
     run or a run with its specs (a kill's leftover is removed by the next run of the lab).
@@ -154,7 +192,9 @@ def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None)
     directory). Two runs started in the same second pick the same name: the rename never
     replaces what is there, and the run that comes second takes the next free second's name,
     its directory written again with meta.experiment_ts of `spec` (default: the trial's) and
-    the trial's run directory changed to match."""
+    the trial's run directory changed to match. A `fixed` name (`--run-dir`, chosen by the user)
+    is never changed: an empty directory there is taken, and one that another process filled
+    meanwhile is a ResumeError."""
     check_terminated()  # a SIGTERM during the checks ends the command before anything is written
     spec = trial.spec if spec is None else spec
     parent = run_dir.root.parent
@@ -163,6 +203,11 @@ def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None)
             pid = leftover.name.rsplit('-', 1)[1]
             if leftover.is_dir() and pid.isdigit() and pid_is_stale(int(pid)):
                 shutil.rmtree(leftover, ignore_errors=True)
+    if fixed:
+        try:
+            run_dir.root.rmdir()  # an empty directory made for the run (a job script's mkdir -p): taken
+        except OSError:
+            pass  # none there, or not empty: the rename below tells
     while True:
         staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
         staging.create()
@@ -178,6 +223,9 @@ def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None)
             return lock, run_dir
         lock.close()
         shutil.rmtree(staging.root, ignore_errors=True)
+        if fixed:
+            raise ResumeError(f'--run-dir {run_dir.root}: another process started a run there at the same time; '
+                              'run the command again to continue that run (once it is not being trained)')
         taken = run_dir.root.name
         spec['meta']['experiment_ts'] = new_experiment_ts(str(parent), run_dir.spec_name,
                                                           after=spec['meta']['experiment_ts'])

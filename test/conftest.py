@@ -149,9 +149,11 @@ def lab_run(tmp_path, no_png):
             data_dir: Path | None = None):
         data_dir = Path(data_dir or tmp_path / 'data')
         path = write_spec_file(tmp_path / 'spec' / f'{spec_name}.json', {spec_name: spec})
-        before = set(data_dir.iterdir()) if data_dir.exists() else set()
+        def runs() -> set:  # the data directory's hidden entries (.plotly/, .cache/) are not runs
+            return {p for p in data_dir.iterdir() if not p.name.startswith('.')} if data_dir.exists() else set()
+        before = runs()
         metrics = lab.run(path, spec_name, mode, overrides, data_dir=str(data_dir))
-        new = sorted(set(data_dir.iterdir()) - before)
+        new = sorted(runs() - before)
         assert len(new) == 1, f'expected one new run directory, got {new}'
         return metrics, new[0]
     return run

@@ -60,6 +60,12 @@ def run_dirs(data: Path, name: str) -> list[Path]:
     return sorted(p for p in data.iterdir() if p.name.startswith(name + '_')) if data.exists() else []
 
 
+def visible(directory: Path) -> list[Path]:
+    """The entries of a directory a user sees with ls, sorted: the lab's own hidden ones (the data
+    directory's .plotly/ bundle, .cache/) left out."""
+    return sorted(p for p in Path(directory).iterdir() if not p.name.startswith('.'))
+
+
 def train_csv(run: Path, name: str, mode: str = 'train') -> pd.DataFrame:
     return pd.read_csv(run / 'info' / f'{name}_t0_s0_session_df_{mode}.csv')
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import cli, lab_env
+from lab_helpers import cli, lab_env, visible
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUN_LAB = str(REPO_ROOT / 'run_lab.py')
@@ -34,18 +34,20 @@ def test_train_from_the_command_line(tmp_path):
     out = run_lab([DEMO, 'ppo_cartpole', 'train', *SHORT], tmp_path)
     assert out.returncode == 0, out.stderr
     assert 'Traceback' not in out.stderr
-    run_dirs = list((tmp_path / 'data').iterdir())
+    run_dirs = visible(tmp_path / 'data')
     assert len(run_dirs) == 1 and run_dirs[0].name.startswith('ppo_cartpole_')
     run_dir = run_dirs[0]
     df = pd.read_csv(run_dir / 'info' / 'ppo_cartpole_t0_s0_session_df_train.csv')
     assert df['frame'].iloc[-1] == 256
     assert (run_dir / 'info' / 'ppo_cartpole_t0_trial_metrics.json').exists()
-    # every graph loads the run's one shared copy of plotly.js, so it opens offline and stays small
+    # every graph loads the data directory's one shared copy of plotly.js, so it opens offline and stays small
     graphs = sorted((run_dir / 'graph').glob('*.html'))
     assert [g.name for g in graphs] == ['ppo_cartpole_t0_s0_session_graph.html', 'ppo_cartpole_t0_trial_graph.html']
-    assert (run_dir / 'graph' / 'plotly.min.js').stat().st_size > 1_000_000
+    (bundle,) = (run_dir.parent / '.plotly').glob('plotly-*.min.js')
+    assert bundle.stat().st_size > 1_000_000 and not list(run_dir.rglob('*.js'))
     for graph in graphs:
-        assert graph.stat().st_size < 100_000 and '<script charset="utf-8" src="plotly.min.js">' in graph.read_text()
+        assert graph.stat().st_size < 100_000
+        assert f'<script charset="utf-8" src="../../.plotly/{bundle.name}">' in graph.read_text()
     meta = json.loads((run_dir / 'ppo_cartpole_spec.json').read_text())['meta']
     assert meta['overrides'] == [a for a in SHORT if a != '-s']
     assert meta['mode'] == 'train'

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import slm_lab
-from lab_helpers import DQN, PPO, assert_same_run, cli, train_csv, tree_digest, write_spec
+from lab_helpers import DQN, PPO, assert_same_run, cli, train_csv, tree_digest, write_spec, visible
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.persistence.model_file import load_model_file
 
@@ -164,7 +164,7 @@ def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path):
     _refused([spec_file, NAME, 'train', '--fork', str(tmp_path / 'nope')], tmp_path, 'no such run directory')
     (tmp_path / 'empty').mkdir()
     _refused([spec_file, NAME, 'train', '--warm-start', str(tmp_path / 'empty')], tmp_path,
-             f'is not a run of spec {NAME}')
+             'is not a run directory')
     search = tmp_path / 'search_run'
     (search / 'search').mkdir(parents=True)
     (search / f'{NAME}_spec.json').write_text((parent_run / f'{NAME}_spec.json').read_text())
@@ -308,7 +308,7 @@ def test_a_fork_that_fails_before_it_trains_leaves_no_directory(parent, tmp_path
     monkeypatch.setattr(Session, 'resume_from', fails)
     with pytest.raises(RuntimeError, match='failed while loading'):
         slm_lab.run(spec_file, NAME, 'train', ['env.max_frame=900'], data_dir=str(data), fork=parent_run)
-    assert [p.name for p in data.iterdir()] == [parent_run.name]
+    assert [p.name for p in visible(data)] == [parent_run.name]
     assert tree_digest(parent_run) == before
 
 
@@ -346,4 +346,22 @@ def test_a_fork_under_another_algorithm_says_so_in_one_line(parent, tmp_path):
     line = str(info.value)
     assert line.startswith("the run's algorithm is PPO and the spec's is DQN"), line
     assert f'train@{parent_run} continues a run with its own algorithm: use a spec of PPO' in line, line
-    assert tree_digest(parent_run) == before and [p.name for p in data.iterdir()] == [parent_run.name]
+    assert tree_digest(parent_run) == before and [p.name for p in visible(data)] == [parent_run.name]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_fork_says_where_it_moves_a_schedule(tmp_path):
+    """As train@ does: a fork whose spec moves a frame-driven schedule (a new lr under
+    LinearToZero) says it in one warning line and records it in its lineage."""
+    spec = small_ppo(400)
+    spec['agent']['net']['lr_scheduler_spec'] = {'name': 'LinearToZero'}
+    spec_file = write_spec(tmp_path, NAME, spec)
+    parent = slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'data')).run_dir
+    out = cli([spec_file, NAME, 'train', '--fork', str(parent), '-s', 'env.max_frame=800', '-s',
+               'agent.net.optim_spec.lr=1e-4'], tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stderr.splitlines() if 'schedule change on fork' in line]
+    assert len(lines) == 1 and 'lr' in lines[0] and '->' in lines[0], out.stderr
+    (child,) = [p for p in (tmp_path / 'data').iterdir() if p.name.startswith(NAME) and p != parent]
+    assert saved_spec(child)['meta']['lineage']['schedule_changes'][0]['key'].endswith('lr')

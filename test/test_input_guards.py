@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_helpers import cli as lab_cli
+from lab_helpers import cli as lab_cli, visible
 from lab_helpers import lab_env
 
 from slm_lab import lab, resources
@@ -351,7 +351,7 @@ def test_a_stop_counts_sessions_not_started_as_stopped_and_they_run_on_resume(ma
         lab_run(spec, 'stop')
     stopper.join()
     assert info.value.signum == signal.SIGTERM
-    run_dir = next(data_dir.iterdir())
+    run_dir = visible(data_dir)[0]
     assert not (run_dir / 'log' / 'stop_t0_s1.log').exists(), 'session 1 waited for a free core'
     metrics = lab.run(str(tmp_path / 'spec' / 'stop.json'), 'stop', 'train@latest', data_dir=str(data_dir))
     assert metrics is not None

@@ -3,12 +3,13 @@
 no 'x -> x'), and SDL's own complaint when a replay renders (it looked like the lab's error line)."""
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
 
 import pytest
-from lab_helpers import PPO
+from lab_helpers import PPO, cli, lab_env, write_spec
 
 from slm_lab.persistence.edits import describe_schedule_change, schedule_changes
 
@@ -49,3 +50,18 @@ def test_recording_a_replay_prints_no_sdl_error_line():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == '(400, 600, 3)'
     assert 'XDG_RUNTIME_DIR' not in out.stderr and 'error' not in out.stderr.lower(), out.stderr
+
+
+@pytest.mark.subprocess
+def test_gpu_true_without_cuda_is_said_in_one_line(tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip('this machine has a CUDA device')
+    spec = copy.deepcopy(PPO)
+    spec['agent']['net']['gpu'] = True
+    spec['env']['max_frame'] = 64
+    spec['meta'].update(log_frequency=64, eval_frequency=64)
+    out = cli([write_spec(tmp_path, 'gpu_ppo', spec), 'gpu_ppo', 'train'], cwd=tmp_path, env=lab_env())
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stderr.splitlines() if 'agent.net.gpu is true' in line]
+    assert len(lines) == 1 and 'training on the CPU' in lines[0], out.stderr

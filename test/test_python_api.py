@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shutil
 import subprocess
 import sys
+import textwrap
+from pathlib import Path
 
 import pytest
-from lab_helpers import PPO, cli, lab_env
+from lab_helpers import PPO, ROOT, cli, lab_env
 
 import slm_lab
 from slm_lab.api import RunResult
@@ -73,3 +77,83 @@ def test_errors_are_the_labs_own_exceptions_with_the_command_lines_message(tmp_p
     with pytest.raises(SpecError, match='give spec_name'):
         slm_lab.run(spec_body(), data_dir=str(data))
     assert not data.exists() and not (tmp_path / 'data').exists()  # nothing written
+
+
+def docs_example() -> str:
+    """The code of docs/python-api.md's "Example" section, as a user copies it."""
+    text = (ROOT / 'docs' / 'python-api.md').read_text()
+    section = text.split('## Example', 1)[1]
+    block = [line for line in section.splitlines() if line.startswith('    ') or not line.strip()]
+    start = next(i for i, line in enumerate(block) if line.strip())
+    end = start
+    while end < len(block) and (block[end].startswith('    ') or not block[end].strip()):
+        end += 1
+    return textwrap.dedent('\n'.join(block[start:end])).strip() + '\n'
+
+
+def example_dir(tmp_path: Path) -> Path:
+    """A working directory as the user's: the repository's spec/demo.json, data/ made by the run."""
+    (tmp_path / 'spec').mkdir()
+    shutil.copy(ROOT / 'spec' / 'demo.json', tmp_path / 'spec' / 'demo.json')
+    return tmp_path
+
+
+def assert_example_ran(cwd: Path, out: str) -> None:
+    """One run directory (no session process ran the caller's code again), continued to the
+    example's second max_frame by both of its 2 sessions, and the misspelt key named."""
+    runs = sorted((cwd / 'data').glob('my_ppo_*'))
+    assert len(runs) == 1, (runs, out[-3000:])
+    for s in (0, 1):
+        rows = (runs[0] / 'info' / f'my_ppo_t0_s{s}_session_df_train.csv').read_text().splitlines()
+        assert rows[-1].split(',')[4] == '8000', out[-3000:]
+    assert 'agent.algorithm.gama' in out, out[-3000:]
+    assert 'Traceback' not in out, out[-3000:]
+
+
+def example_env(cwd: Path) -> dict:
+    return {**lab_env(), 'PYTHONPATH': os.pathsep.join([str(ROOT), os.environ.get('PYTHONPATH', '')])}
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize('how', ['script', 'python -c', 'interactive'])
+def test_docs_example_runs_two_sessions_without_a_main_guard(tmp_path, how):
+    """The docs' example, verbatim, has no `if __name__ == '__main__':` guard and runs 2 sessions:
+    spawned session processes must not run the script again (multiprocessing's spawn would)."""
+    cwd = example_dir(tmp_path)
+    code = docs_example()
+    assert '__main__' not in code and "'max_session': 2" in code
+    if how == 'script':
+        (cwd / 'example.py').write_text(code)
+        args, stdin = [sys.executable, 'example.py'], None
+    elif how == 'python -c':
+        args, stdin = [sys.executable, '-c', code], None
+    else:  # a shell reading the lines one by one, as typed
+        args, stdin = [sys.executable, '-i', '-q'], code + '\n'
+    out = subprocess.run(args, cwd=cwd, input=stdin, capture_output=True, text=True, timeout=300,
+                         env=example_env(cwd))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_example_ran(cwd, out.stdout + out.stderr)
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_docs_example_runs_in_a_jupyter_kernel(tmp_path):
+    nbformat = pytest.importorskip('nbformat')
+    nbclient = pytest.importorskip('nbclient')
+    cwd = example_dir(tmp_path)
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(docs_example())])
+    env = example_env(cwd)
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name='python3',
+                                     resources={'metadata': {'path': str(cwd)}})
+    old = dict(os.environ)
+    os.environ.update(env)  # the kernel's process inherits it
+    try:
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    outputs = notebook.cells[0].outputs
+    text = ''.join(o.get('text', '') for o in outputs if o.get('output_type') == 'stream')
+    assert not [o for o in outputs if o.get('output_type') == 'error'], outputs
+    assert_example_ran(cwd, text)

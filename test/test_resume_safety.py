@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import LabWarnings, tmpfs
-from lab_helpers import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec
+from lab_helpers import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec, visible
 
 from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint
@@ -339,7 +339,7 @@ def test_a_new_run_directory_appears_with_its_specs_and_old_leftovers_go(tmp_pat
     assert not leftover.exists()
     (run,) = run_dirs(data, 'made')
     assert (run / 'made_spec.json').is_file() and (run / 'made_t0_s0_spec.json').is_file()
-    assert [p.name for p in data.iterdir()] == [run.name]
+    assert [p.name for p in visible(data)] == [run.name]
 
 
 def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_png):

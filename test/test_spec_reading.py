@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from lab_helpers import visible
 
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import load_spec, strip_trailing_commas
@@ -285,7 +286,7 @@ def test_slm_lab_style_spec_files_train_unchanged(tmp_path, no_png, spec_path, n
     from slm_lab import lab
     metrics = lab.run(spec_path, name, 'train', fill + SHORT, data_dir=str(tmp_path / 'data'))
     assert metrics is not None
-    (run_dir,) = (tmp_path / 'data').iterdir()
+    (run_dir,) = visible(tmp_path / 'data')
     df = pd.read_csv(run_dir / 'info' / f'{name}_t0_s0_session_df_train.csv')
     assert df['frame'].iloc[-1] == 256 and df['opt_step'].iloc[-1] > 0
     saved = json.loads((run_dir / f'{name}_spec.json').read_text())
@@ -300,12 +301,12 @@ def test_a_yaml_spec_trains_from_the_command_line(tmp_path):
     out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env={**__import__('os').environ, 'BROWSER_PATH': '/dev/null/no-browser'})
     assert out.returncode == 0, out.stderr[-2000:]
-    (run_dir,) = (tmp_path / 'data').iterdir()
+    (run_dir,) = visible(tmp_path / 'data')
     saved = json.loads((run_dir / 'ppo_yaml_spec.json').read_text())
     assert saved['env']['max_frame'] == 256 and saved['agent']['net']['hid_layers'] == [32]
     out = subprocess.run(args[:3] + ['_meta', 'train'], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.count('\n') == 1 and 'is a template' in out.stderr
-    assert len(list((tmp_path / 'data').iterdir())) == 1
+    assert len(visible(tmp_path / 'data')) == 1
 
 
 # --- seeds: each session's spec records the seed it used ----------------------------------------
@@ -317,7 +318,7 @@ def test_a_session_spec_records_its_seed_and_reruns_that_session(tmp_path, no_pn
     lab.run(path, 'two', 'train', ['env.max_frame=128', 'meta.log_frequency=32', 'meta.max_session=2',
                                   'meta.random_seed=7', 'agent.algorithm.time_horizon=16'],
             data_dir=str(tmp_path / 'data'))
-    (run_dir,) = (tmp_path / 'data').iterdir()
+    (run_dir,) = visible(tmp_path / 'data')
     run_meta = json.loads((run_dir / 'two_spec.json').read_text())['meta']
     trial_meta = json.loads((run_dir / 'two_t0_spec.json').read_text())['meta']
     assert run_meta['random_seed'] == trial_meta['random_seed'] == 7
@@ -330,7 +331,7 @@ def test_a_session_spec_records_its_seed_and_reruns_that_session(tmp_path, no_pn
     # session 1 alone, from its own spec file: the same records as in the two-session run
     session_spec = str(run_dir / 'two_t0_s1_spec.json')
     lab.run(session_spec, 'two', 'train', data_dir=str(tmp_path / 'again'))
-    (again,) = (tmp_path / 'again').iterdir()
+    (again,) = visible(tmp_path / 'again')
     assert not (again / 'two_t0_s1_spec.json').exists()
     assert json.loads((again / 'two_t0_s0_spec.json').read_text())['meta']['random_seed'] == 8
     for df_mode in ('train', 'eval'):
@@ -338,3 +339,11 @@ def test_a_session_spec_records_its_seed_and_reruns_that_session(tmp_path, no_pn
         rerun = pd.read_csv(again / 'info' / f'two_t0_s0_session_df_{df_mode}.csv').drop(columns=TIMING)
         assert original['opt_step'].iloc[-1] > 0
         pd.testing.assert_frame_equal(original, rerun, check_exact=True)
+
+
+def test_a_relative_spec_path_not_found_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    from slm_lab.lib.errors import SpecError
+    from slm_lab.spec.read import read_spec_file
+    monkeypatch.chdir(tmp_path)  # outside the repository, as `slm-lab run` with no arguments elsewhere
+    with pytest.raises(SpecError, match=f'spec/demo.json not found in {tmp_path} .*run from its root'):
+        read_spec_file('spec/demo.json')

@@ -56,6 +56,44 @@ def resolve(arg: str, data_dir: str) -> list[tuple[str, list[Path]]]:
     return [(f'{path.name}/t{t}', csvs) for t, csvs in trials.items()]
 
 
+def search_trial_labels(run_dir: Path) -> dict[int, tuple[str, int | None]]:
+    """{trial: (a label naming the values it searched, the frame ASHA stopped it at or None)} of a
+    search's run directory, from its info/{name}_experiment_df.csv ({} before the search wrote it:
+    the curves keep their directory names)."""
+    import pandas as pd  # only plotting needs it
+    found = sorted((run_dir / 'info').glob('*_experiment_df.csv'))
+    if not found:
+        return {}
+    try:
+        df = pd.read_csv(found[0])
+        columns = list(df.columns)
+        keys = columns[columns.index('trial') + 1:columns.index('frame')]
+    except (OSError, ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return {}
+    labels = {}
+    for row in df.to_dict('records'):
+        values = ', '.join(f'{key.rsplit(".", 1)[-1]}={_short(row[key])}' for key in keys)
+        stopped = str(row.get('status', '')).startswith('stopped early')
+        frame = int(row['frame']) if stopped and row.get('frame') == row.get('frame') else None
+        labels[int(row['trial'])] = (f't{int(row["trial"])}: {values}' if values else f't{int(row["trial"])}', frame)
+    return labels
+
+
+def _short(value) -> str:
+    """A searched value as a legend shows it: 3 significant digits for a number."""
+    if isinstance(value, float) and value == value and not value.is_integer():
+        return f'{value:.3g}'
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def default_title(labels: list[str]) -> str:
+    """The graph's title when none is given: the labels, or their count when they would not fit."""
+    joined = ' vs '.join(labels)
+    return joined if len(joined) <= 70 else f'{len(labels)} runs'
+
+
 def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | None = None,
               out: str | None = None, data_dir: str = 'data') -> list[str]:
     """Draw the runs (or trials) `folders` on one graph; returns the files written (HTML, and PNG
@@ -67,14 +105,27 @@ def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | 
     if labels is not None and len(labels) != len(curves):
         raise PlotError(f'-l gives {len(labels)} label(s) for {len(curves)} curve(s) '
                         f'({", ".join(c[0] for c in curves)}); give one label per curve')
+    # a search's trials are named by the values they searched, and those ASHA stopped are marked
+    searched, stopped = {}, set()
+    for arg in folders:
+        path = Path(arg.rstrip('/'))
+        path = path.parent if TRIAL_ARG.match(path.name) and not path.is_dir() else path
+        if not path.is_dir() and not path.is_absolute() and (Path(data_dir) / path).is_dir():
+            path = Path(data_dir) / path
+        for trial, (label, frame) in search_trial_labels(path).items():
+            searched[f'{path.name}/t{trial}'] = (label + (f' (stopped at frame {frame})' if frame else ''), frame)
+    default = [searched.get(c[0], (c[0], None))[0] for c in curves]
+    stopped = {i for i, c in enumerate(curves) if searched.get(c[0], (None, None))[1]}
     runs = [(label, [pd.read_csv(p) for p in csvs])
-            for label, (_, csvs) in zip(labels or [c[0] for c in curves], curves)]
-    title = title or ' vs '.join(label for label, _ in runs)
+            for label, (_, csvs) in zip(labels or default, curves)]
+    title = title or default_title([label for label, _ in runs])
+    js_dir = None  # beside the graph
     if out is None:
         out = str(Path(data_dir) / 'plots' / f'compare_{time.strftime("%Y_%m_%d_%H%M%S")}.html')
+        js_dir = str(Path(data_dir) / viz.JS_DIR)  # the data directory's one copy, as its runs' graphs
     prefix = out[:-len('.html')] if out.endswith('.html') else out
     Path(prefix).parent.mkdir(parents=True, exist_ok=True)
-    return viz.plot_compare(runs, title, prefix)
+    return viz.plot_compare(runs, title, prefix, js_dir=js_dir, dashed=stopped)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,7 +138,8 @@ def plot_main(argv: list[str]) -> int:
     parser = _Parser(prog='slm-lab plot', description=(
         "One graph of runs' total_reward_ma over frames: each curve the mean across the run's sessions, "
         'with a band from their minimum to their maximum, a colour per run. HTML always (it loads '
-        'plotly.min.js written beside it); a PNG too where kaleido and a browser work (the png extra).'),
+        'plotly.js from the data directory\'s .plotly/, or beside it with -o); a PNG too where kaleido and a '
+        'browser work (the png extra).'),
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""\
 examples:
   slm-lab plot -f data/ppo_cartpole_2026_01_01_120000,data/a2c_cartpole_2026_01_01_130000 -l PPO,A2C

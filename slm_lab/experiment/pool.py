@@ -3,10 +3,13 @@ process or in a child), and several in spawned processes (run_in_processes): at 
 core at once, stop signals passed on once, a killed or failing session stopping the others."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import traceback
+import types
 from queue import Empty
 from typing import NamedTuple
 
@@ -143,7 +146,7 @@ def _session_worker(args, queue, lab_pid: int, global_nets=None, report_first_wr
 
 def _run_worker(args, queue, global_nets, report_first_write: bool, read: tuple[Portable, float] | None) -> None:
     session = args[4]
-    stop = StopSignal().install()
+    stop = StopSignal(announce=False).install()  # the lab's process said it for the command; it passes the signal on
     # the lab started this process with stop signals blocked (so a Ctrl-C to the terminal's
     # process group during start-up cannot kill it half-made); a pending one is handled now
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -163,6 +166,24 @@ def _run_worker(args, queue, global_nets, report_first_write: bool, read: tuple[
         queue.put(('error', session, f'{type(e).__name__}: {e}\n{traceback.format_exc()}'))
 
 
+@contextlib.contextmanager
+def without_user_main():
+    """Start a spawned process from the lab's own module only. multiprocessing's spawn runs the
+    parent's `__main__` again in the child (as `__mp_main__`) so that functions defined there can
+    be unpickled; a session needs none of them (its target is this module's), and a user's plain
+    script without an `if __name__ == '__main__':` guard would then start the lab again in every
+    session's process. The child learns what `__main__` is while `start()` runs, so a bare module
+    stands in for it meanwhile (notebooks, `python -c` and interactive shells have no main file
+    and never needed this)."""
+    main = sys.modules.get('__main__')
+    sys.modules['__main__'] = types.ModuleType('__main__')
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules['__main__'] = main
+
+
 def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, log_level: int, resume: bool,
                      stop: StopSignal, global_nets=None, on_first_write=None,
                      read: dict[int, tuple[Portable, float]] | None = None) -> list[dict]:
@@ -180,6 +201,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
     snapshot the lab read and checked for it (Snapshot.portable()) and the seconds that took; the
     session continues from it without reading it again."""
     read = dict(read or {})
+    viz.png_available()  # decided (and said) once for the command: the sessions' processes inherit it
     ctx = mp.get_context('spawn')
     queue = ctx.Queue()
     width = len(specs) if global_nets is not None else min(len(specs), resources.session_pool_width())
@@ -206,7 +228,8 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                                  read.pop(s, None)))
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
         try:
-            proc.start()
+            with without_user_main():
+                proc.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         procs[s] = proc

@@ -16,8 +16,9 @@ class StopSignal:
     """Turns the first SIGTERM/SIGINT into a request to stop after the current step (so the
     session can save a snapshot); a second one exits at once."""
 
-    def __init__(self):
+    def __init__(self, announce: bool = True):
         self.signum: int | None = None
+        self.announce = announce  # say so on the console: once per command, by the lab's own process
         self._previous = {}
 
     def install(self) -> 'StopSignal':
@@ -36,8 +37,9 @@ class StopSignal:
         if self.signum is not None:
             os._exit(EXIT_CODES.get(signum, 1))
         self.signum = signum
-        logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
-                       '(send it again to exit at once)')
+        if self.announce:
+            logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
+                           '(send it again to exit at once)')
 
     @property
     def requested(self) -> bool:

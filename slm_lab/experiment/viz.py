@@ -1,16 +1,20 @@
 """Plotly graphs of sessions and trials, written as HTML and, where static export works on this
 machine, as PNG.
 
-Each HTML file loads plotly.js from `plotly.min.js` beside it: one copy per graph directory,
-taken from the installed plotly package, so a graph still opens offline while a run with many
-graphs stores the 4.8 MB bundle once instead of once per graph.
+Each HTML file loads plotly.js from one copy of the installed plotly package's bundle per data
+directory, `{data_dir}/.plotly/plotly-{version}.min.js`, by a relative path: a graph still opens
+offline, and the 4.8 MB bundle is stored once for all the runs of a data directory instead of once
+per run. (A graph written outside a run directory, e.g. by `slm-lab plot -o`, takes `js_dir`:
+its own directory by default.)
 
 PNG export is optional: it needs the `kaleido` package (version 1 or later) and a Chrome or
 Chromium already installed (found on PATH, or named by the BROWSER_PATH environment variable).
 Nothing is downloaded at run time. `png_available()` tells whether it works; when it does not,
-only the HTML is written. A PNG takes about 2 s (kaleido starts a headless browser for each
-one), so callers that plot at every log point should pass `png=False` there and ask for PNGs
-only at the end of a run.
+only the HTML is written, and one line says how to get PNGs. It is decided once per command: the
+answer goes to the command's session processes through the SLM_LAB_PNG environment variable, so
+they neither check again (about 2 s each) nor say it again. A PNG takes about 2 s (kaleido starts
+a headless browser for each one), so callers that plot at every log point should pass
+`png=False` there and ask for PNGs only at the end of a run.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
+import plotly
 import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -35,7 +40,9 @@ logger = logging.getLogger(__name__)
 PNG_WIDTH = 900
 PNG_HEIGHT = 600
 PNG_EXPORT_TIMEOUT_S = 60
-PLOTLY_JS = 'plotly.min.js'  # the name plotly's include_plotlyjs='directory' pages load
+PLOTLY_JS = 'plotly.min.js'  # the bundle's name in the plotly package
+JS_DIR = '.plotly'  # in a data directory: the one copy of the bundle its runs' graphs load
+PNG_ENV = 'SLM_LAB_PNG'  # '1' / '0': whether PNG export works, decided once per command (see above)
 _PNG_MAGIC = b'\x89PNG\r\n\x1a\n'
 
 REWARD_COLOR = 'rgb(31, 119, 180)'
@@ -69,23 +76,36 @@ def _kaleido_png(fig: go.Figure) -> bytes:
 @functools.cache
 def png_available() -> bool:
     """Whether PNG export works here: kaleido>=1 is installed and a test render with the local
-    Chrome/Chromium succeeds. Checked once per process (the check takes about 2 s when kaleido
-    is installed, and no time when it is not)."""
+    Chrome/Chromium succeeds. Decided once per command (the check takes about 2 s when kaleido is
+    installed, and no time when it is not), its answer left in SLM_LAB_PNG for the processes the
+    command starts after it; when kaleido is installed but cannot render, one line says why and
+    how to get PNGs."""
+    decided = os.environ.get(PNG_ENV)
+    if decided in ('0', '1'):
+        return decided == '1'
+    works = _png_works()
+    os.environ[PNG_ENV] = '1' if works else '0'
+    return works
+
+
+def _png_works() -> bool:
     try:
-        major = int(importlib.metadata.version('kaleido').split('.')[0])
+        version = importlib.metadata.version('kaleido')
     except importlib.metadata.PackageNotFoundError:
-        return False
+        return False  # PNGs were not asked for: the png extra is not installed
     # kaleido and choreographer log every render at INFO; keep the lab's INFO log readable
     for name in ('kaleido', 'choreographer'):
         logging.getLogger(name).setLevel(logging.WARNING)
-    if major < 1:
-        logger.info('PNG export disabled: kaleido %s is installed, plotly needs kaleido>=1',
-                    importlib.metadata.version('kaleido'))
+    if int(version.split('.')[0]) < 1:
+        logger.warning(f'PNG graphs are off: kaleido {version} is installed, plotly needs kaleido>=1 '
+                       "(pip install '.[png]'); HTML graphs are written")
         return False
     try:
         png = _kaleido_png(go.Figure(go.Scatter(x=[0, 1], y=[0, 1])))
     except Exception as e:  # no browser, browser crash, timeout: all mean "no PNG here"
-        logger.info('PNG export disabled: kaleido could not render (%s: %s)', type(e).__name__, e)
+        logger.warning(f'PNG graphs are off: kaleido could not render ({type(e).__name__}); HTML graphs are '
+                       'written. For PNGs, install Chrome or Chromium (on PATH, or named by BROWSER_PATH), e.g. '
+                       'with `plotly_get_chrome` once on a machine with network')
         return False
     return isinstance(png, bytes) and png.startswith(_PNG_MAGIC)
 
@@ -96,11 +116,21 @@ def _plotly_js() -> bytes:
     return pkgutil.get_data('plotly', f'package_data/{PLOTLY_JS}')
 
 
-def ensure_plotly_js(graph_dir: str) -> str:
-    """Path of `graph_dir`/plotly.min.js, written (atomically) when it is missing or is not the
-    installed plotly's bundle, e.g. after plotly was upgraded between a run and its resume.
-    Concurrent writers (the sessions of a trial) each rename a complete copy into place."""
-    path = os.path.join(graph_dir, PLOTLY_JS)
+def js_dir_of(html_path: str) -> str:
+    """Where the bundle a graph loads lives: for a graph in a run directory (RUN/graph/x.html), the
+    data directory holding the run (DATA/.plotly); else beside the graph."""
+    graph_dir = os.path.dirname(os.path.abspath(html_path))
+    if os.path.basename(graph_dir) == 'graph':
+        return os.path.join(os.path.dirname(os.path.dirname(graph_dir)), JS_DIR)
+    return graph_dir
+
+
+def ensure_plotly_js(js_dir: str) -> str:
+    """Path of the installed plotly's bundle in `js_dir` (plotly-{version}.min.js), written
+    (atomically) when it is missing or not whole. Concurrent writers (the sessions of a trial,
+    other runs) each rename a complete copy into place."""
+    os.makedirs(js_dir, exist_ok=True)
+    path = os.path.join(js_dir, f'plotly-{plotly.__version__}.min.js')
     bundle = _plotly_js()
     try:
         current_size = os.path.getsize(path)
@@ -111,13 +141,14 @@ def ensure_plotly_js(graph_dir: str) -> str:
     return path
 
 
-def _write_fig(fig: go.Figure, path_prefix: str, png: bool) -> list[str]:
+def _write_fig(fig: go.Figure, path_prefix: str, png: bool, js_dir: str | None = None) -> list[str]:
     """Write `fig` to `{path_prefix}.html` (and `.png` if asked and available); return paths.
-    The shared plotly.min.js beside the HTML is written first, so the page never points at a
-    missing script."""
+    The shared bundle the HTML loads (in `js_dir`, default js_dir_of the HTML) is written first,
+    so the page never points at a missing script."""
     html_path = f'{path_prefix}.html'
-    ensure_plotly_js(os.path.dirname(os.path.abspath(html_path)))
-    atomic_write_text(html_path, pio.to_html(fig, include_plotlyjs='directory', full_html=True,
+    js = ensure_plotly_js(js_dir or js_dir_of(html_path))
+    src = os.path.relpath(js, os.path.dirname(os.path.abspath(html_path)))
+    atomic_write_text(html_path, pio.to_html(fig, include_plotlyjs=src, full_html=True,
                                              config={'displaylogo': False}))
     paths = [html_path]
     if png and png_available():
@@ -201,7 +232,7 @@ def _rgba(color: str, alpha: float) -> str:
 
 
 def _add_band(fig: go.Figure, frame: np.ndarray, aligned: np.ndarray, name: str, color: str, group: str,
-              mean_name: str) -> None:
+              mean_name: str, dash: str = 'solid') -> None:
     """The mean across sessions (bold, `color`) with a shaded band from their min to their max."""
     mean, low, high = _mean_min_max(aligned)
     # the band is two traces: the max line (invisible), then the min line filled up to it
@@ -211,7 +242,7 @@ def _add_band(fig: go.Figure, frame: np.ndarray, aligned: np.ndarray, name: str,
                              fillcolor=_rgba(color, 0.2), legendgroup=group, hoverinfo='skip', name=name,
                              showlegend=bool(name)))
     fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name=mean_name, legendgroup=group,
-                             line={'color': color, 'width': 3}))
+                             line={'color': color, 'width': 3, 'dash': dash}))
 
 
 def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *, png: bool = True) -> list[str]:
@@ -235,22 +266,37 @@ def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *,
     return _write_fig(fig, f'{path_prefix}_trial_graph', png)
 
 
+def _wrap(text: str, width: int = 80) -> str:
+    """A title broken into lines of at most about `width` characters, so it fits the image."""
+    lines, line = [], ''
+    for word in text.split(' '):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f'{line} {word}' if line else word
+    return '<br>'.join(lines + [line])
+
+
 def plot_compare(runs: list[tuple[str, list[pd.DataFrame]]], title: str, path_prefix: str, *,
-                 png: bool = True) -> list[str]:
+                 png: bool = True, js_dir: str | None = None, dashed: set[int] = frozenset()) -> list[str]:
     """One graph comparing runs: for each (label, its sessions' train dataframes), the mean
-    total_reward_ma across its sessions vs frame (bold) with a band from their min to their max,
-    a colour per run. Writes `{path_prefix}.html`, plus `.png` when `png` is true and
-    png_available(). Returns the paths written."""
+    total_reward_ma across its sessions vs frame (bold; dashed for the runs in `dashed`, e.g. a
+    search's trials stopped early) with a band from their min to their max, a colour per run.
+    Writes `{path_prefix}.html`, plus `.png` when `png` is true and png_available(). Returns the
+    paths written."""
     fig = go.Figure()
     for i, (label, session_dfs) in enumerate(runs):
         frame, aligned = _align_return_ma(session_dfs)
         color = RUN_COLORS[i % len(RUN_COLORS)]
         sessions = f'{len(session_dfs)} session' + ('s' if len(session_dfs) != 1 else '')
-        _add_band(fig, frame, aligned, '', color, f'run{i}', f'{label} ({sessions})')
-    fig.update_layout(title={'text': title}, template='plotly_white', hovermode='x unified',
-                      xaxis_title='frame', yaxis_title='total_reward_ma (mean; band: min-max across sessions)',
+        _add_band(fig, frame, aligned, '', color, f'run{i}', f'{label} ({sessions})',
+                  dash='dash' if i in dashed else 'solid')
+    fig.update_layout(title={'text': _wrap(title), 'font': {'size': 16}}, template='plotly_white',
+                      hovermode='x unified', xaxis_title='frame',
+                      yaxis_title='total_reward_ma (mean; band: min-max across sessions)',
                       legend={'orientation': 'h', 'y': -0.15})
-    return _write_fig(fig, path_prefix, png)
+    return _write_fig(fig, path_prefix, png, js_dir)
 
 
 def plot_experiment(experiment_df: pd.DataFrame, keys: list[str], path_prefix: str, *, png: bool = False,

@@ -82,11 +82,12 @@ def snapshot_record(run: RunDir, snapshot: Snapshot) -> dict:
     return record
 
 
-def warm_start_weights(parent: RunDir, session: int, ckpt: str) -> tuple[dict, dict]:
-    """(nets {name: state_dict}, record for the lineage) of one session of `parent`: `ckpt` 'best'
-    is its model_best.pt (checksum verified), 'latest' its newest intact snapshot's nets."""
+def warm_start_weights(parent: RunDir, session: int, ckpt: str, trial: int = 0) -> tuple[dict, dict]:
+    """(nets {name: state_dict}, record for the lineage) of one session of trial `trial` of
+    `parent`: `ckpt` 'best' is its model_best.pt (checksum verified), 'latest' its newest intact
+    snapshot's nets."""
     if ckpt == 'best':
-        path = parent.model_path(0, session, 'best')
+        path = parent.model_path(trial, session, 'best')
         if not path.is_file():
             raise LineageError(f'--warm-start {parent.root}: session {session} has no {path.name} (a session writes '
                                'it at its first evaluation); use --ckpt latest for its newest snapshot')
@@ -95,10 +96,10 @@ def warm_start_weights(parent: RunDir, session: int, ckpt: str) -> tuple[dict, d
             raise LineageError(f'{path} holds no nets; use --ckpt latest')
         return state['nets'], {'session': session, 'file': str(path.relative_to(parent.root)),
                                'frame': state.get('frame'), 'crc32': contents_crc32(state)}
-    found = load_latest_snapshot(parent.ckpt_dir(0, session), damaged=[])
+    found = load_latest_snapshot(parent.ckpt_dir(trial, session), damaged=[])
     if found is None:
         raise LineageError(f'--warm-start {parent.root} --ckpt latest: session {session} has no intact snapshot '
-                           f'in {parent.ckpt_dir(0, session)}; use --ckpt best')
+                           f'in {parent.ckpt_dir(trial, session)}; use --ckpt best')
     return found.nets, {'session': session, **snapshot_record(parent, found)}
 
 

@@ -82,6 +82,59 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
     return run_dir
 
 
+TRIAL_TARGET = re.compile(r't(\d+)')
+
+
+def resolve_trial(target: str, label: str) -> tuple[RunDir, int, dict]:
+    """A trained trial of any run, whatever its spec name: RUN_DIR (a train run: its trial 0) or
+    RUN_DIR/tN (trial N of a search). Returns (the run directory, named by its own spec name; the
+    trial; the trial's saved spec). `label` names the option in errors (e.g. '--warm-start DIR')."""
+    root, trial = Path(target.rstrip('/') or '/'), None
+    m = TRIAL_TARGET.fullmatch(root.name)
+    if m and not root.is_dir():
+        root, trial = root.parent, int(m[1])
+    if not root.is_dir():
+        raise ResumeError(f'{label}: no such run directory (give a run directory, or RUN_DIR/t3 for trial 3 of a '
+                          'search)')
+    names = []
+    for path in root.glob('*_spec.json'):  # the run's spec: {spec_name}_spec.json, its meta naming it
+        try:
+            meta = read_json(path).get('meta') or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(meta, dict) and f"{meta.get('spec_name')}_spec.json" == path.name:
+            names.append(meta['spec_name'])
+    if len(names) != 1:
+        raise ResumeError(f'{label}: {root} is not a run directory (no {{spec_name}}_spec.json naming its spec)')
+    run_dir = RunDir(root, names[0])
+    if is_search_run(root):
+        trials = sorted(int(p.name[len(names[0]) + 2:-len('_spec.json')]) for p in
+                        root.glob(f'{glob_escape(names[0])}_t*_spec.json')
+                        if re.fullmatch(re.escape(names[0]) + r'_t\d+_spec\.json', p.name))
+        if trial is None or trial not in trials:
+            said = 'is a search' if trial is None else f'has no trial {trial}'
+            raise ResumeError(f'{label}: {root} {said}; give one of its trials, {root}/tN; its trials: '
+                              + (', '.join(f't{t}' for t in trials) or 'none yet'))
+    elif trial not in (None, 0):
+        raise ResumeError(f'{label}: {root} is a train run, with trial 0 only: give {root}')
+    trial = trial or 0
+    path = run_dir.spec_path(trial)
+    try:
+        spec = read_json(path)
+        sessions = spec['meta']['max_session']
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ResumeError(f"{path}: cannot read the trial's spec ({type(e).__name__}: {e}); restore it or give "
+                          'another run') from None
+    if not isinstance(sessions, int) or isinstance(sessions, bool) or sessions < 1:
+        raise ResumeError(f'{path}: meta.max_session is {sessions!r}, not a count of sessions; restore the file')
+    return run_dir, trial, spec
+
+
+def glob_escape(text: str) -> str:
+    """`text` with glob's special characters taken literally."""
+    return re.sub(r'([*?\[])', r'[\1]', text)
+
+
 def read_run_spec(run_dir: RunDir) -> dict:
     """The run's saved spec, checked to be a valid spec; ResumeError naming the file otherwise."""
     path = run_dir.spec_path()

@@ -137,6 +137,10 @@ def read_spec_file(spec_file: str) -> dict:
     column), a value JSON cannot hold, or a top level that is not an object."""
     if not os.path.isfile(spec_file):
         where = 'is a directory' if os.path.isdir(spec_file) else 'not found'
+        if where == 'not found' and not os.path.isabs(spec_file):
+            where += f' in {os.getcwd()}'  # a relative path: say where it was looked for
+            if not os.path.isdir('spec') and not os.path.isfile('run_lab.py'):
+                where += " (the lab's own spec/ files are in its repository: run from its root)"
         raise SpecError(f'spec file {spec_file} {where}; give the path of a JSON or YAML spec file, '
                         'e.g. spec/demo.json')
     try:

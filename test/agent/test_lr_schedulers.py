@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from lab_helpers import visible
 import torch
 
 from slm_lab import lab
@@ -132,7 +133,7 @@ def test_a_forced_scheduler_argument_applies_after_resume(tmp_path, no_png):
     path = tmp_path / 'forced.json'
     path.write_text(json.dumps({'forced': spec}))
     lab.run(str(path), 'forced', 'train', data_dir=str(tmp_path / 'data'))
-    (run,) = (tmp_path / 'data').iterdir()
+    (run,) = visible(tmp_path / 'data')
     state, _ = checkpoint.load_snapshot(checkpoint.list_snapshots(run / 'ckpt' / 'forced_t0_s0')[0])
     edited = load_spec(str(path), 'forced', ['env.max_frame=800', 'agent.net.lr_scheduler_spec.step_size=200'])
     session = Session(edited, RunDir(run, 'forced'))

@@ -131,3 +131,29 @@ def test_the_search_graph_draws_log_uniform_values_on_a_log_axis(tmp_path, no_pn
     # lr is in column 1 (x axes 1 and 3: both rows), gamma in column 2 (x axes 2 and 4)
     assert layout['xaxis']['type'] == layout['xaxis3']['type'] == 'log'
     assert layout['xaxis2'].get('type') != 'log' and layout['xaxis4'].get('type') != 'log'
+
+
+@pytest.mark.slow
+def test_a_searchs_trials_are_labelled_by_their_values_and_stopped_ones_marked(runs, tmp_path, capsys):
+    data, two, one = runs
+    search = tmp_path / 'data' / 'cmp_search_2026_01_01_000000'
+    (search / 'info').mkdir(parents=True)
+    for t, source in enumerate((two, one)):
+        for csv in (source / 'info').glob('*_session_df_train.csv'):
+            shutil.copy(csv, search / 'info' / re.sub(r'^cmp_[ab]_t0_', f'cmp_search_t{t}_', csv.name))
+    # as the search writes it when it ends: the searched keys between `trial` and `frame`
+    pd.DataFrame([{'trial': 0, 'agent.net.optim_spec.lr': 0.001234567, 'agent.algorithm.gamma': 0.99, 'frame': 512,
+                   'total_reward_ma': 20.0, 'status': 'completed'},
+                  {'trial': 1, 'agent.net.optim_spec.lr': 0.003, 'agent.algorithm.gamma': 0.9, 'frame': 256,
+                   'total_reward_ma': 15.0, 'status': 'stopped early (ASHA)'}]).to_csv(
+        search / 'info' / 'cmp_search_experiment_df.csv', index=False)
+    out = tmp_path / 'all.html'
+    assert plot_main(['-f', str(search), '-o', str(out)]) == 0
+    means = [t for t in traces(out) if t.get('line', {}).get('width') == 3]
+    assert [t['name'] for t in means] == ['t0: lr=0.00123, gamma=0.99 (2 sessions)',
+                                          't1: lr=0.003, gamma=0.9 (stopped at frame 256) (1 session)']
+    assert [t['line'].get('dash') for t in means] == ['solid', 'dash']
+    # a title that would run off the image is the count of runs; a long one given is wrapped
+    assert '"title":{"font":{"size":16},"text":"2 runs"}' in out.read_text()
+    assert plot_main(['-f', str(search), '-o', str(tmp_path / 'long.html'), '-t', 'word ' * 30]) == 0
+    assert 'word\\u003cbr\\u003eword' in (tmp_path / 'long.html').read_text()  # plotly escapes < and >

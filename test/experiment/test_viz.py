@@ -1,5 +1,7 @@
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -20,15 +22,18 @@ def session_df(n: int = 300, seed: int = 0, frame_offset: int = 0) -> pd.DataFra
     })
 
 
-def assert_offline_html(path: str) -> None:
-    """The page is small and loads one script, the plotly.js copy beside it (so it opens offline)."""
+def assert_offline_html(path: str) -> str:
+    """The page is small and loads one script, a local plotly.js copy by a relative path (so it
+    opens offline); returns the bundle's path."""
     html = open(path, encoding='utf-8').read()
     assert len(html) < 100_000, 'plotly.js must not be embedded in every page'
-    assert re.findall(r'<script[^>]*\bsrc="([^"]*)"', html) == ['plotly.min.js']
-    bundle = os.path.join(os.path.dirname(path), 'plotly.min.js')
-    assert os.path.isfile(bundle), 'the page loads a plotly.min.js that is not beside it'
+    (src,) = re.findall(r'<script[^>]*\bsrc="([^"]*)"', html)
+    assert not os.path.isabs(src) and '://' not in src
+    bundle = os.path.normpath(os.path.join(os.path.dirname(path), src))
+    assert os.path.isfile(bundle), f'the page loads {src}, which is not there'
     with open(bundle, encoding='utf-8') as f:
         assert re.search(r'plotly\.js v\d', f.read(300)), 'the plotly.js bundle banner is missing'
+    return bundle
 
 
 @pytest.fixture
@@ -72,27 +77,56 @@ def test_trial_sessions_are_aligned_on_the_first_sessions_frames():
     assert aligned[1, 1:3].tolist() == [15.0, 25.0]
 
 
-def test_graphs_of_a_run_share_one_plotly_js(tmp_path, no_png):
-    graph_dir = tmp_path / 'run' / 'graph'
-    paths = [viz.plot_session(session_df(seed=s), f's{s}', str(graph_dir / f'run_t0_s{s}'))[0] for s in range(2)]
-    paths += viz.plot_trial([session_df(seed=s) for s in range(2)], 't0', str(graph_dir / 'run_t0'))
-    paths += viz.plot_session(session_df(), 's0', str(graph_dir / 'run_t0_s0'))  # rewritten at a log point
-    for path in paths:
-        assert_offline_html(path)
-    assert sorted(p.name for p in graph_dir.iterdir()) == [
-        'plotly.min.js', 'run_t0_s0_session_graph.html', 'run_t0_s1_session_graph.html', 'run_t0_trial_graph.html']
-    assert (graph_dir / 'plotly.min.js').stat().st_size > 1_000_000
-    # a graph written into another directory gets its own copy
+def test_graphs_of_a_data_directory_share_one_plotly_js(tmp_path, no_png):
+    data = tmp_path / 'data'
+    paths = []
+    for run in ('run_a', 'run_b'):  # two runs of one data directory
+        graph_dir = data / run / 'graph'
+        paths += [viz.plot_session(session_df(seed=s), f's{s}', str(graph_dir / f'run_t0_s{s}'))[0] for s in range(2)]
+        paths += viz.plot_trial([session_df(seed=s) for s in range(2)], 't0', str(graph_dir / 'run_t0'))
+        paths += viz.plot_session(session_df(), 's0', str(graph_dir / 'run_t0_s0'))  # rewritten at a log point
+        assert sorted(p.name for p in graph_dir.iterdir()) == [
+            'run_t0_s0_session_graph.html', 'run_t0_s1_session_graph.html', 'run_t0_trial_graph.html']
+    bundles = {assert_offline_html(path) for path in paths}
+    assert bundles == {str(data / '.plotly' / f'plotly-{viz.plotly.__version__}.min.js')}
+    assert os.path.getsize(bundles.pop()) > 1_000_000
+    # a graph written outside a run directory gets a copy beside it, or in the js_dir asked for
     other = viz.plot_trial([session_df()], 't0', str(tmp_path / 'elsewhere' / 'run_t0'))[0]
-    assert_offline_html(other)
+    assert os.path.dirname(assert_offline_html(other)) == str(tmp_path / 'elsewhere')
+    asked = viz.plot_compare([('a', [session_df()])], 'a', str(tmp_path / 'plots' / 'c'), js_dir=str(data / '.plotly'))
+    assert os.path.dirname(assert_offline_html(asked[0])) == str(data / '.plotly')
 
 
-def test_a_damaged_or_outdated_plotly_js_is_replaced(tmp_path, no_png):
-    (tmp_path / 'plotly.min.js').write_text('/* plotly.js v1.0.0 */')  # e.g. left by an older plotly
+def test_a_damaged_plotly_js_is_replaced(tmp_path, no_png):
+    bundle = tmp_path / f'plotly-{viz.plotly.__version__}.min.js'
+    bundle.write_text('/* plotly.js v1.0.0 */')  # e.g. torn by a full disk
     path = viz.plot_session(session_df(), 's0', str(tmp_path / 'run_t0_s0'))[0]
-    assert_offline_html(path)
-    assert (tmp_path / 'plotly.min.js').read_bytes() == viz._plotly_js()
+    assert assert_offline_html(path) == str(bundle)
+    assert bundle.read_bytes() == viz._plotly_js()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith('.tmp')]
+
+
+def test_png_is_decided_once_per_command_and_said_once(monkeypatch, caplog):
+    """kaleido without a browser: one line for the command, and its session processes (which
+    inherit SLM_LAB_PNG) neither check again nor say it again."""
+    calls = []
+
+    def no_browser():
+        calls.append(1)
+        viz.logger.warning('PNG graphs are off: ...')
+        return False
+    monkeypatch.delenv(viz.PNG_ENV, raising=False)
+    monkeypatch.setattr(viz, '_png_works', no_browser)
+    viz.png_available.cache_clear()
+    try:
+        assert viz.png_available() is False and viz.png_available() is False
+        assert calls == [1] and os.environ[viz.PNG_ENV] == '0'
+        child = subprocess.run([sys.executable, '-c', 'from slm_lab.experiment import viz\n'
+                                'viz._png_works = lambda: 1 / 0\nprint(viz.png_available())'],
+                               capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == 'False' and 'PNG' not in child.stderr
+    finally:
+        viz.png_available.cache_clear()
 
 
 def test_png_is_written_when_export_works(tmp_path, monkeypatch):

@@ -224,7 +224,8 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
                           f'of {run_dir.root} already reached; use env.max_frame >= {total}')
     check_terminated()  # a SIGTERM during the checks ends the command before anything is written
     # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
-    resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']))
+    resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']),
+                              tensorboard=meta['tensorboard'] or old_spec['meta'].get('tensorboard', True))
     if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
         written = complete_finished_run(old_spec, run_dir)
         done = f'; completed its missing final files: {", ".join(written)}' if written else ''

@@ -174,7 +174,11 @@ def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | 
     title = title or ' vs '.join(label for label, _ in runs)
     check_terminated()  # a SIGTERM lost in C code while reading: stop before writing
     if make_dir is not None:
-        make_dir.mkdir(parents=True)
+        try:
+            make_dir.mkdir(parents=True)
+        except OSError as e:  # a file on its way (data/ a file), a read-only place
+            raise PlotError(f'cannot make the directory {make_dir}, where graphs go by default ({e.strerror or e}); '
+                            'give -o a path in an existing directory') from None
         print(f'made directory {make_dir}')
     html = Path(f'{prefix}.html')
     js = html.parent / viz.PLOTLY_JS

@@ -245,6 +245,9 @@ def test_the_graph_goes_exactly_where_o_says(tmp_path, capsys, monkeypatch, no_p
     # the default's directory is the lab's own: made, and said
     code, out, err = plot(['-f', str(run), '-d', 'elsewhere'], capsys)
     assert code == 0 and out[0] == 'made directory elsewhere/plots' and out[1].startswith('wrote elsewhere/plots/')
+    code, out, err = plot(['-f', str(run), '-d', 'afile'], capsys)
+    assert code == 2 and out == [] and err == ['error: cannot make the directory afile/plots, where graphs go by '
+                                               'default (Not a directory); give -o a path in an existing directory']
 
 
 @pytest.mark.subprocess

@@ -52,6 +52,7 @@ def test_plot_draws_each_run_with_a_band_and_a_colour_of_its_own(runs, capsys, m
     data, two, one = runs
     monkeypatch.chdir(data.parent)
     out = data.parent / 'cmp' / 'ab.html'
+    out.parent.mkdir(exist_ok=True)  # -o writes in an existing directory (a missing one is refused)
     # a run named relative to data/ as SLM-Lab's -f takes it, and one given as a path
     assert plot_main(['-f', f'{two.name},{one}', '-l', 'A,B', '-t', 'two runs', '-o', str(out)]) == 0
     assert f'wrote {out}' in capsys.readouterr().out

@@ -64,7 +64,11 @@ def plain(value: Any, what: str) -> Any:
         elif not (node is None or isinstance(node, (str, bool, int, float)) or _is_numpy(node)):
             raise SpecError(f'{where}: {type(node).__name__} {repr(node)[:60]} is not a spec value (string, number, '
                             'boolean, null, list or object)')
-    return json.loads(json.dumps(value, default=_numpy_to_python))
+    try:
+        return json.loads(json.dumps(value, default=_numpy_to_python))
+    except (TypeError, ValueError, AttributeError) as e:  # inside a numpy array of objects or dates
+        raise SpecError(f'{what}: holds a value that is no spec value ({e}); give numbers, strings, booleans, '
+                        'null, lists and objects') from None
 
 
 def _is_numpy(value: Any) -> bool:

@@ -29,7 +29,7 @@ TYPE_NAMES = {bool: 'bool', int: 'int', float: 'number', str: 'string', list: 'l
 # typo or a fuzzed number, refused naming its key, where it would make a run that never logs a row.
 # Sizes that take memory (a replay's max_size and batch_size, time_horizon, hid_layers) are bounded
 # by the memory estimate instead (slm_lab/resources.py), which names the key too.
-MAX_FRAME = 10**15  # frames and steps: a million years at 30,000 frames/s, and within a float's exact range
+MAX_FRAME = 10**15  # frames and steps: a thousand years at 30,000 frames/s; exact as a float (< 2**53)
 MAX_REPEATS = 10_000  # passes, batches or gradient steps per training; a policy update's delay
 MAX_BATCH = 10**8  # samples per gradient step (PPO's minibatch_size)
 MAX_KEPT = 10_000  # snapshots kept per session

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
+from slm_lab.options import check_run_options
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,85 @@ class RunResult:
     metrics: Any
 
 
+def plain(value: Any, what: str) -> Any:
+    """`value` as JSON values only, numpy's scalars and arrays as Python numbers and lists (a
+    notebook's np.float32(3e-4) is a number); SpecError naming `what` and the key path of the first
+    value that is no spec value, of an object that contains itself, or of nesting deeper than a
+    spec file may nest. Walked without recursion, so any depth or cycle is caught."""
+    # the spec reader's limits, a spec file's; its package imports gymnasium: not at `import slm_lab`
+    from slm_lab.spec.read import MAX_SPEC_DEPTH, MAX_SPEC_VALUES
+    count = 0
+    stack = [(value, '', ())]
+    while stack:
+        node, path, inside = stack.pop()
+        count += 1
+        if count > MAX_SPEC_VALUES:
+            raise SpecError(f'{what}: more than {MAX_SPEC_VALUES} values; a spec holds settings, not data')
+        where = f'{what}: {path}' if path else what
+        if isinstance(node, (dict, list, tuple)):
+            if id(node) in inside:
+                raise SpecError(f'{where} contains itself (an object that refers to one holding it); a spec must be '
+                                'a tree of JSON values')
+            if len(inside) >= MAX_SPEC_DEPTH:
+                parts = path.split('.')
+                short = '.'.join(parts[:4]) + ('...' if len(parts) > 4 else '')  # as the spec file reader says it
+                raise SpecError(f'{what}: {short} nests objects or lists more than {MAX_SPEC_DEPTH} deep, which no '
+                                'spec does; flatten it')
+            inside = inside + (id(node),)
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if not isinstance(key, str):
+                    raise SpecError(f'{where}{"." if path else ": "}{key!r}: keys must be strings, got '
+                                    f'{type(key).__name__}')
+                stack.append((item, f'{path}.{key}' if path else key, inside))
+        elif isinstance(node, (list, tuple)):
+            stack.extend((item, f'{path}[{i}]', inside) for i, item in enumerate(node))
+        elif not (node is None or isinstance(node, (str, bool, int, float)) or _is_numpy(node)):
+            raise SpecError(f'{where}: {type(node).__name__} {repr(node)[:60]} is not a spec value (string, number, '
+                            'boolean, null, list or object)')
+    try:
+        return json.loads(json.dumps(value, default=_numpy_to_python))
+    except (TypeError, ValueError, AttributeError) as e:  # inside a numpy array of objects or dates
+        raise SpecError(f'{what}: holds a value that is no spec value ({e}); give numbers, strings, booleans, '
+                        'null, lists and objects') from None
+
+
+def _is_numpy(value: Any) -> bool:
+    """A numpy scalar (np.float32, np.int64, np.bool_, np.str_) or array (0-d ones too), told by
+    its type's module so that numpy need not be imported."""
+    return type(value).__module__ == 'numpy' and hasattr(value, 'tolist')
+
+
+def _numpy_to_python(value: Any) -> Any:
+    """json.dumps's fallback: numpy's numbers, bools and arrays as Python's (np.bool_ stays a bool,
+    never a number); plain() has refused anything else."""
+    return value.tolist()
+
+
+def _overrides(overrides: Any) -> list[str]:
+    """The overrides as the command line's --set strings; SpecError for what is neither a list of
+    'KEY=VALUE' strings nor a dict {key: value}."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, dict):
+        out = []
+        for key, value in overrides.items():
+            if not isinstance(key, str):
+                raise SpecError(f'overrides: key {key!r} is not a string; give dotted key paths, e.g. '
+                                '{"env.max_frame": 20000}')
+            value = plain(value, f'overrides: {key}')
+            out.append(f'{key}={value if isinstance(value, str) else json.dumps(value)}')
+        return out
+    if isinstance(overrides, (list, tuple)):
+        for i, item in enumerate(overrides):
+            if not isinstance(item, str):
+                raise SpecError(f'overrides[{i}]: {item!r} is not a string; give "KEY=VALUE" strings as --set takes '
+                                'them, or a dict {key: value}')
+        return list(overrides)
+    raise SpecError(f'overrides: give a list of "KEY=VALUE" strings (as --set takes them) or a dict {{key: value}}, '
+                    f'not {type(overrides).__name__} {repr(overrides)[:60]}')
+
+
 def _spec_file(spec: str | os.PathLike | dict, spec_name: str | None, tmp: str) -> tuple[str, str]:
     """(spec file, spec name) for what `run` was given; a dict is written to a JSON file in `tmp`."""
     if isinstance(spec, (str, os.PathLike)):
@@ -41,6 +121,7 @@ def _spec_file(spec: str | os.PathLike | dict, spec_name: str | None, tmp: str) 
         return path, spec_name
     if not isinstance(spec, dict):
         raise SpecError(f'spec: give a spec file path or a spec dict, not {type(spec).__name__}')
+    spec = plain(spec, 'spec')
     if 'agent' in spec or 'env' in spec:  # one spec's body: the name comes from spec_name
         if spec_name is None:
             raise SpecError("spec is a spec's body (it has agent/env keys): give spec_name= to name it")
@@ -85,23 +166,26 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
     line (nothing is written then), TrainingDiverged, and Preempted when a signal stopped the run
     after saving a snapshot.
     """
-    from slm_lab import lab  # the lab's modules: imported at the first run, so that import slm_lab stays cheap
-    if isinstance(overrides, dict):
-        overrides = [f'{key}={value if isinstance(value, str) else json.dumps(value)}'
-                     for key, value in overrides.items()]
+    # the arguments first, as the command line parses its own before importing the lab
+    check_run_options(mode, force=force, fork=fork, frame=frame, warm_start=warm_start, ckpt=ckpt,
+                      ray_address=ray_address, keep=keep, run_dir=run_dir)
     if mode.startswith('enjoy@'):
         raise SpecError(f"mode '{mode}': replay from the command line: slm-lab run {mode}")
+    overrides = _overrides(overrides)
+    from slm_lab import lab  # the lab's modules: imported at the first run, so that import slm_lab stays cheap
+    new_run = not mode.startswith(('train@', 'search@')) or fork is not None or warm_start is not None
+    data_dir = lab.check_data_dir(data_dir, new_run=new_run)
     found: list = []
     with tempfile.TemporaryDirectory(prefix='slm_lab_spec_') as tmp:
         spec_file, name = _spec_file(spec, spec_name, tmp)
         if fork is not None or warm_start is not None or frame is not None or ckpt is not None:
             from slm_lab import branch  # imports lab (gymnasium): not at `import slm_lab`
-            metrics = branch.run(spec_file, name, mode, list(overrides or []), data_dir,
+            metrics = branch.run(spec_file, name, mode, overrides, data_dir,
                                  fork_from=None if fork is None else os.fspath(fork), frame=frame,
                                  warm_start_from=None if warm_start is None else os.fspath(warm_start), ckpt=ckpt,
                                  on_run_dir=found.append)
         else:
-            metrics = lab.run(spec_file, name, mode, list(overrides or []), data_dir=data_dir, force=force,
+            metrics = lab.run(spec_file, name, mode, overrides, data_dir=data_dir, force=force,
                               ray_address=ray_address, keep=keep, on_run_dir=found.append,
                               run_dir=None if run_dir is None else os.fspath(run_dir))
     return RunResult(run_dir=Path(found[-1].root), metrics=metrics)

@@ -13,7 +13,7 @@ import shutil
 import time
 from pathlib import Path
 
-from slm_lab.lab import create_run_dir, logger, preflight, prepare_spec, run_new, write_specs
+from slm_lab.lab import check_data_dir, create_run_dir, logger, preflight, prepare_spec, run_new, write_specs
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, Preempted
 from slm_lab.persistence import edits
@@ -42,6 +42,7 @@ def run(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None =
     if ckpt is not None and ckpt not in ('best', 'latest'):
         raise ModeError(f"--ckpt {ckpt}: use best or latest")
     check_spec_name(spec_name)
+    data_dir = check_data_dir(data_dir)  # the new run's directory goes there
     lab_logger.setup_console(logging.INFO)
     if fork_from is not None:
         return fork(spec_file, spec_name, fork_from, frame, overrides, data_dir, on_run_dir)

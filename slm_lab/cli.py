@@ -13,7 +13,8 @@ import signal
 import sys
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import LabError, Preempted, Terminated, clear_terminated, raise_terminated
+from slm_lab.lib.errors import LabError, ModeError, Preempted, Terminated, clear_terminated, raise_terminated
+from slm_lab.options import check_run_options
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
 EXIT_INTERRUPTED = 130
@@ -148,28 +149,11 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
                 setattr(args, key, default)
         if args.episodes < 1:
             parser.error('--episodes must be at least 1')
-    if not args.mode.startswith('search'):
-        for option, value in (('--ray-address', args.ray_address), ('--keep', args.keep)):
-            if value is not None:
-                parser.error(f'{option} only applies to search and search@ modes, not to {args.mode!r}')
-    if args.fork is not None or args.warm_start is not None:
-        option = '--fork' if args.fork is not None else '--warm-start'
-        if args.fork is not None and args.warm_start is not None:
-            parser.error('--fork and --warm-start: give one (a fork continues the parent\'s training from a '
-                         'snapshot; a warm start begins a new run from its weights)')
-        if args.mode != 'train':
-            parser.error(f"{option} makes a new train run: use mode train, not {args.mode!r}")
-        if args.force:
-            parser.error(f'--force applies to train@ only: {option} takes any spec the saved weights fit')
-    if args.run_dir is not None:
-        if args.mode != 'train':
-            parser.error(f"--run-dir names a train run's directory (started there, or continued when it exists): "
-                         f'use mode train, not {args.mode!r}')
-        if args.fork is not None or args.warm_start is not None:
-            parser.error('--run-dir and --fork / --warm-start: a new run from a trained one gets its own directory '
-                         'under data/; give one of them')
-    if args.frame is not None and args.fork is None:
-        parser.error('--frame picks the snapshot a fork continues from: use it with --fork RUN_DIR')
+    try:  # the rules between options, shared with the Python API (slm_lab/options.py)
+        check_run_options(args.mode, force=args.force, fork=args.fork, frame=args.frame, warm_start=args.warm_start,
+                          ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
+    except ModeError as e:
+        parser.error(str(e))
     if not args.mode.startswith('enjoy@'):
         extra = [f'--{key}' for key in ENJOY_DEFAULTS if key != 'ckpt' and getattr(args, key) is not None]
         if args.ckpt is not None and args.warm_start is None:  # --ckpt also picks a warm start's weights

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError, ResumeError, SpecError, check_terminated
+from slm_lab.lib.errors import DataDirError, ModeError, ResumeError, SpecError, check_terminated
 from slm_lab.lib.io import rename_no_replace, write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
@@ -29,6 +29,9 @@ DATA_DIR = 'data'
 
 def check_mode(mode: str) -> str:
     """The mode, or a ModeError naming the valid ones."""
+    if not isinstance(mode, str):
+        raise ModeError(f'unknown mode {mode!r}; give the mode as a string: dev, train, train@latest, '
+                        'train@<run dir>, search, search@latest, search@<run dir>')
     if mode in MODES or (mode.startswith(('train@', 'enjoy@')) and len(mode) > len('train@')) \
             or (mode.startswith('search@') and len(mode) > len('search@')):
         return mode
@@ -38,6 +41,41 @@ def check_mode(mode: str) -> str:
                             'use dev, train, train@latest, train@<run dir> or enjoy@<session spec>')
     raise ModeError(f"unknown mode '{mode}'; valid modes: dev, train, train@latest, train@<run dir>, "
                     'enjoy@<run dir>/<spec_name>_t0_s0_spec.json, search, search@latest, search@<run dir>')
+
+
+def check_data_dir(data_dir: str | os.PathLike, new_run: bool = True) -> str:
+    """The data directory as a string, once it is known to be able to hold a new run directory
+    (`new_run`; else only that it is a path): it (or, when missing, its nearest existing parent,
+    where it will be made) is a directory the lab can create a directory in. DataDirError naming
+    it otherwise, before anything is built."""
+    if not isinstance(data_dir, (str, os.PathLike)):
+        raise DataDirError(f'data_dir {data_dir!r}: give the path of a directory (a string), where run directories '
+                           'are made')
+    path = os.fspath(data_dir)
+    if not new_run:
+        return path
+    existing = os.path.abspath(path)
+    while not os.path.lexists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    fix = ('move it away or use another data directory (slm_lab.run\'s data_dir; the command line makes runs in '
+           './data: run it from another directory)')
+    if not os.path.isdir(existing):
+        what = 'is' if existing == os.path.abspath(path) else f'is under {existing}, which is'
+        raise DataDirError(f'data directory {path} {what} not a directory, so no run directory can be made in it; '
+                           f'{fix}')
+    # a real try, for what permissions do not tell (root in /proc, a read-only mount); its name is
+    # that of a run being created, so that a kill's leftover is removed as theirs are (create_run_dir)
+    probe = os.path.join(existing, f'.data_dir_check.tmp-{os.getpid()}')
+    try:
+        os.mkdir(probe)
+    except FileExistsError:  # this process's own, left by an earlier call
+        return path
+    except OSError as e:
+        where = '' if existing == os.path.abspath(path) else f' (in {existing}, where it would be made)'
+        raise DataDirError(f'data directory {path}: cannot make a run directory there{where}: {e.strerror or e}; '
+                           f'{fix}') from None
+    os.rmdir(probe)
+    return path
 
 
 def preflight(spec: dict) -> None:
@@ -133,6 +171,10 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     if run_dir is not None and mode != 'train':
         raise ModeError(f"--run-dir {run_dir}: it names a train run's directory (started there, or continued when "
                         f"it exists); use mode train, not '{mode}'")
+    if run_dir is None:
+        data_dir = check_data_dir(data_dir, new_run=not mode.startswith(('train@', 'search@')))
+    else:  # where the run's directory is made, or found
+        check_data_dir(str(Path(run_dir.rstrip('/') or '/').parent), new_run=True)
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
     if run_dir is not None:
         return train_in(spec_file, spec_name, run_dir, overrides, force, on_run_dir)
@@ -288,7 +330,8 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
                           f'of {run_dir.root} already reached; use env.max_frame >= {total}')
     check_terminated()  # a SIGTERM during the checks ends the command before anything is written
     # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
-    resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']))
+    resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']),
+                              tensorboard=meta['tensorboard'] or old_spec['meta'].get('tensorboard', True))
     if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
         written = complete_finished_run(old_spec, run_dir)
         done = f'; completed its missing final files: {", ".join(written)}' if written else ''

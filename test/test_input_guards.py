@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -248,7 +249,11 @@ def test_the_command_line_answers_each_guard_in_one_line(tmp_path):
     cases = [([str(spec_file), '../escape', 'train'], 'spec name'),
              ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.algorithm.gamma=NaN'], 'agent.algorithm.gamma: NaN'),
              ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.net.hid_layers=[100000,100000]'], 'this machine has'),
-             ([DEMO, 'ppo_cartpole', 'train', '-s', f'meta.max_session={2**63}'], 'meta.max_session')]
+             ([DEMO, 'ppo_cartpole', 'train', '-s', f'meta.max_session={2**63}'], 'meta.max_session'),
+             ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.net.optim_spec.lr=true'],
+              'agent.net.optim_spec.lr: expected a number, got true'),
+             ([DEMO, 'ppo_cartpole', 'train', '-s', 'agent.algorithm.training_epoch=1000000000'],
+              'agent.algorithm.training_epoch: 1000000000 is out of range; it must be <= 10000')]
     for args, expected in cases:
         cwd = tmp_path / 'cwd'
         cwd.mkdir()
@@ -358,3 +363,136 @@ def test_a_stop_counts_sessions_not_started_as_stopped_and_they_run_on_resume(ma
     for s in range(2):
         lines = (run_dir / 'info' / f'stop_t0_s{s}_session_df_eval.csv').read_text().splitlines()
         assert lines[-1].split(',')[4] == '1000'  # the frame column
+
+
+# --- a bool is not a number; every count has a bound (issue 27) -------------------------------------
+
+def _all_fields():
+    """(key path, Field) of every key of every schema the validator checks a spec against (nested
+    ones included): top level, meta, env, schedules, and each algorithm, memory and net."""
+    from slm_lab.agent.algorithm import ALGORITHMS
+    from slm_lab.agent.memory import MEMORIES
+    from slm_lab.agent.net import NETS
+    from slm_lab.lib.decay import SCHEDULE_SCHEMA
+    from slm_lab.spec import AGENT_SCHEMA, ENV_SCHEMA, META_SCHEMA, TOP_SCHEMA
+    schemas = [('spec', TOP_SCHEMA), ('meta', META_SCHEMA), ('env', ENV_SCHEMA), ('agent', AGENT_SCHEMA),
+               ('schedule', SCHEDULE_SCHEMA)]
+    schemas += [(f'agent.algorithm({name})', {**cls.spec_schema, **cls.memory_schema})
+                for name, cls in ALGORITHMS.items()]
+    schemas += [(f'agent.memory({name})', cls.spec_schema) for name, cls in MEMORIES.items()]
+    schemas += [(f'agent.net({name})', cls.spec_schema) for name, cls in NETS.items()]
+    stack = list(schemas)
+    while stack:
+        path, schema = stack.pop()
+        for key, fld in schema.items():
+            yield f'{path}.{key}', fld
+            if fld.schema is not None:
+                stack.append((f'{path}.{key}', fld.schema))
+
+
+def test_no_numeric_key_of_any_schema_takes_a_bool():
+    """Python's bool is an int: each check that takes a number must refuse true and false (and an
+    int list's items too), naming the key."""
+    from slm_lab.lib.schema import check_value
+    numeric = [(path, fld) for path, fld in _all_fields() if (int in fld.types or float in fld.types)
+               and bool not in fld.types]
+    assert len(numeric) > 100, 'the walk must reach the algorithms, memories and nets'
+    for path, fld in numeric:
+        for value in (True, False):
+            with pytest.raises(SpecError, match=rf'^{re.escape(path)}: expected'):
+                check_value(value, fld, path)
+    for path, fld in _all_fields():
+        if fld.item_type in (int, float):
+            with pytest.raises(SpecError, match=rf'^{re.escape(path)}\[1\]: expected'):
+                check_value([1, True], fld, path)
+
+
+BOOL_AS_NUMBER = {  # -s override: the message's start
+    'agent.net.optim_spec.lr=true': 'agent.net.optim_spec.lr: expected a number, got true (a bool is not a number); '
+                                     "Adam's default: 0.001",
+    'agent.net.optim_spec.betas=[0.9, true]': 'agent.net.optim_spec.betas[1]: expected a number, got true',
+    'agent.net.optim_spec.amsgrad=1': "agent.net.optim_spec.amsgrad: expected true or false, got 1; Adam's default: "
+                                      'false',
+    'agent.net.lr_scheduler_spec={"name": "StepLR", "step_size": true}':
+        'agent.net.lr_scheduler_spec.step_size: expected a number, got true',
+    'agent.net.lr_scheduler_spec={"name": "MultiStepLR", "milestones": [100, false]}':
+        'agent.net.lr_scheduler_spec.milestones[1]: expected a number, got false',
+    'agent.net.loss_spec={"name": "HuberLoss", "delta": false}': 'agent.net.loss_spec.delta: expected a number',
+    'agent.net.optim_spec={"name": "Lookahead", "k": true}': 'agent.net.optim_spec.k: expected an integer >= 1',
+    'agent.net.lr_scheduler_spec={"name": "LinearToZero", "frame": true}':
+        'agent.net.lr_scheduler_spec.frame: expected a frame count',
+    'agent.algorithm.gamma=true': 'agent.algorithm.gamma: expected number, got bool',
+    'agent.algorithm.training_epoch=false': 'agent.algorithm.training_epoch: expected int, got bool',
+    'env.clip_reward=[false, true]': 'env.clip_reward: [False, True] is not valid',
+    'agent.net.optim_spec.lr=null': "agent.net.optim_spec.lr: null is not allowed; expected a number (Adam's "
+                                    'default 0.001: leave the key out for it)',
+    'agent.net.lr_scheduler_spec={"name": "StepLR", "step_size": null}':
+        'agent.net.lr_scheduler_spec.step_size: null is not allowed; expected a number',
+    'agent.net.optim_spec.lr="fast"': 'agent.net.optim_spec.lr: expected a number, got "fast"',
+}
+
+
+@pytest.mark.parametrize('override', list(BOOL_AS_NUMBER))
+def test_a_bool_or_null_where_a_number_goes_is_refused_naming_the_key(override, make_spec, tmp_path):
+    """Before: -s agent.net.optim_spec.lr=true trained with a learning rate of 1.0, and lr=null
+    failed inside Adam with its own message."""
+    message = refused(make_spec('PPO'), tmp_path, overrides=[override])
+    assert message.startswith(BOOL_AS_NUMBER[override]), message
+
+
+def test_null_stays_valid_where_torch_takes_it(make_spec, spec_file):
+    spec = make_spec('PPO')
+    spec['agent']['net']['optim_spec'].update(foreach=None, fused=None, betas=[0.9, 0.99], amsgrad=True)
+    spec['agent']['net']['loss_spec'] = {'name': 'MSELoss', 'reduce': None}
+    loaded = load_spec(spec_file({'ok': spec}), 'ok')
+    assert loaded['agent']['net']['optim_spec']['foreach'] is None
+
+
+COUNTS = [  # (algorithm, -s key, bound)
+    ('PPO', 'agent.algorithm.training_epoch', 10_000), ('PPO', 'agent.algorithm.minibatch_size', 10**8),
+    ('DQN', 'agent.algorithm.training_iter', 10_000), ('DQN', 'agent.algorithm.training_batch_iter', 10_000),
+    ('DQN', 'agent.algorithm.training_frequency', 10**15), ('DQN', 'agent.algorithm.training_start_step', 10**15),
+    ('DQN', 'agent.net.update_frequency', 10**15), ('DQN', 'agent.algorithm.explore_var_spec.end_step', 10**15),
+    ('PPO', 'meta.log_frequency', 10**15), ('PPO', 'meta.eval_frequency', 10**15),
+    ('PPO', 'meta.checkpoint_frequency', 10**15), ('PPO', 'meta.keep_checkpoints', 10_000),
+    ('PPO', 'env.max_t', 10**15), ('PPO', 'meta.num_gpus', 1024), ('PPO', 'agent.net.cuda_id', 1024),
+    ('ActorCritic', 'agent.algorithm.num_step_returns', 10**15), ('Reinforce', 'agent.algorithm.training_frequency', 10**15),
+]
+
+
+@pytest.mark.parametrize('algorithm, key, bound', COUNTS)
+def test_every_count_has_an_upper_bound_naming_the_key(algorithm, key, bound, make_spec, tmp_path):
+    """Before: agent.algorithm.training_epoch=1000000000 was accepted, and the run never logged a row."""
+    spec = make_spec(algorithm)
+    if key == 'agent.algorithm.num_step_returns':
+        spec['agent']['algorithm']['lam'] = None
+    message = refused(spec, tmp_path, overrides=[f'{key}={bound + 1}'])
+    assert message == f'{key}: {bound + 1} is out of range; it must be <= {bound}', message
+    validate_spec(spec)  # the spec itself is fine
+
+
+def test_the_bounds_of_recurrent_nets_and_frame_stacks(make_spec, tmp_path):
+    spec = make_spec('DQN')
+    spec['agent']['net'] = {'type': 'RecurrentNet', 'cell_type': 'GRU', 'fc_hid_layers': [8], 'rnn_hidden_size': 6,
+                            'seq_len': 3, 'optim_spec': {'name': 'Adam', 'lr': 1e-3}}
+    for override, start in (('agent.net.rnn_hidden_size=4097', 'agent.net.rnn_hidden_size: 4097 is out of range'),
+                            ('agent.net.rnn_num_layers=65', 'agent.net.rnn_num_layers: 65 is out of range'),
+                            ('agent.net.seq_len=1025', 'agent.net.seq_len: 1025 is out of range')):
+        assert refused(spec, tmp_path, overrides=[override]).startswith(start)
+    spec = make_spec('DQN')
+    spec['env'].update(frame_op='concat', frame_op_len=1025)
+    assert refused(spec, tmp_path).startswith('env.frame_op_len: 1025 is out of range; it must be <= 1024')
+
+
+def test_shipped_specs_stay_within_the_bounds():
+    """Every spec the lab ships (placeholders filled) loads: no bound refuses a real spec."""
+    from slm_lab.spec.read import read_spec_file
+    paths = sorted(p for p in (REPO_ROOT / 'spec').rglob('*') if p.suffix in ('.json', '.yaml', '.yml'))
+    loaded = 0
+    for path in paths:
+        for name, raw in read_spec_file(str(path)).items():
+            if not name.startswith('_'):
+                holes = '${' in json.dumps(raw)
+                load_spec(str(path), name, ['env=CartPole-v1', 'max_frame=10000'] if holes else [])
+                loaded += 1
+    assert loaded > 40

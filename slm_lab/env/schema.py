@@ -12,7 +12,7 @@ from gymnasium.envs.registration import load_env_creator
 from slm_lab.env.atari import BACKENDS, ale_vector_unfit, default_backend
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family, warn_if_outdated
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import OMIT, Field, accepts, check_object, ignored_field, suggest
+from slm_lab.lib.schema import MAX_FRAME, MAX_HISTORY, OMIT, Field, accepts, check_object, ignored_field, suggest
 
 
 def _check_env_name(name: str, path: str) -> None:
@@ -43,21 +43,22 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-@accepts('`[width, height]`, each >= 1, or null')
+MAX_IMAGE_SIDE = 4096  # pixels of a resized frame's side (Atari's frames are 210 x 160)
+
+
+@accepts(f'`[width, height]`, each 1 to {MAX_IMAGE_SIDE}, or null')
 def _check_downsize(value, path):
-    if len(value) != 2 or min(value) < 1:
-        raise SpecError(f'{path}: {value!r} is not a frame size; give [width, height], e.g. [84, 84]')
+    if len(value) != 2 or min(value) < 1 or max(value) > MAX_IMAGE_SIDE:
+        raise SpecError(f'{path}: {value!r} is not a frame size; give [width, height], each 1 to {MAX_IMAGE_SIDE}, '
+                        'e.g. [84, 84]')
 
-
-# a million years at 30,000 frames/s: larger is a typo, and 10**400 overflows the float schedules
-MAX_FRAME = 10**15
 
 ENV_SCHEMA = {
     'name': Field((str,), check=_check_env_name, doc='gymnasium environment id, e.g. CartPole-v1'),
     'num_envs': Field((int,), 1, min=1, max=4096,
                       doc='parallel environments in one gymnasium.vector env (at most 4096: every one is stepped '
                           'by one process, or is a process of its own in async mode)'),
-    'max_t': Field((int,), None, nullable=True, min=1,
+    'max_t': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                    doc="episode step limit (null: the env's own TimeLimit)"),
     'max_frame': Field((int,), min=1, max=MAX_FRAME, doc='frames (env steps over all envs) in a session'),
     'normalize_obs': Field((bool,), False, doc='running mean/std observation normalisation'),
@@ -84,7 +85,7 @@ ENV_SCHEMA = {
             'end to end (the first of an episode repeated to fill), for vector observations; for Atari frames, '
             'the last frame_op_len 84x84 frames stacked (frame_op_len, 84, 84) (zeros before the first); null: '
             'none (Atari: 4 frames for ALE/ ids, 1 for the older ids)'),
-    'frame_op_len': Field((int,), OMIT, nullable=True, min=1,
+    'frame_op_len': Field((int,), OMIT, nullable=True, min=1, max=MAX_HISTORY,
                           doc='(SLM-Lab v4) how many observations frame_op joins; needed with frame_op'),
     'image_downsize': Field((list,), OMIT, nullable=True, item_type=int, check=_check_downsize,
                             doc='(SLM-Lab v4) Atari: the [width, height] frames are resized to (null: 84 x 84)'),

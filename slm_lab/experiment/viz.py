@@ -125,12 +125,17 @@ def js_dir_of(html_path: str) -> str:
     return graph_dir
 
 
+def bundle_path(js_dir: str) -> str:
+    """Where the installed plotly's bundle is kept in `js_dir`: plotly-{version}.min.js."""
+    return os.path.join(js_dir, f'plotly-{plotly.__version__}.min.js')
+
+
 def ensure_plotly_js(js_dir: str) -> str:
-    """Path of the installed plotly's bundle in `js_dir` (plotly-{version}.min.js), written
-    (atomically) when it is missing or not whole. Concurrent writers (the sessions of a trial,
-    other runs) each rename a complete copy into place."""
+    """Path of the installed plotly's bundle in `js_dir` (bundle_path), written (atomically) when
+    it is missing or not whole. Concurrent writers (the sessions of a trial, other runs) each
+    rename a complete copy into place."""
     os.makedirs(js_dir, exist_ok=True)
-    path = os.path.join(js_dir, f'plotly-{plotly.__version__}.min.js')
+    path = bundle_path(js_dir)
     bundle = _plotly_js()
     try:
         current_size = os.path.getsize(path)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, ignored_field
+from slm_lab.lib.schema import MAX_FRAME, Field, ignored_field
 
 DECAY_NAMES = ('no_decay', 'linear_decay', 'rate_decay', 'periodic_decay')
 # SLM-Lab's fixed shape parameters: its scheduler never passes decay_rate or frequency from the spec
@@ -27,8 +27,8 @@ SCHEDULE_SCHEMA = {
     'start_val': Field((float,), 0.0, doc='value at frame 0 and before start_step'),
     'end_val': Field((float,), None, nullable=True,
                      doc='value the decay goes to; null or 0 (as in SLM-Lab) means start_val: a constant'),
-    'start_step': Field((int,), 0, min=0, doc='frame at which decay starts'),
-    'end_step': Field((int,), 0, min=0, doc='frame at which decay ends'),
+    'start_step': Field((int,), 0, min=0, max=MAX_FRAME, doc='frame at which decay starts'),
+    'end_step': Field((int,), 0, min=0, max=MAX_FRAME, doc='frame at which decay ends'),
     'decay_rate': ignored_field('ignored, as in SLM-Lab: rate_decay always uses 0.9'),
     'frequency': ignored_field('ignored, as in SLM-Lab: rate_decay always uses 20 periods, periodic_decay 60'),
 }

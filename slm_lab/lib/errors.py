@@ -24,6 +24,10 @@ class ResumeError(LabError):
     """A run cannot be resumed as asked."""
 
 
+class DataDirError(LabError):
+    """The data directory cannot hold run directories: not a directory, or not writable."""
+
+
 class TrainingDiverged(LabError):
     """A loss or gradient norm became NaN or infinite; the session stopped without saving that state."""
 

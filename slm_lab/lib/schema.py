@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,6 +23,20 @@ OMIT = object()
 ANY_JSON = (bool, int, float, str, list, dict)
 
 TYPE_NAMES = {bool: 'bool', int: 'int', float: 'number', str: 'string', list: 'list', dict: 'object'}
+
+# Upper bounds of a spec's counts, far above any real run's (SLM-Lab's specs: at most 20 epochs or
+# batches per training, frequencies of 10**5 frames, 4-layer recurrent nets): past them a value is a
+# typo or a fuzzed number, refused naming its key, where it would make a run that never logs a row.
+# Sizes that take memory (a replay's max_size and batch_size, time_horizon, hid_layers) are bounded
+# by the memory estimate instead (slm_lab/resources.py), which names the key too.
+MAX_FRAME = 10**15  # frames and steps: a thousand years at 30,000 frames/s; exact as a float (< 2**53)
+MAX_REPEATS = 10_000  # passes, batches or gradient steps per training; a policy update's delay
+MAX_BATCH = 10**8  # samples per gradient step (PPO's minibatch_size)
+MAX_KEPT = 10_000  # snapshots kept per session
+MAX_DEVICES = 1024  # GPUs or CPUs of a trial, a GPU's index
+MAX_HISTORY = 1024  # observations joined into one input (frame_op_len) or one training sequence (seq_len)
+MAX_RNN_WIDTH = 4096  # a recurrent net's hidden state
+MAX_RNN_LAYERS = 64
 
 
 @dataclass
@@ -234,7 +249,10 @@ def _copy_default(value):
 
 
 def check_torch_kwargs(cls: type, kwargs: dict, path: str, skip: tuple = ()) -> None:
-    """Check that every key of `kwargs` is a keyword argument of `cls.__init__`."""
+    """Check that every key of `kwargs` is a keyword argument of `cls.__init__`, and that its
+    value is of the kind the argument takes (torch_kind): a bool is not a number (Python's bool is
+    an int, so torch would take `lr: true` as a learning rate of 1.0), a number is not a bool,
+    null only where the argument's default is null."""
     params = inspect.signature(cls.__init__).parameters
     valid = [p for p in params if p not in ('self',) + skip and params[p].kind not in
              (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
@@ -244,7 +262,52 @@ def check_torch_kwargs(cls: type, kwargs: dict, path: str, skip: tuple = ()) -> 
                             f'{suggest(key, valid)}; valid arguments: {", ".join(valid)}')
         if isinstance(value, (dict,)):
             raise SpecError(f'{path}.{key}: expected a number, string, bool or list, got an object')
+        check_torch_value(value, params[key], f'{path}.{key}', cls.__name__)
         check_float32(value, f'{path}.{key}')
+
+
+def torch_kind(param: inspect.Parameter) -> tuple[str | None, bool]:
+    """(kind, nullable) of a torch class's argument, from its default and type annotation: kind
+    'number' (int or float), 'bool', or None when neither says (anything is passed on as given);
+    nullable: whether null (None) is a value it takes."""
+    default = param.default
+    annotation = '' if param.annotation is inspect.Parameter.empty else str(param.annotation)
+    words = set(re.findall(r'[A-Za-z_]+', annotation))
+    has_default = default is not inspect.Parameter.empty
+    nullable = (has_default and default is None) or bool(words & {'None', 'Optional'}) or (not has_default
+                                                                                          and not annotation)
+    if 'bool' in words and not words & {'int', 'float'} or (isinstance(default, bool) and not annotation):
+        return 'bool', nullable
+    if words & {'int', 'float'} and not words & {'bool', 'str'} or (
+            type(default) in (int, float) and not annotation):
+        return 'number', nullable
+    return None, nullable
+
+
+def check_torch_value(value: Any, param: inspect.Parameter, path: str, owner: str) -> None:
+    """SpecError when `value` is not of the kind torch's argument `param` of class `owner` takes
+    (see torch_kind); a list's items are checked as numbers where the argument takes numbers
+    (betas, milestones)."""
+    kind, nullable = torch_kind(param)
+    has_default = param.default is not inspect.Parameter.empty
+    default = f"; {owner}'s default: {_json(param.default)}" if has_default else ''
+    if value is None:
+        if kind is not None and not nullable:
+            out = f" ({owner}'s default {_json(param.default)}: leave the key out for it)" if has_default else ''
+            raise SpecError(f'{path}: null is not allowed; expected {_KIND_WORDS[kind]}{out}')
+        return
+    if kind == 'number':
+        items = value if isinstance(value, list) else [value]
+        for i, item in enumerate(items):
+            if isinstance(item, bool) or not isinstance(item, (int, float, list)):
+                where = f'{path}[{i}]' if items is value else path
+                why = ' (a bool is not a number)' if isinstance(item, bool) else ''
+                raise SpecError(f'{where}: expected a number, got {_json(item)}{why}{default}')
+    elif kind == 'bool' and not isinstance(value, bool):
+        raise SpecError(f'{path}: expected true or false, got {_json(value)}{default}')
+
+
+_KIND_WORDS = {'number': 'a number', 'bool': 'true or false'}
 
 
 FLOAT32_MAX = 3.4028234663852886e38

@@ -305,12 +305,26 @@ def files_written_on_resume(run_dir: RunDir, max_session: int, trial: int = 0) -
     return paths
 
 
-def restore_layout(run_dir: RunDir, max_session: int) -> None:
+def board_dirs(run_dir: RunDir, max_session: int, trial: int = 0) -> list[Path]:
+    """The TensorBoard directories a resume writes: tb/, each session's and the trial's."""
+    return [run_dir.root / 'tb'] + [run_dir.tb_dir(trial, s) for s in range(max_session)] + [run_dir.tb_dir(trial)]
+
+
+def _kind(path: Path) -> str:
+    """What stands at `path` that is not a directory, in a user's words."""
+    if path.is_symlink():
+        return 'a link to nothing' if not path.exists() else 'a link to a file'
+    return 'a file' if path.is_file() else 'not a directory'
+
+
+def restore_layout(run_dir: RunDir, max_session: int, tensorboard: bool = True) -> None:
     """Before a resume writes anything: make again the run's subdirectories the lab writes into
     (log/, info/, model/, graph/) where they were deleted (they are the lab's own, and a resume
     writes them anew), after checking that nothing stands where the resume will write: a file
     where a subdirectory belongs, or a directory where a file belongs, is a ResumeError naming
-    it, and the run is left as it was."""
+    it, and the run is left as it was. With `tensorboard` (meta.tensorboard), the same for tb/
+    and the TensorBoard directories of the sessions and the trial (a file or a dangling link
+    there would fail at the first log point, after a row was written)."""
     for sub in SUBDIRS:
         path = run_dir.root / sub
         if path.exists() and not path.is_dir():
@@ -320,6 +334,12 @@ def restore_layout(run_dir: RunDir, max_session: int) -> None:
         if path.exists() and not path.is_file():
             raise ResumeError(f'{path} is not a file (a directory?), where the run writes its '
                               f'{path.name.rsplit("_", 1)[-1]}; move it away and resume again')
+    if tensorboard:
+        for path in board_dirs(run_dir, max_session):
+            if path.is_symlink() or path.exists():
+                if not path.is_dir():
+                    raise ResumeError(f'{path} is {_kind(path)}, where the run writes its TensorBoard event files '
+                                      '(a directory); move it away and resume again')
     run_dir.create()
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from slm_lab.env.schema import check_env
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import OMIT, Field, check_finite, check_object, ignored_field, not_available, suggest
+from slm_lab.lib.schema import (MAX_DEVICES, MAX_FRAME, MAX_KEPT, OMIT, Field, check_finite, check_object, ignored_field,
+                               not_available, suggest)
 from slm_lab.spec.compat import flatten_v4_layout, rename_env_id
 
 # Sessions are processes and each writes its own files; more seeds than any study uses (papers
@@ -31,8 +32,8 @@ META_SCHEMA = {
                              'updated without locks (Hogwild); "synced": each session trains a local copy, steps the '
                              'global nets with its gradients and pulls them back; env.max_frame is split between the '
                              'sessions; false: independent sessions (see docs/resume.md, Distributed runs)'),
-    'log_frequency': Field((int,), 1000, min=1, doc='frames between progress lines and CSV rows'),
-    'eval_frequency': Field((int,), None, nullable=True, min=1,
+    'log_frequency': Field((int,), 1000, min=1, max=MAX_FRAME, doc='frames between progress lines and CSV rows'),
+    'eval_frequency': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                             doc='frames between evaluations (default: log_frequency)'),
     'rigorous_eval': Field((int,), 0, min=0, max=MAX_EVAL_EPISODES,
                            doc='episodes of greedy play on a separate env at each eval (0: use training returns)'),
@@ -41,9 +42,9 @@ META_SCHEMA = {
     'max_trial': Field((int,), 1, min=1, max=MAX_TRIALS, doc='trials in a search (per grid point of a grid_search)'),
     'random_seed': Field((int,), None, nullable=True, min=0, max=MAX_SEED,
                          doc='base seed; session s of trial t uses random_seed + 1000*t + s (drawn when null)'),
-    'checkpoint_frequency': Field((int,), None, nullable=True, min=1,
+    'checkpoint_frequency': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                   doc='frames between snapshots of the whole session state (default: log_frequency)'),
-    'keep_checkpoints': Field((int,), 2, min=1, doc='recent snapshots kept per session (plus best weights and the final one)'),
+    'keep_checkpoints': Field((int,), 2, min=1, max=MAX_KEPT, doc='recent snapshots kept per session (plus best weights and the final one)'),
     'snapshot_replay': Field((bool,), False,
                              doc='include an off-policy replay memory in snapshots (else it refills after resume)'),
     'tensorboard': Field((bool,), True,
@@ -51,14 +52,14 @@ META_SCHEMA = {
                              '(see docs/run-directory.md, TensorBoard)'),
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
     # SLM-Lab keys for hardware and search: recorded; the search mode reads them
-    'num_gpus': Field((int,), OMIT, nullable=True, min=0,
+    'num_gpus': Field((int,), OMIT, nullable=True, min=0, max=MAX_DEVICES,
                       doc='(SLM-Lab v4) GPUs a search reserves per trial; recorded for search'),
     'search_resources': Field((dict,), OMIT, nullable=True, schema={
-        'cpu': Field((float,), 1, min=0, min_exclusive=True, doc='CPUs per trial'),
-        'gpu': Field((float,), 0, min=0, doc='GPUs per trial (a fraction shares one GPU)'),
+        'cpu': Field((float,), 1, min=0, min_exclusive=True, max=MAX_DEVICES, doc='CPUs per trial'),
+        'gpu': Field((float,), 0, min=0, max=MAX_DEVICES, doc='GPUs per trial (a fraction shares one GPU)'),
     }, doc='(SLM-Lab v5) resources a search reserves per trial (default 1 CPU); read by search mode'),
     'search_scheduler': Field((dict,), OMIT, nullable=True, schema={
-        'grace_period': Field((int,), 1, min=1, doc='frames a trial runs before it can be stopped'),
+        'grace_period': Field((int,), 1, min=1, max=MAX_FRAME, doc='frames a trial runs before it can be stopped'),
         'reduction_factor': Field((float,), 4, min=1, min_exclusive=True,
                                   doc='the fraction 1/reduction_factor of trials continues at each rung'),
     }, doc="(SLM-Lab v5) early stopping of a search's trials (ASHA on frames); read by search mode"),

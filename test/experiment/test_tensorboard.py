@@ -225,3 +225,110 @@ def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(t
     assert train_csv(run, 'tbkill')['frame'].tolist() == list(range(500, end + 1, 500))
     assert_stream_mirrors_records(run, 'tbkill')
     assert json.loads((run / 'info' / 'tbkill_t0_s0_resumes.json').read_text())[0]['frame'] == snapshot
+
+
+# --- a TensorBoard path of the wrong kind (issue 27) -----------------------------------------------
+
+@pytest.fixture(scope='module')
+def finished_run(tmp_path_factory):
+    """A short PPO run (two log points), to copy for each case; (spec file, its data dir)."""
+    from slm_lab.experiment import viz
+    root = tmp_path_factory.mktemp('tb_layout')
+    spec = copy.deepcopy(PPO)
+    spec['env']['max_frame'] = 1000
+    spec['meta'].update(log_frequency=500, eval_frequency=500)
+    spec_file = write_spec(root, 'tblay', spec)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(viz, 'png_available', lambda: False)
+        lab.run(spec_file, 'tblay', 'train', data_dir=str(root / 'data'))
+    return spec_file, root / 'data'
+
+
+def entries(root: Path) -> dict[str, str]:
+    """Every entry under root (dangling links too): a file's content digest, else its kind."""
+    import hashlib
+    out = {}
+    for p in sorted(root.rglob('*')):
+        key = str(p.relative_to(root))
+        if p.is_symlink():
+            out[key] = f'link to {Path(p.readlink())}'
+        elif p.is_file():
+            out[key] = hashlib.md5(p.read_bytes()).hexdigest()
+        else:
+            out[key] = 'dir'
+    return out
+
+
+WRONG_KIND = {  # case: (the path under the run, how it is replaced, the kind the message names)
+    'tb/ itself a file': ('tb', 'file', 'a file'),
+    "a session's tb dir a file": ('tb/tblay_t0_s0', 'file', 'a file'),
+    "a session's tb dir a dangling link": ('tb/tblay_t0_s0', 'dangling link', 'a link to nothing'),
+    "the trial's tb dir a file": ('tb/tblay_t0', 'file', 'a file'),
+}
+
+
+@pytest.mark.parametrize('case', list(WRONG_KIND))
+def test_a_tensorboard_path_of_the_wrong_kind_is_refused_before_resuming(case, finished_run, tmp_path, no_png):
+    """Before: train@ wrote the next CSV row, then a FileExistsError traceback (exit 1)."""
+    import shutil
+
+    from slm_lab.lib.errors import ResumeError
+    spec_file, data = finished_run
+    shutil.copytree(data, tmp_path / 'data', symlinks=True)
+    (run,) = run_dirs(tmp_path / 'data', 'tblay')
+    where, how, kind = WRONG_KIND[case]
+    path = run / where
+    shutil.rmtree(path)
+    if how == 'file':
+        path.write_text('not a directory\n')
+    else:
+        path.symlink_to(tmp_path / 'gone')
+    before = entries(run)
+    with pytest.raises(ResumeError) as info:
+        lab.run(spec_file, 'tblay', 'train@latest', ['env.max_frame=2000'], data_dir=str(tmp_path / 'data'))
+    assert str(info.value) == (f'{path} is {kind}, where the run writes its TensorBoard event files (a directory); '
+                               'move it away and resume again')
+    assert entries(run) == before, 'nothing may be written to the run'
+    assert len(train_csv(run, 'tblay')) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_command_line_refuses_a_bad_tensorboard_dir_and_resumes_once_it_is_moved(finished_run, tmp_path):
+    import shutil
+    spec_file, data = finished_run
+    shutil.copytree(data, tmp_path / 'data', symlinks=True)
+    (run,) = run_dirs(tmp_path / 'data', 'tblay')
+    board = run / 'tb' / 'tblay_t0_s0'
+    shutil.rmtree(board)
+    board.write_text('x')
+    args = [spec_file, 'tblay', 'train@latest', '-s', 'env.max_frame=2000']
+    out = cli(args, tmp_path, env=lab_env())
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        f'error: {Path("data") / board.relative_to(tmp_path / "data")} is a file, where the run writes its '
+        'TensorBoard event files (a directory); move it away and resume again'], out.stderr
+    assert len(train_csv(run, 'tblay')) == 2
+    board.rename(tmp_path / 'moved')
+    out = cli(args, tmp_path, env=lab_env())
+    assert out.returncode == 0, out.stderr
+    assert train_csv(run, 'tblay')['frame'].iloc[-1] == 2000
+    assert_stream_mirrors_records(run, 'tblay')
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path):
+    """A fork writes a new run directory: the parent's tb/ is neither read nor written."""
+    import shutil
+    spec_file, data = finished_run
+    shutil.copytree(data, tmp_path / 'data', symlinks=True)
+    (parent,) = run_dirs(tmp_path / 'data', 'tblay')
+    shutil.rmtree(parent / 'tb')
+    (parent / 'tb').write_text('x')
+    before = entries(parent)
+    out = cli([spec_file, 'tblay', 'train', '--fork', str(parent), '-s', 'env.max_frame=1500'], tmp_path,
+              env=lab_env())
+    assert out.returncode == 0, out.stderr
+    (child,) = [r for r in run_dirs(tmp_path / 'data', 'tblay') if r != parent]
+    assert entries(parent) == before
+    assert_stream_mirrors_records(child, 'tblay')

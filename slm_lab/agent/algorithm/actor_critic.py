@@ -33,7 +33,7 @@ from slm_lab.agent.memory.onpolicy import EpisodeBatch, RolloutBatch
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.actor_critic import ActorCriticNet
 from slm_lab.lib.decay import schedule_field
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import MAX_FRAME, Field
 
 
 # --- the maths ------------------------------------------------------------------------------------
@@ -188,13 +188,13 @@ class ActorCritic(OnPolicyAlgorithm):
         **BASE_SCHEMA,
         'lam': Field((float,), None, nullable=True, min=0, max=1,
                      doc='GAE lambda: advantages by GAE when given (null: num_step_returns decides)'),
-        'num_step_returns': Field((int,), None, nullable=True, min=1,
+        'num_step_returns': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                   doc='n of n-step returns, used when lam is null; training_frequency then '
                                       "becomes n, as in SLM-Lab (both null: plain discounted returns)"),
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
         'policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the policy-gradient term'),
         'val_loss_coef': Field((float,), 1.0, min=0, doc="weight of the value loss (SLM-Lab's default 1)"),
-        'training_frequency': Field((int,), 1, min=1,
+        'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME,
                                     doc='OnPolicyBatchReplay: vector steps per update; OnPolicyReplay: episodes '
                                         'per update (replaced by num_step_returns for n-step returns)'),
         'normalize_v_targets': Field((bool,), False,

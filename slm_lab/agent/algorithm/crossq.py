@@ -25,7 +25,7 @@ from slm_lab.agent.algorithm.sac import SAC_SCHEMA, SoftActorCritic, continuous_
     soft_q_targets
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import MAX_FRAME, Field
 
 
 def insert_batch_renorm(net: nn.Module, brn_spec: dict) -> int:
@@ -56,7 +56,7 @@ class CrossQ(SoftActorCritic):
         'critic_batch_renorm': Field((dict,), None, nullable=True, schema={
             'momentum': Field((float,), 0.01, min=0, max=1, doc='weight of the batch in the running statistics'),
             'eps': Field((float,), 0.001, min=0, min_exclusive=True, doc='added to the variances'),
-            'warmup_steps': Field((int,), 10000, min=0,
+            'warmup_steps': Field((int,), 10000, min=0, max=MAX_FRAME,
                                   doc='training forwards over which r_max and d_max reach their limits'),
             'r_max': Field((float,), 3.0, min=1, doc='limit of the scale correction r'),
             'd_max': Field((float,), 5.0, min=0, doc='limit of the shift correction d'),

@@ -31,7 +31,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA
 from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
-from slm_lab.lib.schema import Field, ignored_field
+from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field, ignored_field
 
 
 def q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_q_select: torch.Tensor,
@@ -62,10 +62,10 @@ class VanillaDQN(OffPolicyAlgorithm):
         'explore_var_spec': schedule_field('schedule of epsilon (epsilon_greedy) or temperature (boltzmann)',
                                            default={'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.05,
                                                     'start_step': 0, 'end_step': 10000}),
-        'training_batch_iter': Field((int,), 1, min=1, doc='gradient steps per sampled batch'),
-        'training_iter': Field((int,), 1, min=1, doc='batches sampled per training'),
-        'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
-        'training_start_step': Field((int,), None, nullable=True, min=1,
+        'training_batch_iter': Field((int,), 1, min=1, max=MAX_REPEATS, doc='gradient steps per sampled batch'),
+        'training_iter': Field((int,), 1, min=1, max=MAX_REPEATS, doc='batches sampled per training'),
+        'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME, doc='frames between trainings'),
+        'training_start_step': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                      doc="transitions in memory before training starts (null: the memory's batch_size, "
                                          "as in SLM-Lab; the saved spec records the number)"),
         'normalize_state': ignored_field('(SLM-Lab v4) ignored: no SLM-Lab v4.2.4 algorithm reads it; '

@@ -33,7 +33,7 @@ from slm_lab.agent.net import net_util
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import OMIT, Field, ignored_field
+from slm_lab.lib.schema import MAX_BATCH, MAX_REPEATS, OMIT, Field, ignored_field
 
 
 
@@ -111,10 +111,10 @@ class PPO(ActorCritic):
         'val_loss_coef': Field((float,), 1.0, min=0, doc="weight of the value loss (SLM-Lab's default 1)"),
         'time_horizon': Field((int,), 128, min=1, doc='OnPolicyBatchReplay: vector steps per update '
                                                       '(batch = time_horizon * num_envs)'),
-        'minibatch_size': Field((int,), 4, min=1,
+        'minibatch_size': Field((int,), 4, min=1, max=MAX_BATCH,
                                 doc="samples per gradient step (the last minibatch of an epoch takes the remainder; "
                                     "SLM-Lab's default 4)"),
-        'training_epoch': Field((int,), 4, min=1, doc='passes over the batch per update'),
+        'training_epoch': Field((int,), 4, min=1, max=MAX_REPEATS, doc='passes over the batch per update'),
         'normalize_advantage': Field((bool,), True, doc='normalise advantages per minibatch (how: normalize_advantages)'),
         'normalize_advantages': Field((str,), OMIT, choices=('standardize', 'percentile'),
                                       doc='(SLM-Lab v5) "standardize" (its default): (A - mean) / std per minibatch; '

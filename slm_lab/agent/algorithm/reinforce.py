@@ -15,7 +15,7 @@ from slm_lab.agent.algorithm.on_policy import OnPolicyAlgorithm
 from slm_lab.agent.memory import OnPolicyBatchReplay
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import MAX_FRAME, Field
 
 
 def discounted_returns(rewards: np.ndarray, dones: np.ndarray, gamma: float) -> np.ndarray:
@@ -59,7 +59,7 @@ class Reinforce(OnPolicyAlgorithm):
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
         'policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the policy-gradient term (not of the entropy '
                                                             "bonus), as in SLM-Lab's Reinforce"),
-        'training_frequency': Field((int,), 1, min=1,
+        'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME,
                                     doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per update'),
     }
     memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy')

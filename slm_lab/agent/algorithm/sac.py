@@ -43,7 +43,7 @@ from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm, state_action_
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.agent.net.squashed_gaussian import GaussianPolicy, squashed_log_prob  # noqa: F401 (tested here)
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, accepts
+from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field, accepts
 
 # --- maths --------------------------------------------------------------------------------------
 def soft_q_targets(rewards: torch.Tensor, terminateds: torch.Tensor, next_values: torch.Tensor,
@@ -115,13 +115,13 @@ def _check_target_entropy(value, path):
 
 SAC_SCHEMA = {
     **BASE_SCHEMA,
-    'training_iter': Field((int,), None, nullable=True, min=1,
+    'training_iter': Field((int,), None, nullable=True, min=1, max=MAX_REPEATS,
                            doc='batches (gradient steps) per training (null: env.num_envs, as in SLM-Lab v5)'),
-    'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
-    'training_start_step': Field((int,), None, nullable=True, min=1,
+    'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME, doc='frames between trainings'),
+    'training_start_step': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                  doc='frames of uniformly random actions, and transitions in memory, before training '
                                      "starts (null: max(1000, memory.batch_size), SLM-Lab v5's default)"),
-    'policy_delay': Field((int,), 1, min=1, doc='critic steps per policy and temperature step (2: TD3-style)'),
+    'policy_delay': Field((int,), 1, min=1, max=MAX_REPEATS, doc='critic steps per policy and temperature step (2: TD3-style)'),
     'entropy_penalty_coef': Field((float,), 0.0, min=0,
                                   doc='discrete actions: weight of the penalty 0.5 * (H_ema - H)^2 on entropy changes '
                                       '(SD-SAC; 0: off)'),
@@ -132,7 +132,7 @@ SAC_SCHEMA = {
                       doc="learning rate of the temperature's optimizer (null: net.optim_spec's lr)"),
     'fixed_alpha': Field((float,), None, nullable=True, min=0,
                          doc='a constant temperature instead of the learned one (null: learned)'),
-    'alpha_anneal_frames': Field((int,), 0, min=0,
+    'alpha_anneal_frames': Field((int,), 0, min=0, max=MAX_FRAME,
                                  doc='with fixed_alpha: frames over which alpha falls linearly to 0 (0: constant)'),
     'target_entropy': Field((float, str), 'auto', check=_check_target_entropy,
                             doc='entropy the temperature steers to; "auto": -act_dim (continuous), '
@@ -140,7 +140,7 @@ SAC_SCHEMA = {
     'entropy_anneal': Field((dict,), None, nullable=True, schema={
         'start_ratio': Field((float,), 0.6, min=0, doc='target entropy / ln(n_actions) at frame 0'),
         'end_ratio': Field((float,), None, nullable=True, min=0, doc='the ratio after `frames` (null: start_ratio)'),
-        'frames': Field((int,), 0, min=0, doc='frames of the linear change (0: none)'),
+        'frames': Field((int,), 0, min=0, max=MAX_FRAME, doc='frames of the linear change (0: none)'),
     }, doc='discrete actions with target_entropy "auto": the ratio of ln(n_actions) the target entropy is'),
     'spectral_norm': Field((bool,), False, planned={
         True: "SLM-Lab v5's spectral normalisation of the critics' penultimate layer"},

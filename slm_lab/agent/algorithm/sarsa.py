@@ -26,7 +26,7 @@ from slm_lab.agent.algorithm.on_policy import OnPolicyAlgorithm
 from slm_lab.agent.memory import OnPolicyBatchReplay
 from slm_lab.agent.memory.onpolicy import RolloutBatch
 from slm_lab.agent.net import build_net, net_util
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import MAX_FRAME, Field
 
 
 def sarsa_targets(rewards: torch.Tensor, terminateds: torch.Tensor, truncateds: torch.Tensor,
@@ -77,7 +77,7 @@ class SARSA(OnPolicyAlgorithm):
 
     spec_schema = {
         **BASE_SCHEMA,
-        'training_frequency': Field((int,), 1, min=1,
+        'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME,
                                     doc='OnPolicyBatchReplay: vector steps per update; OnPolicyReplay: episodes '
                                         'per update'),
     }

@@ -33,7 +33,7 @@ from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm, state_action_
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field
+from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field
 
 
 # --- maths --------------------------------------------------------------------------------------
@@ -67,13 +67,13 @@ TD3_SCHEMA = {
         'schedule of the standard deviation of the Gaussian exploration noise, in the unit action range [-1, 1] '
         "(Stable-Baselines3's action_noise NormalActionNoise)",
         default={'name': 'no_decay', 'start_val': 0.1, 'end_val': 0.1, 'start_step': 0, 'end_step': 0}),
-    'policy_delay': Field((int,), 2, min=1, doc='critic steps per policy step and target update'),
+    'policy_delay': Field((int,), 2, min=1, max=MAX_REPEATS, doc='critic steps per policy step and target update'),
     'policy_noise': Field((float,), 0.2, min=0,
                           doc='standard deviation of the target policy smoothing noise (unit action range)'),
     'noise_clip': Field((float,), 0.5, min=0, doc='the smoothing noise is clipped to [-noise_clip, noise_clip]'),
-    'training_iter': Field((int,), 1, min=1, doc='batches (gradient steps of the critics) per training'),
-    'training_frequency': Field((int,), 1, min=1, doc='frames between trainings'),
-    'training_start_step': Field((int,), 1000, min=1,
+    'training_iter': Field((int,), 1, min=1, max=MAX_REPEATS, doc='batches (gradient steps of the critics) per training'),
+    'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME, doc='frames between trainings'),
+    'training_start_step': Field((int,), 1000, min=1, max=MAX_FRAME,
                                  doc='frames of uniformly random actions, and transitions in memory, before training '
                                      'starts'),
 }

@@ -7,7 +7,7 @@ import torch.nn as nn
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, accepts, suggest
+from slm_lab.lib.schema import MAX_DEVICES, MAX_FRAME, Field, accepts, suggest
 
 @accepts('each width >= 1')
 def _check_widths(value, path):
@@ -56,7 +56,7 @@ NET_SCHEMA = {
     'use_same_optim': Field((bool,), False, doc='actor-critic: critic uses actor_optim_spec too'),
     'lr_scheduler_spec': net_util.lr_scheduler_field('LR schedule: LinearToZero or a torch.optim.lr_scheduler class'),
     'update_type': Field((str,), 'replace', choices=('replace', 'polyak'), doc='DQN target net update'),
-    'update_frequency': Field((float,), 1, min=0, min_exclusive=True,
+    'update_frequency': Field((float,), 1, min=0, min_exclusive=True, max=MAX_FRAME,
                               doc='DQN, SAC: frames between target net updates (any number, as in SLM-Lab: at or '
                                   'below num_envs, e.g. the 0.9 of its ddqn_lunar_search.json, every vector step)'),
     'polyak_coef': Field((float,), 0.0, min=0, max=1,
@@ -83,7 +83,7 @@ NET_SCHEMA = {
                              doc='(SLM-Lab v5) actor-critics: orthogonal init of the value output layer with this '
                                  'gain, bias 0 (null: initialised as the other layers); other algorithms ignore it. '
                                  'SLM-Lab documents it, but its actor-critics drop the key before building their nets'),
-    'cuda_id': Field((int,), None, nullable=True, min=0,
+    'cuda_id': Field((int,), None, nullable=True, min=0, max=MAX_DEVICES,
                      doc='(SLM-Lab) the CUDA device index used when gpu puts the nets on a GPU (null: the current one)'),
     'log_std_init': Field((float,), None, nullable=True,
                           doc='continuous actions: a learned, state-independent log standard deviation starting '

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from slm_lab.agent.net import optimizers
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import Field, check_torch_kwargs, suggest
+from slm_lab.lib.schema import MAX_FRAME, Field, check_torch_kwargs, suggest
 
 ACTIVATIONS = {
     'relu': nn.ReLU, 'tanh': nn.Tanh, 'sigmoid': nn.Sigmoid, 'selu': nn.SELU, 'elu': nn.ELU,
@@ -93,8 +93,9 @@ def _check_lr_scheduler_spec(spec: dict, path: str) -> None:
             raise SpecError(f'{path}.{extra[0]}: LinearToZero takes one argument, frame (the frame at which the '
                             'learning rate reaches 0; default env.max_frame)')
         frame = spec.get('frame')
-        if frame is not None and (isinstance(frame, bool) or not isinstance(frame, (int, float)) or frame < 1):
-            raise SpecError(f'{path}.frame: expected a frame count >= 1 or null, got {frame!r}')
+        if frame is not None and (isinstance(frame, bool) or not isinstance(frame, (int, float))
+                                  or not 1 <= frame <= MAX_FRAME):
+            raise SpecError(f'{path}.frame: expected a frame count from 1 to {MAX_FRAME:g} or null, got {frame!r}')
         return
     sched = torch.optim.lr_scheduler
     cls = _torch_class(sched, spec['name'], path, 'torch.optim.lr_scheduler class', sched.LRScheduler)

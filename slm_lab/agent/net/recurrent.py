@@ -31,7 +31,7 @@ import torch.nn as nn
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.mlp import NET_SCHEMA, _check_widths
 from slm_lab.lib.errors import ResumeError, SpecError
-from slm_lab.lib.schema import Field, accepts
+from slm_lab.lib.schema import MAX_HISTORY, MAX_RNN_LAYERS, MAX_RNN_WIDTH, Field, accepts
 
 CELLS = {'GRU': nn.GRU, 'LSTM': nn.LSTM, 'RNN': nn.RNN}
 
@@ -50,10 +50,10 @@ RECURRENT_SCHEMA = {
     'fc_hid_layers': Field((list,), [], item_type=int, check=_check_widths,
                            doc='widths of the dense layers (each followed by hid_layers_activation) that each '
                                'observation passes before the recurrent cell; [] feeds the observation to it'),
-    'rnn_hidden_size': Field((int,), 32, min=1, doc='width of the hidden state'),
-    'rnn_num_layers': Field((int,), 1, min=1, doc='stacked recurrent layers'),
+    'rnn_hidden_size': Field((int,), 32, min=1, max=MAX_RNN_WIDTH, doc='width of the hidden state'),
+    'rnn_num_layers': Field((int,), 1, min=1, max=MAX_RNN_LAYERS, doc='stacked recurrent layers'),
     'bidirectional': Field((bool,), False, check=_check_bidirectional, doc='only false'),
-    'seq_len': Field((int,), 4, min=1, doc='training sequence length: how many of the latest observations of the '
+    'seq_len': Field((int,), 4, min=1, max=MAX_HISTORY, doc='training sequence length: how many of the latest observations of the '
                                            'episode a stored context holds, i.e. the steps gradients flow back '
                                            'through (the hidden state itself is carried through the whole '
                                            'episode)'),

@@ -1,0 +1,64 @@
+"""The rules a run's options follow together (mode, --force, --fork, --frame, --warm-start, --ckpt,
+--ray-address, --keep, --run-dir), in one place for the command line (cli.parse_run_args, which turns a
+refusal into its one `error:` line) and the Python API (slm_lab.run, which raises it): each
+mistake gets the same message from both. Imports nothing heavy: the command line checks its
+arguments before the lab is imported."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from slm_lab.lib.errors import ModeError
+
+
+def _is_path(value: Any) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame: Any = None,
+                      warm_start: Any = None, ckpt: Any = None, ray_address: Any = None, keep: Any = None,
+                      run_dir: Any = None) -> None:
+    """ModeError naming the first option that is of the wrong type, or that does not go with the
+    mode or the other options; the message is the command line's (its options' spelling)."""
+    if not isinstance(mode, str):
+        raise ModeError(f'unknown mode {mode!r}; give the mode as a string: dev, train, train@latest, '
+                        'train@<run dir>, search, search@latest, search@<run dir>')
+    if not isinstance(force, bool):
+        raise ModeError(f'--force {force!r}: give True or False')
+    if ray_address is not None and not isinstance(ray_address, str):
+        raise ModeError(f'--ray-address {ray_address!r}: give the address of a Ray cluster as a string, HOST:PORT')
+    if keep is not None and not (_is_count(keep) and keep >= 0):
+        raise ModeError(f'--keep {keep!r}: give the number of best trials whose models to keep (an int >= 0)')
+    for option, value in (('--fork', fork), ('--warm-start', warm_start), ('--run-dir', run_dir)):
+        if value is not None and not _is_path(value):
+            raise ModeError(f'{option} {value!r}: give the path of a run directory')
+    if frame is not None and not (_is_count(frame) and frame >= 0):
+        raise ModeError(f'--frame {frame!r}: give the frame of a snapshot (an int >= 0)')
+    if ckpt is not None and ckpt not in ('best', 'latest'):
+        raise ModeError(f'--ckpt {ckpt!r}: use best or latest')
+    if not mode.startswith('search'):
+        for option, value in (('--ray-address', ray_address), ('--keep', keep)):
+            if value is not None:
+                raise ModeError(f'{option} only applies to search and search@ modes, not to {mode!r}')
+    if fork is not None or warm_start is not None:
+        option = '--fork' if fork is not None else '--warm-start'
+        if fork is not None and warm_start is not None:
+            raise ModeError('--fork and --warm-start: give one (a fork continues the parent\'s training from a '
+                            'snapshot; a warm start begins a new run from its weights)')
+        if mode != 'train':
+            raise ModeError(f"{option} makes a new train run: use mode train, not {mode!r}")
+        if force:
+            raise ModeError(f'--force applies to train@ only: {option} takes any spec the saved weights fit')
+    if run_dir is not None:
+        if mode != 'train':
+            raise ModeError(f"--run-dir names a train run's directory (started there, or continued when it exists): "
+                            f'use mode train, not {mode!r}')
+        if fork is not None or warm_start is not None:
+            raise ModeError('--run-dir and --fork / --warm-start: a new run from a trained one gets its own directory '
+                            'under data/; give one of them')
+    if frame is not None and fork is None:
+        raise ModeError('--frame picks the snapshot a fork continues from: use it with --fork RUN_DIR')

@@ -68,6 +68,7 @@ def test_slm_lab_run_and_plot_after_pip_install_in_a_fresh_venv(tmp_path):
         assert ours.returncode == theirs.returncode == 2
         assert ours.stderr == theirs.stderr and len(ours.stderr.strip().splitlines()) == 1
 
+    (work / 'plots').mkdir()  # -o writes into a directory that exists
     out = slm_lab('plot', '-f', f'data/{run.name}', '-l', 'dev run', '-t', 'demo', '-o', 'plots/demo.html')
     assert out.returncode == 0, out.stderr
     page = (work / 'plots' / 'demo.html').read_text()

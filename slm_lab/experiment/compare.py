@@ -252,14 +252,41 @@ def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | 
         raise
 
 
-class _Parser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
+    """The parser of an `slm-lab` command: a usage mistake is one line, exit code 2."""
+
     def error(self, message: str):
-        self.exit(2, f'error: {message} (see slm-lab plot --help)\n')
+        self.exit(2, f'error: {message} (see {self.prog} --help)\n')
+
+
+def run_command(fn, on_done=None) -> int:
+    """Run an `slm-lab` command's work `fn()` as the run command ends: a LabError (bad input, a
+    full disk) is its one `error:` line and exit code; Ctrl-C is `interrupted` (130) and SIGTERM
+    `stopped by SIGTERM` (143), with no traceback (the writes are atomic: no partial file is
+    left). `on_done(result)` prints what it wrote; returns the exit code."""
+    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        result = fn()
+    except LabError as e:
+        print(f'error: {e}', file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print('interrupted', file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Terminated as e:
+        print('stopped by SIGTERM', file=sys.stderr)
+        return e.exit_code
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+        clear_terminated()
+    if on_done is not None:
+        on_done(result)
+    return 0
 
 
 def plot_main(argv: list[str]) -> int:
     """`slm-lab plot ...`: its exit code (2 and one line on stderr for bad input)."""
-    parser = _Parser(prog='slm-lab plot', description=(
+    parser = CommandParser(prog='slm-lab plot', description=(
         "One graph of runs' total_reward_ma over frames: each curve the mean across the run's sessions, "
         'with a band from their minimum to their maximum, a colour per run. HTML always (it loads '
         'plotly.js from the data directory\'s .plotly/, or beside it with -o); a PNG too where kaleido and a '
@@ -286,22 +313,5 @@ examples:
     if not folders:
         parser.error('-f: give at least one run directory')
     labels = [x.strip() for x in args.labels.split(',')] if args.labels else None
-    # SIGTERM ends the command as Ctrl-C does: one line, no traceback, no partial file
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        paths = plot_runs(folders, labels, args.title, args.output, args.data_folder)
-    except LabError as e:  # PlotError, and DiskFullError from the writes
-        print(f'error: {e}', file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print('interrupted', file=sys.stderr)  # as the run command's Ctrl-C; no file is left partly written
-        return EXIT_INTERRUPTED
-    except Terminated as e:
-        print('stopped by SIGTERM', file=sys.stderr)
-        return e.exit_code
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-        clear_terminated()
-    for path in paths:
-        print(f'wrote {path}')
-    return 0
+    return run_command(lambda: plot_runs(folders, labels, args.title, args.output, args.data_folder),
+                       lambda paths: [print(f'wrote {path}') for path in paths])

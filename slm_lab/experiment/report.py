@@ -13,16 +13,16 @@ import csv
 import io
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
-from slm_lab.experiment.compare import TRIAL_ARG, session_csvs
+from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, session_csvs
+from slm_lab.lib.errors import LabError
 
 COLUMNS = ('run', 'trial', 'spec_name', 'frames', 'sessions', 'scores', 'mean', 'ci95_low', 'ci95_high', 'lineage')
 
 
-class ReportError(Exception):
+class ReportError(LabError):
     """A mistake in `slm-lab report`'s input: one line, exit code 2."""
 
 
@@ -169,14 +169,9 @@ def report(entries: list[str], out: str | None = None, data_dir: str = 'data') -
     return rows, [md, md.with_suffix('.csv')]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(2, f'error: {message} (see slm-lab report --help)\n')
-
-
 def report_main(argv: list[str]) -> int:
     """`slm-lab report RUN_DIR[,RUN_DIR...]`: its exit code (2 and one line on stderr for bad input)."""
-    parser = _Parser(prog='slm-lab report', description=(
+    parser = CommandParser(prog='slm-lab report', description=(
         "A table of runs' results across seeds: per run (or search trial), each session's final_return_ma "
         '(the last total_reward_ma of its eval records), their mean and 95% bootstrap interval, the frames '
         'reached, the spec name and lineage. Printed, and written as Markdown and CSV.'),
@@ -194,15 +189,10 @@ examples:
     entries = [e.strip() for e in args.runs.split(',') if e.strip()]
     if not entries:
         parser.error('give at least one run directory')
-    try:
-        rows, paths = report(entries, args.output)
-    except ReportError as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print('interrupted', file=sys.stderr)
-        return 130
-    print(markdown(rows), end='')
-    for path in paths:
-        print(f'wrote {path}')
-    return 0
+
+    def done(result) -> None:
+        rows, paths = result
+        print(markdown(rows), end='')
+        for path in paths:
+            print(f'wrote {path}')
+    return run_command(lambda: report(entries, args.output), done)

@@ -20,6 +20,7 @@ from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, writ
 from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, session_seed, set_global_seeds
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.experiment.tensorboard import SessionBoard
+from slm_lab.experiment.wandb_board import WandbBoard
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
@@ -65,8 +66,9 @@ class Session:
         self.agent = Agent(spec, self.env.single_observation_space, agent_action_space(self.env), self.num_envs,
                            self.clock, self.seed)
         self.body = Body()
-        # the boards mirror the records' scalars: TensorBoard (meta.tensorboard)
-        self.boards = (SessionBoard(run_dir.tb_dir(trial, session), enabled=meta.get('tensorboard', True)),)
+        # the boards mirror the records' scalars: TensorBoard (meta.tensorboard) and W&B (meta.wandb)
+        self.boards = (SessionBoard(run_dir.tb_dir(trial, session), enabled=meta.get('tensorboard', True)),
+                       WandbBoard(spec, run_dir, trial, session))
         self.log_frequency = meta['log_frequency']
         self.eval_frequency = meta['eval_frequency'] or meta['log_frequency']
         self.rigorous_eval = meta['rigorous_eval']
@@ -411,17 +413,17 @@ class Session:
         return metrics
 
     def sync_boards(self) -> None:
-        """Log the record rows TensorBoard does not have yet."""
+        """Log the record rows TensorBoard and W&B do not have yet."""
         for board in self.boards:
             board.sync(self.body, self.clock)
 
     def close_boards(self) -> None:
-        """Close the TensorBoard event file (again is harmless)."""
+        """Close the TensorBoard event file and finish the W&B run (again is harmless)."""
         for board in self.boards:
             board.close()
 
     def close(self) -> None:
-        """Close the envs and the TensorBoard event file (again is harmless)."""
+        """Close the envs, the TensorBoard event file and the W&B run (again is harmless)."""
         self.env.close()
         self.close_boards()
         if self.eval_env is not None:

@@ -153,9 +153,9 @@ def test_meta_tensorboard_false_writes_none_and_a_bad_value_is_named(tmp_path, n
 
 
 @pytest.mark.subprocess
-def test_tensorboard_is_not_imported_before_the_first_log_point():
+def test_tensorboard_and_wandb_are_not_imported_before_the_first_log_point():
     code = ('import sys; import slm_lab.lab, slm_lab.experiment.session; '
-            "print([m for m in sys.modules if m == 'tensorboard' or m.startswith('tensorboard.')])")
+            "print([m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'wandb')])")
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=lab_env(),
                           cwd=Path(RUN_LAB).parent, timeout=120)
     assert done.returncode == 0, done.stderr

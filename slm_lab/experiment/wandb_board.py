@@ -53,7 +53,7 @@ def wandb_options(meta: dict) -> dict | None:
 def require_wandb(meta: dict) -> None:
     """SpecError when meta.wandb is on and the wandb package is missing (checked without importing it)."""
     if wandb_options(meta) is not None and importlib.util.find_spec('wandb') is None:
-        raise SpecError("meta.wandb is on but the wandb package is not installed: "
+        raise SpecError("meta.wandb is on (or --track) but the wandb package is not installed: "
                         "pip install '.[wandb]' (or pip install -r requirements-wandb.txt), or leave meta.wandb false")
 
 

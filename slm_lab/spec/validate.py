@@ -72,7 +72,7 @@ META_SCHEMA = {
                              '(see docs/run-directory.md, TensorBoard)'),
     'wandb': Field((bool, dict), False, check=check_wandb,
                    doc="log the boards' scalars to Weights & Biases too, one W&B run per session (needs pip install "
-                       "'.[wandb]'; see docs/run-directory.md, Weights & Biases)"),
+                       "'.[wandb]'; --track turns it on; see docs/run-directory.md, Weights & Biases)"),
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
     # SLM-Lab keys for hardware and search: recorded; the search mode reads them
     'num_gpus': Field((int,), OMIT, nullable=True, min=0,

@@ -1,6 +1,6 @@
-"""Weights & Biases tracking (meta.wandb), with the real wandb package offline: one W&B run
+"""Weights & Biases tracking (meta.wandb, --track), with the real wandb package offline: one W&B run
 per session, which a resumed run continues (one id, the history continuous, each frame once), the
-spec as its config; and the spec key, the mode and the missing-package error."""
+spec as its config; and the spec key, the flag, the mode and the missing-package error."""
 from __future__ import annotations
 
 import copy
@@ -18,6 +18,7 @@ import pytest
 
 from lab_helpers import PPO, RUN_LAB, cli, lab_env, run_dirs, write_spec
 from slm_lab import lab
+from slm_lab.cli import parse_run_args
 from slm_lab.experiment.scalars import SHOWN_COLUMNS
 from slm_lab.experiment.wandb_board import wandb_mode
 from slm_lab.lib.errors import ResumeError, SpecError
@@ -51,6 +52,15 @@ def test_a_missing_wandb_package_is_one_line_before_anything_is_written(tmp_path
         lab.run(spec_file({'w': spec}), 'w', 'train', data_dir=str(tmp_path / 'data'))
     assert "pip install '.[wandb]'" in str(info.value) and '\n' not in str(info.value)
     assert not (tmp_path / 'data').exists()
+
+
+def test_track_turns_wandb_on_as_an_override_the_run_records(capsys):
+    args = parse_run_args(['spec.json', 'ppo', 'train', '-s', 'env.max_frame=500', '--track'])
+    assert args.overrides == ['env.max_frame=500', 'meta.wandb=true']
+    assert parse_run_args(['spec.json', 'ppo', 'train']).overrides == []
+    with pytest.raises(SystemExit) as info:
+        parse_run_args(['enjoy@data/run/ppo_t0_s0_spec.json', '--track'])
+    assert info.value.code == 2 and '--track does not apply to enjoy@' in capsys.readouterr().err
 
 
 def test_the_mode_honours_wandb_mode_and_is_offline_without_an_api_key(tmp_path, monkeypatch):
@@ -126,7 +136,7 @@ def wandb_summary(run_path: Path, env: dict) -> dict:
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_run_stopped_by_sigterm_and_resumed_is_one_wandb_run_with_each_frame_once(tmp_path):
-    """meta.wandb on (-s), SIGTERM a few rows in, then a bare train@latest: the resumed session continues
+    """`--track`, SIGTERM a few rows in, then a bare train@latest: the resumed session continues
     the same W&B run (its id kept in info/), whose offline files hold every record row once, in
     frame order, with the CSVs' values, and the session's spec as its config."""
     spec = copy.deepcopy(PPO)
@@ -134,7 +144,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_is_one_wandb_run_with_each_frame_o
     spec['meta'].update(log_frequency=100, eval_frequency=200)
     name, env = 'wbterm', wandb_env(tmp_path)
     spec_file = write_spec(tmp_path, name, spec)
-    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train', '-s', 'meta.wandb=true'], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'train', '--track'], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120
@@ -173,7 +183,7 @@ def test_a_run_stopped_by_sigterm_and_resumed_is_one_wandb_run_with_each_frame_o
                     assert logged[f'{kind}/{column}'] == pytest.approx(row[column]), (kind, column, row['frame'])
                 else:
                     assert f'{kind}/{column}' not in logged
-    # the config is the session's spec as the run saved it
+    # the config is the session's spec as the run saved it, --track recorded in it
     saved = json.loads((run / f'{name}_t0_s0_spec.json').read_text())
     assert saved['meta']['wandb'] is True and 'meta.wandb=true' in saved['meta']['overrides']
     summary = wandb_summary(segments[-1], env)

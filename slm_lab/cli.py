@@ -99,6 +99,9 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     parser.add_argument('-s', '--set', dest='overrides', action='append', default=[], metavar='KEY=VALUE',
                         help='override a spec value by dotted path (env.max_frame=20000), or fill a ${KEY} '
                              'placeholder of the spec; repeatable; recorded in the saved spec')
+    parser.add_argument('--track', action='store_true',
+                        help="log to Weights & Biases too: the same as -s meta.wandb=true, recorded in the saved spec "
+                             "(needs pip install '.[wandb]'; offline without an API key)")
     parser.add_argument('--force', action='store_true',
                         help='train@: resume even though the spec changed in ways that break continuity '
                              '(the changes are recorded in the run)')
@@ -140,7 +143,7 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     elif len(given) < 3:
         parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or no arguments for the demo')
     if args.mode.startswith('enjoy@'):
-        for option, value in (('-s/--set', args.overrides), ('--force', args.force)):
+        for option, value in (('-s/--set', args.overrides), ('--force', args.force), ('--track', args.track)):
             if value:
                 parser.error(f'{option} does not apply to enjoy@, which replays the session as its run saved it; '
                              'to change the spec, continue the run with train@ and -s')
@@ -164,6 +167,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
                          f'use it with one of them, not with {given}{fork}')
         if extra:
             parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
+    if args.track:  # an override like any other: the saved spec records it, and train@latest keeps it
+        args.overrides.append('meta.wandb=true')
     return args
 
 

@@ -83,6 +83,11 @@ def preflight(spec: dict) -> None:
     not fit the env's action space) fails before the run directory exists. Between the two, the
     memory the spec needs is estimated from the env's spaces, so a spec the machine cannot hold
     is refused before anything of its size is allocated."""
+    # the boards' packages (tensorboard, wandb), found without importing them
+    from slm_lab.experiment.tensorboard import require_tensorboard
+    from slm_lab.experiment.wandb_board import require_wandb
+    require_tensorboard(spec['meta'])
+    require_wandb(spec['meta'])
     from slm_lab.agent import Agent  # imports torch: kept out of start-up, so a bad mode or spec fails fast
     from slm_lab.env import Clock, agent_action_space, make_env
     check_gpu(spec)

@@ -20,6 +20,7 @@ from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, writ
 from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, session_seed, set_global_seeds
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.experiment.tensorboard import SessionBoard
+from slm_lab.experiment.wandb_board import WandbBoard
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
@@ -65,7 +66,9 @@ class Session:
         self.agent = Agent(spec, self.env.single_observation_space, agent_action_space(self.env), self.num_envs,
                            self.clock, self.seed)
         self.body = Body()
-        self.board = SessionBoard(run_dir.tb_dir(trial, session), enabled=meta.get('tensorboard', True))
+        # the boards mirror the records' scalars: TensorBoard (meta.tensorboard) and W&B (meta.wandb)
+        self.boards = (SessionBoard(run_dir.tb_dir(trial, session), enabled=meta.get('tensorboard', True)),
+                       WandbBoard(spec, run_dir, trial, session))
         self.log_frequency = meta['log_frequency']
         self.eval_frequency = meta['eval_frequency'] or meta['log_frequency']
         self.rigorous_eval = meta['rigorous_eval']
@@ -219,6 +222,8 @@ class Session:
             # a snapshot before the first step: a session that recorded anything always has one to
             # continue from, so train@ can tell a crash early in a run from damage
             self.save_snapshot()
+        for board in self.boards:
+            board.begin(clock.frame)
         env = self.env
         obs = self.obs
         next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
@@ -368,7 +373,7 @@ class Session:
         self.before_write()
         rows = self.body.train_rows if df_mode == 'train' else self.body.eval_rows
         atomic_write_text(self.run_dir.session_df_path(self.trial, self.index, df_mode), rows_to_csv(rows))
-        self.board.sync(self.body, self.clock)  # TensorBoard mirrors the records at the same points
+        self.sync_boards()  # the boards mirror the records at the same points
 
     def save_model(self, which: str) -> None:
         """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt."""
@@ -398,7 +403,8 @@ class Session:
         """Write session metrics and final graphs; return the metrics. A stop signal during this
         raises Preempted: the final snapshot is saved, and train@ completes what is missing."""
         self.before_write()  # a session resumed at its max_frame records (and verifies) its resume too
-        self.board.sync(self.body, self.clock)
+        self.sync_boards()
+        self.close_boards()
         metrics = write_session_results(self.spec, self.run_dir, self.trial, self.index,
                                         rows_to_df(self.body.train_rows), rows_to_df(self.body.eval_rows),
                                         png=True, stop=self.stop, frame=self.clock.frame)
@@ -407,10 +413,20 @@ class Session:
                     f'{fmt_metric(s["final_return_ma"])} | strength {fmt_metric(s["strength"])} | stability {fmt_metric(s["stability"])}')
         return metrics
 
+    def sync_boards(self) -> None:
+        """Log the record rows TensorBoard and W&B do not have yet."""
+        for board in self.boards:
+            board.sync(self.body, self.clock)
+
+    def close_boards(self) -> None:
+        """Close the TensorBoard event file and finish the W&B run (again is harmless)."""
+        for board in self.boards:
+            board.close()
+
     def close(self) -> None:
-        """Close the envs and the TensorBoard event file (again is harmless)."""
+        """Close the envs, the TensorBoard event file and the W&B run (again is harmless)."""
         self.env.close()
-        self.board.close()
+        self.close_boards()
         if self.eval_env is not None:
             self.eval_env.close()
 

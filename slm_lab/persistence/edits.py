@@ -11,11 +11,12 @@ from slm_lab.lib.decay import Schedule
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, validate_spec
+from slm_lab.spec.validate import WANDB_KEYS
 
 # edits that keep the past and the future of a run consistent
 ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
                  'meta.keep_checkpoints', 'meta.rigorous_eval', 'meta.snapshot_replay', 'meta.max_session',
-                 'meta.torch_num_threads', 'meta.tensorboard')
+                 'meta.torch_num_threads', 'meta.tensorboard', 'meta.wandb', *(f'meta.wandb.{k}' for k in WANDB_KEYS))
 IGNORED = tuple(f'meta.{k}' for k in RUNTIME_META) + ('meta.random_seed',)
 
 

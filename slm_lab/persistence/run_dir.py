@@ -90,6 +90,10 @@ class RunDir:
         """Each resume of a session: when, from which snapshot and frame, how long loading took."""
         return self.root / 'info' / f'{self.prename(trial, session)}_resumes.json'
 
+    def wandb_path(self, trial: int, session: int) -> Path:
+        """The id of a session's W&B run (meta.wandb), which train@ continues."""
+        return self.root / 'info' / f'{self.prename(trial, session)}_wandb.json'
+
     def resume_log_path(self) -> Path:
         """Each resume of the run: when, the spec diff, whether forced."""
         return self.root / f'{self.spec_name}_resumes.json'

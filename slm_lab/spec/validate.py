@@ -8,8 +8,8 @@ from typing import Any
 
 from slm_lab.env.schema import check_env
 from slm_lab.lib.errors import SpecError
-from slm_lab.lib.schema import (MAX_DEVICES, MAX_FRAME, MAX_KEPT, OMIT, Field, check_finite, check_object, ignored_field,
-                               not_available, suggest)
+from slm_lab.lib.schema import (MAX_DEVICES, MAX_FRAME, MAX_KEPT, OMIT, Field, accepts, check_finite, check_object,
+                               ignored_field, not_available, suggest)
 from slm_lab.spec.compat import flatten_v4_layout, rename_env_id
 
 # Sessions are processes and each writes its own files; more seeds than any study uses (papers
@@ -24,6 +24,27 @@ MAX_EVAL_EPISODES = 10_000  # SLM-Lab's specs use up to 8; each costs whole epis
 
 RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', 'spec_file', 'spec_name',
                 'overrides', 'mode', 'lineage')
+
+WANDB_KEYS = ('project', 'entity', 'mode', 'group', 'tags')  # meta.wandb as an object: W&B's settings
+
+
+@accepts('false, true, or an object of project, entity, mode ("online" / "offline"), group (strings), tags (list)')
+def check_wandb(value: Any, path: str) -> None:
+    """meta.wandb: false, true, or an object of the W&B settings WANDB_KEYS names."""
+    if not isinstance(value, dict):
+        return
+    for key, item in value.items():
+        if key not in WANDB_KEYS:
+            raise SpecError(f'{path}.{key}: unknown key{suggest(key, WANDB_KEYS)}; valid keys: {", ".join(WANDB_KEYS)}')
+        if item is None:
+            continue
+        if key == 'mode' and item not in ('online', 'offline'):
+            raise SpecError(f'{path}.mode: {item!r} is not valid; valid values: "online", "offline", null')
+        if key == 'tags' and not (isinstance(item, list) and all(isinstance(t, str) and t for t in item)):
+            raise SpecError(f'{path}.tags: expected a list of non-empty strings, got {item!r}')
+        if key != 'tags' and not (isinstance(item, str) and item):
+            raise SpecError(f'{path}.{key}: expected a non-empty string or null, got {item!r}')
+
 
 META_SCHEMA = {
     'distributed': Field((bool, str), False, choices=(False, 'shared', 'synced'),
@@ -50,6 +71,9 @@ META_SCHEMA = {
     'tensorboard': Field((bool,), True,
                          doc='write TensorBoard event files of every record row under tb/ in the run directory '
                              '(see docs/run-directory.md, TensorBoard)'),
+    'wandb': Field((bool, dict), False, check=check_wandb,
+                   doc="log the boards' scalars to Weights & Biases too, one W&B run per session (needs pip install "
+                       "'.[wandb]'; --track turns it on; see docs/run-directory.md, Weights & Biases)"),
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
     # SLM-Lab keys for hardware and search: recorded; the search mode reads them
     'num_gpus': Field((int,), OMIT, nullable=True, min=0, max=MAX_DEVICES,

@@ -1,10 +1,10 @@
-"""TensorBoard event files: every non-empty cell of a session's train and eval CSVs is a scalar at
-its frame, the trial holds the sessions' mean, and a run stopped (max_frame, SIGTERM, SIGKILL
-between two snapshots) and resumed shows one continuous curve per scalar."""
+"""TensorBoard event files, written by tensorboard's own writer and read here as a user's
+TensorBoard reads them (tensorboard's EventAccumulator): the record scalars of each session at their
+frames, the trial's mean, and a run stopped (max_frame, SIGTERM, SIGKILL between two snapshots) and
+resumed shows one continuous curve per scalar."""
 from __future__ import annotations
 
 import copy
-import io
 import json
 import signal
 import subprocess
@@ -18,31 +18,31 @@ import pytest
 
 from lab_helpers import DQN, PPO, RUN_LAB, cli, lab_env, run_dirs, train_csv, write_spec
 from slm_lab import lab
-from slm_lab.experiment.tensorboard import SCALAR_COLUMNS, frame_records
+from slm_lab.experiment.scalars import SHOWN_COLUMNS, TAGS
+from slm_lab.experiment.tensorboard import event_files, write_trial_board
 from slm_lab.lib.errors import SpecError
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.spec import load_spec
 
-
-def read_stream(directory: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of a directory's event files, as written (duplicates and restarts kept: no
-    purging as TensorBoard's accumulator does), files in the order TensorBoard reads them."""
-    from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(p for p in directory.iterdir() if 'tfevents' in p.name):
-        for event in LegacyEventFileLoader(str(path)).Load():
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars
+NOISE_TAGS = ('train/t', 'train/wall_t', 'train/frame', 'eval/lr', 'eval/fps', 'eval/loss', 'eval/epi', 'eval/t')
 
 
-def expected_stream(dfs: dict[str, pd.DataFrame]) -> dict[str, list[tuple[int, float]]]:
-    """What the event files must hold for these records: each non-empty cell at its frame (as
-    float32, TensorBoard's scalar type)."""
+def read_board(directory: Path, purge: bool = True) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar curve of a directory as TensorBoard shows it: tensorboard's EventAccumulator
+    reading all its event files, purging what a restart (purge_step) or a step going back drops
+    (purge=False: every event as written, earlier files' included)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    board = EventAccumulator(str(directory), size_guidance={'scalars': 0}, purge_orphaned_data=purge).Reload()
+    return {tag: [(e.step, e.value) for e in board.Scalars(tag)] for tag in board.Tags()['scalars']}
+
+
+def expected_board(dfs: dict[str, pd.DataFrame]) -> dict[str, list[tuple[int, float]]]:
+    """What TensorBoard must show for these records: each non-empty cell of a shown column at its
+    frame (as float32, TensorBoard's scalar type)."""
     expected = {}
     for kind, df in dfs.items():
         assert df['frame'].is_monotonic_increasing and df['frame'].is_unique, df['frame'].tolist()
-        for column in SCALAR_COLUMNS:
+        for column in SHOWN_COLUMNS[kind]:
             cells = df[['frame', column]].dropna()
             if len(cells):
                 expected[f'{kind}/{column}'] = [(int(f), float(np.float32(v)))
@@ -50,31 +50,51 @@ def expected_stream(dfs: dict[str, pd.DataFrame]) -> dict[str, list[tuple[int, f
     return expected
 
 
-def assert_stream_mirrors_records(run: Path, name: str, session: int = 0) -> None:
-    """The session's event files hold exactly its CSV cells: one curve per scalar, steps strictly
-    increasing, none missing or duplicated; and one event file holds them (older ones are empty)."""
-    directory = run / 'tb' / f'{name}_t0_s{session}'
+def assert_board_mirrors_records(run: Path, name: str, session: int = 0) -> dict:
+    """TensorBoard shows exactly the session's CSV cells: one curve per scalar, steps strictly
+    increasing, none missing or repeated. Returns the curves."""
     dfs = {kind: pd.read_csv(run / 'info' / f'{name}_t0_s{session}_session_df_{kind}.csv')
            for kind in ('train', 'eval')}
-    assert read_stream(directory) == expected_stream(dfs)
-    files = [p for p in directory.iterdir() if p.stat().st_size]
-    assert [p.name.startswith('events.out.tfevents.') for p in files] == [True]
+    curves = read_board(run / 'tb' / f'{name}_t0_s{session}')
+    assert curves == expected_board(dfs)
+    return curves
 
 
-def test_records_are_framed_as_tensorboards_record_writer_frames_them():
-    """The lab frames many records at once (a numpy CRC-32C); the bytes are those of tensorboard's
-    own writer, one record at a time, for payloads of every length up to a few hundred bytes."""
-    from tensorboard.summary.writer.record_writer import RecordWriter
-    rng = np.random.default_rng(0)
-    payloads = [rng.integers(0, 256, size=n, dtype=np.uint8).tobytes() for n in [0, 1, 7, 8, 9, *range(10, 700, 37)]]
-    rng.shuffle(payloads)
-    reference = io.BytesIO()
-    writer = RecordWriter(reference)
-    for payload in payloads:
-        writer.write(payload)
-    assert frame_records(payloads) == reference.getvalue()
-    assert frame_records(payloads[:1]) == reference.getvalue()[:len(payloads[0]) + 16]
-    assert frame_records([]) == b''
+def test_the_trial_board_appends_what_an_extended_trial_adds_and_rewrites_what_changed(tmp_path):
+    """At each trial end the trial's stream holds the sessions' mean, once per frame: an extended
+    trial (train@ with a larger max_frame) adds a file with its new frames only; records that
+    changed before the end of the stream on disk, or one more session, write it anew in one file."""
+    directory = tmp_path / 'tb'
+
+    def rows(frames, shift=0.0):
+        return pd.DataFrame({'frame': frames, 'wall_t': [f / 100 for f in frames], 't': frames,
+                             'total_reward_ma': [f + shift for f in frames], 'loss': [1.0] * len(frames)})
+
+    def curves():
+        as_written = read_board(directory, purge=False)
+        assert read_board(directory) == as_written  # nothing for TensorBoard to purge: each frame once
+        return as_written
+
+    write_trial_board(directory, {'train': [rows([10, 20])], 'eval': [rows([20])]})
+    write_trial_board(directory, {'train': [rows([10, 20, 30, 40])], 'eval': [rows([20, 40])]})
+    assert len(event_files(directory)) == 2
+    assert curves()['train/total_reward_ma'] == [(10, 10.0), (20, 20.0), (30, 30.0), (40, 40.0)]
+    assert curves()['eval/total_reward_ma'] == [(20, 20.0), (40, 40.0)]
+    assert not {'train/t', 'train/wall_t', 'eval/loss'} & set(curves())
+    write_trial_board(directory, {'train': [rows([10, 20, 30, 40])], 'eval': [rows([20, 40])]})  # completed again
+    assert len(event_files(directory)) == 2
+    write_trial_board(directory, {'train': [rows([10, 20, 30, 40], shift=1.0)], 'eval': [rows([20, 40])]})
+    assert len(event_files(directory)) == 1
+    assert curves()['train/total_reward_ma'] == [(10, 11.0), (20, 21.0), (30, 31.0), (40, 41.0)]
+    write_trial_board(directory, {'train': [rows([10, 20, 30, 40]), rows([10, 20, 30, 40], shift=4.0)],
+                                  'eval': [rows([20, 40]), rows([20, 40])]})
+    assert len(event_files(directory)) == 1
+    assert curves()['train/total_reward_ma'] == [(10, 12.0), (20, 22.0), (30, 32.0), (40, 42.0)]
+    # a file a kill left beside the stream: the next write does not trust the stream, and writes it anew
+    (directory / 'events.out.tfevents.1.killed').write_bytes(b'')
+    write_trial_board(directory, {'train': [rows([10, 20, 30, 40, 50])], 'eval': [rows([20, 40])]})
+    assert len(event_files(directory)) == 1
+    assert [step for step, _ in curves()['train/total_reward_ma']] == [10, 20, 30, 40, 50]
 
 
 def quick(spec: dict, **meta) -> dict:
@@ -84,25 +104,23 @@ def quick(spec: dict, **meta) -> dict:
 
 
 @pytest.mark.slow
-def test_every_record_cell_is_a_scalar_and_a_resume_at_max_frame_continues_it(tmp_path, no_png):
+def test_the_record_scalars_are_on_tensorboard_and_a_resume_at_max_frame_continues_them(tmp_path, no_png):
     spec_file = write_spec(tmp_path, 'tbppo', PPO)
     data = str(tmp_path / 'data')
     lab.run(spec_file, 'tbppo', 'train', ['env.max_frame=1000'], data_dir=data)
     (run,) = run_dirs(Path(data), 'tbppo')
-    assert_stream_mirrors_records(run, 'tbppo')
-    scalars = read_stream(run / 'tb' / 'tbppo_t0_s0')
-    # the scalars a researcher looks for, at every log point
+    scalars = assert_board_mirrors_records(run, 'tbppo')
+    # the scalars a researcher looks for, at every log point; no column that only repeats another
     for tag in ('train/total_reward_ma', 'train/loss', 'train/lr', 'train/entropy', 'train/entropy_coef',
-                'train/fps', 'eval/total_reward_ma'):
+                'train/fps', 'train/grad_norm', 'eval/total_reward_ma'):
         assert tag in scalars, sorted(scalars)
+    assert set(scalars) <= set(TAGS) and not set(scalars) & set(NOISE_TAGS), sorted(scalars)
     assert [step for step, _ in scalars['train/total_reward_ma']] == [500, 1000]
     lab.run(spec_file, 'tbppo', 'train@latest', ['env.max_frame=2000'], data_dir=data)
     assert train_csv(run, 'tbppo')['frame'].tolist() == [500, 1000, 1500, 2000]
-    assert_stream_mirrors_records(run, 'tbppo')
-    # TensorBoard's own reader sees the same curve
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    board = EventAccumulator(str(run / 'tb' / 'tbppo_t0_s0'), size_guidance={'scalars': 0}).Reload()
-    assert [e.step for e in board.Scalars('train/loss')] == [500, 1000, 1500, 2000]
+    scalars = assert_board_mirrors_records(run, 'tbppo')
+    assert [step for step, _ in scalars['train/loss']] == [500, 1000, 1500, 2000]
+    assert len(event_files(run / 'tb' / 'tbppo_t0_s0')) == 2  # the resume wrote its own file, nothing again
 
 
 @pytest.mark.slow
@@ -112,14 +130,14 @@ def test_the_trial_stream_is_the_mean_of_its_sessions(tmp_path, no_png):
     lab.run(write_spec(tmp_path, 'tbdqn', spec), 'tbdqn', 'train', data_dir=str(tmp_path / 'data'))
     (run,) = run_dirs(tmp_path / 'data', 'tbdqn')
     for session in (0, 1):
-        assert_stream_mirrors_records(run, 'tbdqn', session)
+        assert_board_mirrors_records(run, 'tbdqn', session)
     means = {}
     for kind in ('train', 'eval'):
         second = pd.read_csv(run / 'info' / f'tbdqn_t0_s1_session_df_{kind}.csv')
         both = pd.concat([train_csv(run, 'tbdqn', kind), second])
         means[kind] = both.groupby('frame', as_index=False).mean()
-    trial = read_stream(run / 'tb' / 'tbdqn_t0')
-    assert trial == expected_stream(means)
+    trial = read_board(run / 'tb' / 'tbdqn_t0')
+    assert trial == expected_board(means)
     assert 'train/explore_var' in trial  # DQN's epsilon
 
 
@@ -135,9 +153,9 @@ def test_meta_tensorboard_false_writes_none_and_a_bad_value_is_named(tmp_path, n
 
 
 @pytest.mark.subprocess
-def test_tensorboard_is_not_imported_before_the_first_log_point():
+def test_tensorboard_and_wandb_are_not_imported_before_the_first_log_point():
     code = ('import sys; import slm_lab.lab, slm_lab.experiment.session; '
-            "print([m for m in sys.modules if m == 'tensorboard' or m.startswith('tensorboard.')])")
+            "print([m for m in sys.modules if m.split('.')[0] in ('tensorboard', 'wandb')])")
     done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, env=lab_env(),
                           cwd=Path(RUN_LAB).parent, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -184,15 +202,15 @@ def test_a_sigterm_and_resume_leave_one_continuous_curve(tmp_path):
     done = cli([spec_file, 'tbterm', 'train@latest', '-s', f'env.max_frame={end}'], cwd=tmp_path, env=lab_env())
     assert done.returncode == 0, done.stderr
     assert train_csv(run, 'tbterm')['frame'].tolist() == list(range(500, end + 1, 500))
-    assert_stream_mirrors_records(run, 'tbterm')
+    assert_board_mirrors_records(run, 'tbterm')
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(tmp_path):
     """Rows logged after the newest snapshot are in the event file when the run is killed; the
-    resume drops them and logs them again as it reproduces them: once each. A crash in the middle
-    of writing (a cut record, a staged file) does not disturb the resume either."""
+    resume opens its file with purge_step past the snapshot, so TensorBoard drops them, and logs
+    them again as it reproduces them: once each. A record cut by the kill does not disturb it."""
     # snapshots 8000 frames apart: a kill 0.2 s after a row in the first half of a gap lands before
     # the next snapshot with 4000 frames or more to spare (with 2000 apart, a fast run had passed it)
     spec = quick(PPO, checkpoint_frequency=8000)
@@ -212,19 +230,23 @@ def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(t
     (run,) = run_dirs(tmp_path / 'data', 'tbkill')
     snapshot = snapshot_frames(run, 'tbkill')[-1]
     directory = run / 'tb' / 'tbkill_t0_s0'
-    logged = [step for step, _ in read_stream(directory)['train/total_reward_ma']]
+    logged = [step for step, _ in read_board(directory)['train/total_reward_ma']]
     assert snapshot >= 8000 and logged[-1] > snapshot, (snapshot, logged)  # killed between two snapshots
-    # what a writer killed mid-write leaves: half a record at the end, a staged stream not yet renamed
-    (event_file,) = [p for p in directory.iterdir() if p.stat().st_size]
+    # what a writer killed mid-write leaves: half a record at the end of its file
+    (event_file,) = event_files(directory)
     with open(event_file, 'ab') as f:
         f.write(b'\x30\x00\x00\x00\x00\x00\x00\x00\x12\x34')
-    (directory / '.staged.1').write_bytes(event_file.read_bytes()[:100])
     end = (logged[-1] // 500 + 2) * 500
     done = cli([spec_file, 'tbkill', 'train@latest', '-s', f'env.max_frame={end}'], cwd=tmp_path, env=lab_env())
     assert done.returncode == 0, done.stderr
     assert train_csv(run, 'tbkill')['frame'].tolist() == list(range(500, end + 1, 500))
-    assert_stream_mirrors_records(run, 'tbkill')
+    assert_board_mirrors_records(run, 'tbkill')
     assert json.loads((run / 'info' / 'tbkill_t0_s0_resumes.json').read_text())[0]['frame'] == snapshot
+    # the killed run's events past the snapshot are still in its file: the resume's purge_step hides them
+    assert len(event_files(directory)) == 2
+    as_written = [step for step, _ in read_board(directory, purge=False)['train/total_reward_ma']]
+    again = [step for step in range(snapshot + 1, logged[-1] + 1) if step % 500 == 0]
+    assert again and all(as_written.count(step) == 2 for step in again), (snapshot, logged[-1], as_written)
 
 
 # --- a TensorBoard path of the wrong kind (issue 27) -----------------------------------------------
@@ -312,7 +334,7 @@ def test_the_command_line_refuses_a_bad_tensorboard_dir_and_resumes_once_it_is_m
     out = cli(args, tmp_path, env=lab_env())
     assert out.returncode == 0, out.stderr
     assert train_csv(run, 'tblay')['frame'].iloc[-1] == 2000
-    assert_stream_mirrors_records(run, 'tblay')
+    assert_board_mirrors_records(run, 'tblay')
 
 
 @pytest.mark.slow
@@ -331,4 +353,4 @@ def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path
     assert out.returncode == 0, out.stderr
     (child,) = [r for r in run_dirs(tmp_path / 'data', 'tblay') if r != parent]
     assert entries(parent) == before
-    assert_stream_mirrors_records(child, 'tblay')
+    assert_board_mirrors_records(child, 'tblay')

@@ -184,7 +184,7 @@ def _keep_parent_targets(spec: dict, raw: dict, parent_spec: dict) -> None:
         return
     if parent['double_q'] != algorithm['double_q']:
         logger.warning(f"--warm-start: agent.algorithm.double_q {str(parent['double_q']).lower()}, the parent's "
-                    '(the spec leaves it out); give -s agent.algorithm.double_q=... to choose')
+                       '(the spec leaves it out); give -s agent.algorithm.double_q=... to choose')
     algorithm['double_q'] = parent['double_q']
 
 
@@ -193,7 +193,8 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
     """A fresh run of the spec from frame 0 whose nets start from the parent's weights (`ckpt`
     'best': each session's model_best.pt; 'latest': its newest intact snapshot); optimizer state,
     the env and the replay start fresh. Session s takes the weights of the parent's session
-    s mod (its sessions)."""
+    s mod (its sessions). A DQN spec that leaves double_q out keeps the parent's targets
+    (_keep_parent_targets)."""
     from slm_lab.experiment.trial import Trial  # imports torch (see lab.preflight)
     from slm_lab.persistence import lineage  # imports torch (see lab.preflight)
     from slm_lab.persistence import resume as resume_lib  # imports torch (see lab.preflight)

@@ -7,6 +7,7 @@ Each is a new run directory whose spec records where it came from (meta.lineage)
 checked before that directory exists, and the parent run is only read."""
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -18,7 +19,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, Preempted
 from slm_lab.persistence import edits
 from slm_lab.persistence.run_dir import RunDir, new_experiment_ts
-from slm_lab.spec import check_spec_name
+from slm_lab.spec import check_spec_name, load_raw_spec
 
 
 def run(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None = None, data_dir: str = 'data', *,
@@ -172,12 +173,28 @@ def _say_passed_over(option: str, parent: RunDir, session: int, record: dict) ->
                        f'{Path(record["snapshot"]).name} (frame {record["frame"]}); the parent run is left as it is')
 
 
+def _keep_parent_targets(spec: dict, raw: dict, parent_spec: dict) -> None:
+    """A warm start of DQN from a DQN run, its spec (`raw`, before defaults) leaving
+    `agent.algorithm.double_q` out: the parent's value (false for a run saved before the key
+    existed), so the weights go on learning from the targets they were trained with; said when
+    that is not what the spec alone would give."""
+    algorithm = spec['agent']['algorithm']
+    parent = edits.fill_keys_added_later(copy.deepcopy(parent_spec))['agent']['algorithm']
+    if algorithm['name'] != 'DQN' or parent.get('name') != 'DQN' or 'double_q' in raw['agent']['algorithm']:
+        return
+    if parent['double_q'] != algorithm['double_q']:
+        logger.warning(f"--warm-start: agent.algorithm.double_q {str(parent['double_q']).lower()}, the parent's "
+                       '(the spec leaves it out); give -s agent.algorithm.double_q=... to choose')
+    algorithm['double_q'] = parent['double_q']
+
+
 def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides: list[str] | None,
                data_dir: str, on_run_dir=None) -> dict:
     """A fresh run of the spec from frame 0 whose nets start from the parent's weights (`ckpt`
     'best': each session's model_best.pt; 'latest': its newest intact snapshot); optimizer state,
     the env and the replay start fresh. Session s takes the weights of the parent's session
-    s mod (its sessions)."""
+    s mod (its sessions). A DQN spec that leaves double_q out keeps the parent's targets
+    (_keep_parent_targets)."""
     from slm_lab.experiment.trial import Trial  # imports torch (see lab.preflight)
     from slm_lab.persistence import lineage  # imports torch (see lab.preflight)
     from slm_lab.persistence import resume as resume_lib  # imports torch (see lab.preflight)
@@ -186,6 +203,7 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
     else:  # any run whose nets fit, of any spec name: a teacher for a student, a search's best trial
         parent, parent_trial, parent_spec = resume_lib.resolve_trial(target, f'--warm-start {target}')
     spec = prepare_spec(spec_file, spec_name, 'train', overrides)
+    _keep_parent_targets(spec, load_raw_spec(spec_file, spec_name, overrides), parent_spec)
     meta = spec['meta']
     if meta.get('distributed') and meta['max_session'] > 1:
         raise ModeError('--warm-start: meta.distributed runs train global nets that a warm start does not load '

@@ -92,6 +92,16 @@ def test_floor_counts_agree_with_the_profiler_on_one_dqn_update():
     assert abs(floor.FLOPS_PER_FRAME['dqn'](row) / 1e6 - expected) < 1e-9
 
 
+def test_the_dqn_row_is_vanilla_dqn_as_sb3s():
+    """SB3's DQN takes the target net's max; the lab's spec says so explicitly (a flat spec's DQN
+    would otherwise compute SLM-Lab v5's Double DQN targets, and one more online pass per sample
+    than the floor counts)."""
+    from slm_lab.spec import load_spec
+    row = side.ROWS['dqn']
+    spec = load_spec(str(REPO_ROOT / row.spec_file), row.spec_name)
+    assert spec['agent']['algorithm']['name'] == 'DQN' and spec['agent']['algorithm']['double_q'] is False
+
+
 def test_floor_of_the_off_policy_rows_matches_their_profiled_updates():
     """SAC's and TD3's per-frame counts hold the 546 and 715 MFLOP per update that torch.profiler
     counted over the lab's updates (docs/BENCHMARKS.md), within 0.5%."""

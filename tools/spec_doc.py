@@ -174,6 +174,7 @@ def _algorithm_section(group: list[type]) -> str:
     if module_doc:
         out.append('```text\n' + module_doc + '\n```')
     documented: dict[int, str] = {}
+    shown: dict[str, dict] = {}  # the schemas whose keys a table lists, by class name
     for cls in group:
         lines = [f'`{cls.__name__}`: {_first_paragraph(cls)}', '']
         needs = [f'`agent.{r}`' for r in cls.requires]
@@ -186,12 +187,21 @@ def _algorithm_section(group: list[type]) -> str:
         lines.append(f'- Action spaces: {spaces} (action_pdtype {_names(pdtypes)}).')
         out.append('\n'.join(lines))
         own = algorithm_own_keys(cls)
+        # a schema that extends one shown above (DQN's: VanillaDQN's and double_q) lists what it adds
+        extended = next((name for name, schema in shown.items()
+                         if all(cls.spec_schema.get(k) is f for k, f in schema.items())), None)
         if id(cls.spec_schema) in documented:
             out.append(f'Keys: the same as `{documented[id(cls.spec_schema)]}`.')
+        elif extended is not None:
+            added = [k for k in cls.spec_schema if k not in shown[extended]]
+            out.append(f'Keys: those of `{extended}`, and:\n\n' + table(cls.spec_schema, cls.__name__, added))
+            documented[id(cls.spec_schema)] = cls.__name__
+            shown[cls.__name__] = cls.spec_schema
         elif own:
             out.append(f'Keys of `{cls.__name__}`, besides the common ones:\n\n'
                        + table(cls.spec_schema, cls.__name__, own))
             documented[id(cls.spec_schema)] = cls.__name__
+            shown[cls.__name__] = cls.spec_schema
         else:
             out.append('Keys: only the common ones.')
             documented[id(cls.spec_schema)] = cls.__name__

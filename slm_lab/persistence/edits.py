@@ -28,13 +28,24 @@ KEYS_ADDED_LATER = {
     ('env', 'clip_reward'): None,
     ('env', 'vector_backend'): 'gymnasium',  # Atari games ran in gymnasium's vector env before ALE's was an option
 }
+# The same for the keys of one algorithm (agent.algorithm), by its name.
+ALGORITHM_KEYS_ADDED_LATER = {
+    'DQN': {'double_q': False},  # the lab's DQN computed SLM-Lab v4's targets (the target net picks) before it
+}
 
 
 def fill_keys_added_later(spec: dict) -> dict:
-    """The run's saved spec with each key of KEYS_ADDED_LATER it lacks set to its old behaviour."""
+    """The run's saved spec with each key of KEYS_ADDED_LATER and ALGORITHM_KEYS_ADDED_LATER it
+    lacks set to its old behaviour."""
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section]:
             spec[section][key] = old_value
+    agent = spec.get('agent')
+    algorithm = agent.get('algorithm') if isinstance(agent, dict) else None
+    name = algorithm.get('name') if isinstance(algorithm, dict) else None
+    if isinstance(name, str):
+        for key, old_value in ALGORITHM_KEYS_ADDED_LATER.get(name, {}).items():
+            algorithm.setdefault(key, old_value)
     return spec
 
 
@@ -178,7 +189,8 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
     saved spec filled with keys added later). A spec of another algorithm than the run's is a
     ResumeError that says so (rather than naming a key of the run's algorithm that the spec's does
     not know): always for a `fork`, which continues the run's training; for train@ when the two
-    do not merge (a --force'd change between algorithms of one state, DQN to DoubleDQN, does)."""
+    do not merge (a --force'd change between algorithms of one state, DQN with double_q to DoubleDQN,
+    does)."""
     old_spec = fill_keys_added_later(old_spec)
     overrides = list(old_spec['meta'].get('overrides') or []) + list(overrides or [])
     if fork and (change := _algorithm_change(spec_file, spec_name, overrides, old_spec)):

@@ -78,13 +78,15 @@ def test_dqn_keeps_its_exploring_action_policies():
         assert spec['agent']['algorithm']['action_policy'] == policy
 
 
-@pytest.mark.parametrize('name,anew', [('VanillaDQN', True), ('DQN', False), ('DoubleDQN', True)])
-def test_dqn_targets_are_computed_again_before_each_step_on_a_batch_when_the_online_net_picks(name, anew):
-    """training_batch_iter steps on one batch: VanillaDQN's and DoubleDQN's y depend on the online
-    net, which each step moves, so y is computed again before each step (as SLM-Lab computes the
-    loss anew); DQN's y, from the target net alone, is the same for all of them."""
+@pytest.mark.parametrize('name,keys,anew', [('VanillaDQN', {}, True), ('DQN', {'double_q': False}, False),
+                                            ('DQN', {}, True), ('DoubleDQN', {}, True)])
+def test_dqn_targets_are_computed_again_before_each_step_on_a_batch_when_the_online_net_picks(name, keys, anew):
+    """training_batch_iter steps on one batch: the y of VanillaDQN, DoubleDQN and DQN with
+    double_q (its default) depend on the online net, which each step moves, so y is computed again
+    before each step (as SLM-Lab computes the loss anew); the y of DQN without double_q, from the
+    target net alone, is the same for all of them."""
     agent = make_agent({'name': name, 'training_iter': 1, 'training_batch_iter': 3, 'training_start_step': 1,
-                        'gamma': 0.9}, {'name': 'Replay', 'batch_size': 16, 'max_size': 100}, num_envs=2)
+                        'gamma': 0.9, **keys}, {'name': 'Replay', 'batch_size': 16, 'max_size': 100}, num_envs=2)
     alg = agent.algorithm
     rng = np.random.default_rng(0)
     for _ in range(10):

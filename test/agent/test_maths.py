@@ -24,6 +24,7 @@ from slm_lab.agent.memory import OnPolicyReplay, Replay
 from slm_lab.agent.memory.onpolicy import RolloutBatch
 from slm_lab.env import Clock
 from slm_lab.env.wrappers import NormalizeObservation
+from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
 
@@ -188,20 +189,92 @@ def test_q_targets_select_and_evaluate():
     torch.testing.assert_close(q_targets(rewards, terminateds, online, target, 0.5), t(DQN_EXPECTED['DoubleDQN']))
 
 
-def dqn_spec(name: str) -> dict:
-    return {'agent': {'algorithm': {'name': name, 'gamma': 0.5}, 'memory': {'name': 'Replay', 'max_size': 10},
+def dqn_spec(name: str, **keys) -> dict:
+    return {'agent': {'algorithm': {'name': name, 'gamma': 0.5, **keys}, 'memory': {'name': 'Replay', 'max_size': 10},
                       'net': {'type': 'MLPNet', 'hid_layers': [8]}},
             'env': {'name': 'CartPole-v1', 'max_frame': 100}}
 
 
-@pytest.mark.parametrize('name', ['VanillaDQN', 'DQN', 'DoubleDQN'])
-def test_each_dqn_variant_bootstraps_from_its_nets(name):
-    algo = make_agent(dqn_spec(name)).algorithm
+def v4_layout(spec: dict) -> dict:
+    """The spec as SLM-Lab v4 writes it: agent and env in one-element lists, a body block."""
+    return {**spec, 'agent': [spec['agent']], 'env': [spec['env']], 'body': {'product': 'outer', 'num': 1}}
+
+
+@pytest.mark.parametrize('name,keys,expected', [
+    ('VanillaDQN', {}, 'VanillaDQN'),
+    ('DQN', {'double_q': False}, 'DQN'),
+    ('DQN', {}, 'DoubleDQN'),  # double_q's default: SLM-Lab v5's DQN
+    ('DQN', {'double_q': True}, 'DoubleDQN'),
+    ('DoubleDQN', {}, 'DoubleDQN'),
+])
+def test_each_dqn_variant_bootstraps_from_its_nets(name, keys, expected):
+    algo = make_agent(dqn_spec(name, **keys)).algorithm
     algo.net = lambda next_states: t(NEXT_Q_ONLINE)
     if algo.target_net is not None:
         algo.target_net = lambda next_states: t(NEXT_Q_TARGET)
     y = algo.q_targets(t([1, 1, 1]), torch.zeros(3, 4), t([0, 1, 0]))
-    torch.testing.assert_close(y, t(DQN_EXPECTED[name]))
+    torch.testing.assert_close(y, t(DQN_EXPECTED[expected]))
+
+
+# DQN's targets per SLM-Lab generation, from real nets with set weights. Observations of 2 numbers,
+# 2 actions; both nets: hidden layer of 2 with weights I and bias 0 (relu passes the positive next
+# states below unchanged), output layer with bias 0 and weights I (online: Q(s') = s') or
+# diag(3, 1) (target: Q_t(s') = (3 s'_0, s'_1)). gamma 0.5.
+#   transition  r   s'      terminated  online argmax  Q_t(s')  v4: max Q_t  v5: Q_t(online argmax)
+#   1           1   (1, 2)  no          1              (3, 2)   3 -> y 2.5   2 -> y 2.0
+#   2           0   (2, 1)  no          0              (6, 1)   6 -> y 3.0   6 -> y 3.0
+#   3          -1   (1, 2)  yes         1              (3, 2)   y -1         y -1
+# v4 (the target net picks and values): 2.5, 3, -1; v5 (the online net picks): 2, 3, -1.
+V4_TARGETS, V5_TARGETS = [2.5, 3.0, -1.0], [2.0, 3.0, -1.0]
+
+
+def set_q_net(net: torch.nn.Module, out_weight) -> None:
+    hidden, out = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        hidden.weight.copy_(torch.eye(2))
+        out.weight.copy_(t(out_weight))
+        hidden.bias.zero_()
+        out.bias.zero_()
+
+
+@pytest.mark.parametrize('layout,expected', [(v4_layout, V4_TARGETS), (lambda spec: spec, V5_TARGETS)],
+                         ids=['v4', 'v5'])
+def test_dqn_targets_by_hand_follow_the_spec_generation(layout, expected):
+    """A spec in SLM-Lab v4's layout naming DQN gets v4.2.4's targets (the target net picks and
+    values the next action); the same spec flat, as v5 and the lab's own files are written, gets
+    v5's (the online net picks: SLM-Lab's DQNBase since v5.0.0)."""
+    spec = dqn_spec('DQN')
+    spec['agent']['net'].update(hid_layers=[2], hid_layers_activation='relu')
+    spec = validate_spec(layout(spec))
+    assert spec['agent']['algorithm']['double_q'] is (expected is V5_TARGETS)  # recorded in the saved spec
+    algo = make_agent(spec, obs_dim=2).algorithm
+    set_q_net(algo.net, [[1, 0], [0, 1]])
+    set_q_net(algo.target_net, [[3, 0], [0, 1]])
+    next_states = t([[1, 2], [2, 1], [1, 2]])
+    assert algo.net(next_states).argmax(-1).tolist() == [1, 0, 1]
+    torch.testing.assert_close(algo.target_net(next_states), t([[3, 2], [6, 1], [3, 2]]))
+    y = algo.q_targets(t([1, 0, -1]), next_states, t([0, 0, 1]))
+    torch.testing.assert_close(y, t(expected))
+
+
+def test_a_dqn_spec_saved_before_double_q_computes_the_targets_it_did():
+    # a resumed search runs its trials' saved specs as they are: one an older lab wrote has no double_q
+    spec = validate_spec(dqn_spec('DQN'))
+    del spec['agent']['algorithm']['double_q']
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    algo = Agent(spec, obs_space, gym.spaces.Discrete(2), 1, Clock(100, 1), seed=0).algorithm
+    algo.net = lambda next_states: t(NEXT_Q_ONLINE)
+    algo.target_net = lambda next_states: t(NEXT_Q_TARGET)
+    y = algo.q_targets(t([1, 1, 1]), torch.zeros(3, 4), t([0, 1, 0]))
+    torch.testing.assert_close(y, t(DQN_EXPECTED['DQN']))
+
+
+def test_a_v4_spec_may_ask_for_double_q_and_double_dqn_refuses_false():
+    spec = validate_spec(v4_layout(dqn_spec('DQN', double_q=True)))
+    assert spec['agent']['algorithm']['double_q'] is True
+    assert validate_spec(v4_layout(dqn_spec('DoubleDQN')))['agent']['algorithm']['double_q'] is True
+    with pytest.raises(SpecError, match=r'^agent\.algorithm\.double_q: false does not fit DoubleDQN'):
+        validate_spec(dqn_spec('DoubleDQN', double_q=False))
 
 
 def test_replay_stores_terminated_not_done():

@@ -2,12 +2,15 @@
 
 For a sampled batch (B transitions):
   VanillaDQN: y = r + gamma * (1 - terminated) * max_a' Q(s', a')                (online net)
-  DQN:        y = r + gamma * (1 - terminated) * max_a' Q_target(s', a')
-  DoubleDQN:  y = r + gamma * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))
+  DQN, double_q false: y = r + gamma * (1 - terminated) * max_a' Q_target(s', a')
+  DoubleDQN, and DQN with double_q true:
+              y = r + gamma * (1 - terminated) * Q_target(s', argmax_a' Q(s', a'))
   loss = loss_fn(Q(s, a), y)
-DQN is SLM-Lab v4's (and the literature's). SLM-Lab v5's DQN class computes DoubleDQN's y (its
-DQNBase picks the next action with the online net since v5.0.0), so a v5 spec naming DQN learns
-here as in v4; name DoubleDQN for what v5 trains.
+SLM-Lab's DQN changed between its generations: v4.2.4's is the literature's (the target net picks
+and values the next action); since v5.0.0 its DQNBase picks with the online net, so v5's DQN
+computes DoubleDQN's y. The lab's DQN does either by `double_q`, which a spec in v5's flat layout
+(the lab's own files included) leaves true and one in v4's layout false (spec/compat/v4_layout.py);
+a run saved before the key existed resumes false, as it ran (persistence/edits.py).
 Every training_frequency frames (once training_start_step transitions are stored): training_iter
 batches, each used for training_batch_iter gradient steps (y computed again before each, with the
 online net as the previous step left it). The target net follows the online net
@@ -31,6 +34,7 @@ from slm_lab.agent.algorithm.base import BASE_SCHEMA
 from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm
 from slm_lab.agent.net import build_net, net_util
 from slm_lab.lib.decay import schedule_field
+from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field, ignored_field
 
 
@@ -146,9 +150,9 @@ class VanillaDQN(OffPolicyAlgorithm):
 
     @property
     def online_targets(self) -> bool:
-        """Whether y depends on the online net (VanillaDQN, DoubleDQN): then each of a batch's
-        training_batch_iter gradient steps gets y anew, as in SLM-Lab; DQN's y, from the target
-        net alone, stays the same through them."""
+        """Whether y depends on the online net (VanillaDQN, DoubleDQN, DQN with double_q): then
+        each of a batch's training_batch_iter gradient steps gets y anew, as in SLM-Lab; the y of
+        the target net alone (DQN, double_q false) stays the same through them."""
         return self.target_net is None or self.double
 
     @torch.no_grad()
@@ -185,12 +189,39 @@ class VanillaDQN(OffPolicyAlgorithm):
 
 
 class DQN(VanillaDQN):
-    """DQN with a target net for the bootstrap value."""
+    """DQN with a target net for the bootstrap value, which picks the next action too (SLM-Lab
+    v4's) or leaves that to the online net (`double_q`, SLM-Lab v5's)."""
 
+    spec_schema = {
+        **VanillaDQN.spec_schema,
+        'double_q': Field((bool,), True,
+                          doc="double-DQN targets: the online net picks the next action and the target net values it "
+                              "(SLM-Lab v5's DQN); false: the target net does both (SLM-Lab v4's). Left out: false in "
+                              "a spec of SLM-Lab v4's layout, and for a run saved before this key existed when it is "
+                              "resumed or forked (what it ran); a warm start from a DQN run takes the parent's; the "
+                              'saved spec records the value. DoubleDQN: always true'),
+    }
     uses_target_net = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # absent only from a spec an older lab saved and nothing validated since (a resumed
+        # search's trial spec): its DQN computed v4's targets
+        self.double = self.algorithm_spec.get('double_q', False)
 
 
 class DoubleDQN(DQN):
-    """Double DQN: the online net picks the next action, the target net values it."""
+    """Double DQN: the online net picks the next action, the target net values it (DQN with
+    `double_q` true)."""
 
-    double = True
+    @classmethod
+    def check_spec(cls, spec: dict) -> None:
+        super().check_spec(spec)
+        if spec['agent']['algorithm']['double_q'] is not True:
+            raise SpecError('agent.algorithm.double_q: false does not fit DoubleDQN, whose online net always picks '
+                            'the next action; remove the key, or use DQN with double_q false for targets of the '
+                            'target net alone')
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.double = True

@@ -8,6 +8,17 @@ from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import suggest
 
 V4_BODY_PRODUCTS = ('outer', 'inner', 'custom')
+# Algorithm keys whose default is SLM-Lab v5's where v4's class of the same name learned otherwise:
+# a spec in v4's layout that leaves one out gets v4's value, so it learns as it did in v4.2.4.
+V4_ALGORITHM_KEYS = {
+    'DQN': {'double_q': False},  # v4's DQNBase picks and values the next action with the target net
+}
+
+
+def is_v4_layout(spec: dict) -> bool:
+    """Whether a raw spec is in SLM-Lab v4's layout: `agent` or `env` a list, or a `body` block
+    (v5's specs, and the lab's own, are flat)."""
+    return isinstance(spec.get('agent'), list) or isinstance(spec.get('env'), list) or 'body' in spec
 
 
 def flatten_v4_layout(spec: dict) -> None:
@@ -15,7 +26,10 @@ def flatten_v4_layout(spec: dict) -> None:
     are unwrapped, and the `body` block is checked and removed. `body` is SLM-Lab's multi-agent
     pairing of agents with envs (`product` of the agent and env lists, `num` bodies), which
     SLM-Lab v4 checks but no longer reads: with one agent in one env every product is that one
-    pair. Several agents, envs or bodies are refused, naming the key."""
+    pair. Several agents, envs or bodies are refused, naming the key. The algorithm keys of
+    V4_ALGORITHM_KEYS that a v4 spec leaves out are set to v4's values: once flat, a spec no longer
+    says which generation it was written for."""
+    v4 = is_v4_layout(spec)
     for key in ('agent', 'env'):
         value = spec.get(key)
         if isinstance(value, list):
@@ -23,6 +37,8 @@ def flatten_v4_layout(spec: dict) -> None:
                 raise SpecError(f'{key}: a list of {len(value)} {key}s is SLM-Lab\'s multi-agent layout, which this '
                                 f'lab does not have (one agent in one env); give one {key} object')
             spec[key] = value[0]
+    if v4:
+        _set_v4_algorithm_keys(spec)
     if 'body' not in spec:
         return
     body = spec.pop('body')
@@ -40,3 +56,12 @@ def flatten_v4_layout(spec: dict) -> None:
     if num not in (1, [1]) or isinstance(num, bool):
         raise SpecError(f'body.num: {json.dumps(num)} bodies is SLM-Lab\'s multi-agent layout, which this lab does '
                         'not have (one agent in one env); use "num": 1 or remove body')
+
+
+def _set_v4_algorithm_keys(spec: dict) -> None:
+    agent = spec.get('agent')
+    algorithm = agent.get('algorithm') if isinstance(agent, dict) else None
+    name = algorithm.get('name') if isinstance(algorithm, dict) else None
+    if isinstance(name, str):
+        for key, value in V4_ALGORITHM_KEYS.get(name, {}).items():
+            algorithm.setdefault(key, value)

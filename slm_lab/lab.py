@@ -11,7 +11,7 @@ import warnings
 
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError, ResumeError, SpecError, check_terminated
+from slm_lab.lib.errors import ModeError, ResumeError, SpecError, begin_writing, defer_stops
 from slm_lab.lib.io import write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
@@ -149,9 +149,11 @@ def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '')
 def create_run_dir(run_dir, trial, write=None):
     """Create the run directory with its specs in place, atomically: it is built under a
     temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
-    run or a run with its specs (a kill's leftover is removed by the next run of the lab).
+    run or a run with its specs (a kill's leftover is removed by the next run of the lab). A stop
+    signal while it is built removes it on the way out; once it is renamed into place, the trial (or
+    search) that it is made for stops as on any stop, resumably.
     Returns the open lock file that keeps other processes off the run while it trains."""
-    check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+    begin_writing()
     parent = run_dir.root.parent
     if parent.is_dir():
         for leftover in parent.glob('.*.tmp-*'):
@@ -159,13 +161,16 @@ def create_run_dir(run_dir, trial, write=None):
             if leftover.is_dir() and pid.isdigit() and pid_is_stale(int(pid)):
                 shutil.rmtree(leftover, ignore_errors=True)
     staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
-    staging.create()
-    lock = lock_run(staging)  # the lock is on the file, which the rename keeps
-    try:
+    lock = None
+    try:  # a stop signal may come while the staging directory is made: it goes with it
+        staging.create()
+        lock = lock_run(staging)  # the lock is on the file, which the rename keeps
         (write or write_specs)(staging, trial)
+        defer_stops()
         os.rename(staging.root, run_dir.root)
     except BaseException:
-        lock.close()
+        if lock is not None:
+            lock.close()
         shutil.rmtree(staging.root, ignore_errors=True)
         raise
     return lock
@@ -222,7 +227,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         shared = f' ({share} frames for each of its {n_sessions} distributed sessions)' if split else ''
         raise ResumeError(f"env.max_frame {spec['env']['max_frame']}{shared} is below frame {reached} that a session "
                           f'of {run_dir.root} already reached; use env.max_frame >= {total}')
-    check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+    begin_writing()  # a stop signal during the checks ended the command before anything was written
     # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
     resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']))
     if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
@@ -293,8 +298,9 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
             preflight(spec)
-            check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+            begin_writing()  # a stop signal during the checks ended the command before anything was written
             write_json(run_dir.spec_path(), spec)
+            defer_stops()  # the search stops resumably (run_search)
         except BaseException:
             lock.close()
             raise

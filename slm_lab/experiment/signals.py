@@ -6,7 +6,7 @@ import os
 import signal
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import EXIT_CODES, raise_terminated, terminated_signals
+from slm_lab.lib.errors import EXIT_CODES, handle_stop, stop_signals
 
 logger = lab_logger.get_logger('slm_lab.session')
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -23,8 +23,8 @@ class StopSignal:
     def install(self) -> 'StopSignal':
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
-        if self._previous.get(signal.SIGTERM) is raise_terminated and terminated_signals():
-            self.signum = signal.SIGTERM  # the command's SIGTERM came, and was lost on its way: stop as asked
+        if self._previous.get(signal.SIGTERM) is handle_stop and stop_signals():
+            self.signum = stop_signals()[0]  # the command's stop came before (deferred, or lost on its way)
         return self
 
     def uninstall(self) -> None:

@@ -2,6 +2,7 @@
 search driver). No torch here: Ray's workers import this through the search without paying for it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -42,6 +43,31 @@ class StopSignal:
     @property
     def requested(self) -> bool:
         return self.signum is not None
+
+
+@contextlib.contextmanager
+def keep_stop_handlers():
+    """While it lasts, SIGINT and SIGTERM keep the handlers they have: a library that sets its own
+    for them meanwhile is not heard (ray.init sets one by which SIGTERM exits the process at once,
+    with exit code 15, and no way to turn it off). It replaces signal.signal, through which every
+    Python handler is set, for that time; the handlers of other signals are set as asked. At its
+    end the handlers are set again, for a C library that set its own beneath Python's."""
+    set_handler = signal.signal
+
+    def set_unless_stop(signum, handler):
+        if signum in STOP_SIGNALS:
+            return signal.getsignal(signum)
+        return set_handler(signum, handler)
+
+    signal.signal = set_unless_stop
+    try:
+        yield
+    finally:
+        signal.signal = set_handler
+        for signum in STOP_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is not None:  # None: not set from Python
+                signal.signal(signum, handler)
 
 
 def die_with_parent() -> None:

@@ -13,7 +13,8 @@ import signal
 import sys
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import LabError, ModeError, Preempted, Terminated, clear_terminated, raise_terminated
+from slm_lab.lib.errors import (LabError, ModeError, Preempted, Terminated, begin_writing, catch_stops,
+                                clear_stops, set_stop_mode, stopped_line)
 from slm_lab.options import check_run_options
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
@@ -172,63 +173,69 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     return args
 
 
-def report(error: BaseException, mode: str) -> int:
+def report(error: BaseException, mode: str | None) -> int:
     """Print how a command that did not finish ended (one line on stderr); its exit code."""
     if isinstance(error, LabError):
         print(f'error: {error}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Preempted):
-        again = 'search@latest' if mode.startswith('search') else 'train@latest'
+        again = 'search@latest' if (mode or '').startswith('search') else 'train@latest'
         print(f'stopped: {error}; continue with {again}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Terminated):
-        what = 'during the replay (it writes nothing)' if mode.startswith('enjoy@') else \
-            'before training started; nothing was written'
-        print(f'stopped by SIGTERM {what}', file=sys.stderr)
+        print(stopped_line(signal.SIGTERM, mode), file=sys.stderr)
         return error.exit_code
-    print('interrupted', file=sys.stderr)  # KeyboardInterrupt
+    print(stopped_line(signal.SIGINT, mode), file=sys.stderr)  # KeyboardInterrupt
     return EXIT_INTERRUPTED
 
 
 def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True) -> tuple[int, str | None]:
     """A run from the command line: (exit code, mode or None when the arguments were refused).
-    `own_process`: this process ends with the command, so SIGTERM is left ignored once it is
-    done; otherwise the caller's SIGTERM handler is put back."""
-    # SIGTERM ends the command as Ctrl-C does until a trial takes over the signal to save snapshots
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
+    `own_process`: this process ends with the command, so a stop signal before anything is written
+    ends it at once with one line (errors.AT_ONCE), and once the command is done SIGINT and SIGTERM
+    are left ignored; otherwise a stop raises and the caller's handlers are put back."""
+    # SIGINT and SIGTERM are the lab's until a trial or a search takes them over to save snapshots
+    previous = catch_stops(at_once=own_process)
     try:
-        args = parse_run_args(argv, prog)
-    except Terminated as e:
-        print('stopped by SIGTERM; nothing was written', file=sys.stderr)
-        return e.exit_code, None
-    except SystemExit:
-        if not own_process:
-            signal.signal(signal.SIGTERM, previous_sigterm)
-        raise
-    try:
-        from slm_lab import lab  # imports the lab's modules: after the arguments are known to be valid
-        if args.mode.startswith('enjoy@'):
-            lab.check_mode(args.mode)
-            lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
-            from slm_lab.experiment.enjoy import enjoy  # imports torch
-            enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
-        elif args.fork is not None or args.warm_start is not None:
-            from slm_lab import branch  # imports lab (gymnasium): only once the arguments are valid
-            branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
-                       frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
-        else:
-            lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
-                    ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
-    except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # it has ended: a SIGTERM now must not change how
-        return report(e, args.mode), args.mode
+        try:
+            args = parse_run_args(argv, prog)
+        except (KeyboardInterrupt, Terminated) as e:  # only when not own_process (AT_ONCE exits in the handler)
+            return report(e, None), None
+        set_stop_mode(args.mode)
+        try:
+            from slm_lab import lab  # imports the lab's modules: after the arguments are known to be valid
+            if args.mode.startswith('enjoy@'):
+                lab.check_mode(args.mode)
+                lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
+                from slm_lab.experiment.enjoy import enjoy  # imports torch
+                if args.record:
+                    begin_writing()  # a stop closes the video being written on the way out
+                enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
+            elif args.fork is not None or args.warm_start is not None:
+                from slm_lab import branch  # imports lab (gymnasium): only once the arguments are valid
+                branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
+                           frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
+            else:
+                lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
+                        ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
+        except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
+            _ended(own_process)
+            return report(e, args.mode), args.mode
+        _ended(own_process)
+        return 0, args.mode
     finally:
-        clear_terminated()  # a SIGTERM is this command's: the next one starts without it
-        if not own_process:  # a caller of main() gets its own handler back
-            signal.signal(signal.SIGTERM, previous_sigterm)
+        clear_stops()  # a stop is this command's: the next one starts without it
+        if not own_process:  # a caller of main() gets its own handlers back
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def _ended(own_process: bool) -> None:
+    """The command has ended: a stop signal now must not change how (its process exits next, which
+    takes torch's teardown, about a second)."""
     if own_process:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return 0, args.mode
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def exit_process(code: int, mode: str | None) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slm_lab import __version__, resources
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import DataDirError, ModeError, ResumeError, SpecError, check_terminated
+from slm_lab.lib.errors import DataDirError, ModeError, ResumeError, SpecError, begin_writing, defer_stops
 from slm_lab.lib.io import rename_no_replace, write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import git_sha
@@ -241,8 +241,10 @@ def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None,
     its directory written again with meta.experiment_ts of `spec` (default: the trial's) and
     the trial's run directory changed to match. A `fixed` name (`--run-dir`, chosen by the user)
     is never changed: an empty directory there is taken, and one that another process filled
-    meanwhile is a ResumeError."""
-    check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+    meanwhile is a ResumeError. A stop signal while it is built removes it on the way out; once it
+    is renamed into place, the trial (or search) that it is made for stops as on any stop,
+    resumably."""
+    begin_writing()
     spec = trial.spec if spec is None else spec
     parent = run_dir.root.parent
     if parent.is_dir():
@@ -257,13 +259,16 @@ def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None,
             pass  # none there, or not empty: the rename below tells
     while True:
         staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
-        staging.create()
-        lock = lock_run(staging)  # the lock is on the file, which the rename keeps
-        try:
+        lock = None
+        try:  # a stop signal may come while the staging directory is made: it goes with it
+            staging.create()
+            lock = lock_run(staging)  # the lock is on the file, which the rename keeps
             (write or write_specs)(staging, trial)
+            defer_stops()
             placed = rename_no_replace(staging.root, run_dir.root)
         except BaseException:
-            lock.close()
+            if lock is not None:
+                lock.close()
             shutil.rmtree(staging.root, ignore_errors=True)
             raise
         if placed:
@@ -333,7 +338,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         shared = f' ({share} frames for each of its {n_sessions} distributed sessions)' if split else ''
         raise ResumeError(f"env.max_frame {spec['env']['max_frame']}{shared} is below frame {reached} that a session "
                           f'of {run_dir.root} already reached; use env.max_frame >= {total}')
-    check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+    begin_writing()  # a stop signal during the checks ended the command before anything was written
     # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
     resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']),
                               tensorboard=meta['tensorboard'] or old_spec['meta'].get('tensorboard', True))
@@ -405,8 +410,9 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
             preflight(spec)
-            check_terminated()  # a SIGTERM during the checks ends the command before anything is written
+            begin_writing()  # a stop signal during the checks ended the command before anything was written
             write_json(run_dir.spec_path(), spec)
+            defer_stops()  # the search stops resumably (run_search)
         except BaseException:
             lock.close()
             raise

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import build_spec, flip_weight_bytes, write_spec_file
-from lab_helpers import PPO, RUN_LAB, cli, run_dirs, tree_digest, write_spec
+from lab_helpers import PPO, RUN_LAB, cli, lab_env, run_dirs, tree_digest, write_spec
 
 from slm_lab import lab
 from slm_lab.persistence import model_file, snapshot as checkpoint
@@ -352,7 +352,6 @@ def test_resume_writes_a_damaged_best_model_again_from_the_snapshot(damaged, tmp
 
 # --- signals outside training --------------------------------------------------------------------
 
-@pytest.mark.subprocess
 def _catches(pid: int, signum: int) -> bool:
     """Whether process `pid` has a handler for `signum` (Linux: the SigCgt mask in /proc)."""
     try:
@@ -363,6 +362,7 @@ def _catches(pid: int, signum: int) -> bool:
     return bool(mask >> (signum - 1) & 1)
 
 
+@pytest.mark.subprocess
 def test_sigterm_while_the_spec_is_checked_is_one_line_and_writes_nothing(tmp_path):
     spec_file = write_spec(tmp_path, 'early', PPO)
     proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'early', 'train'], cwd=tmp_path,
@@ -381,6 +381,71 @@ def test_sigterm_while_the_spec_is_checked_is_one_line_and_writes_nothing(tmp_pa
     assert err.strip().splitlines() in (['stopped by SIGTERM before training started; nothing was written'],
                                         ['stopped by SIGTERM; nothing was written']), err
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
+
+
+# from the lab's handler in place (run_lab.py's first lines; slm-lab run's after its imports): in
+# the lab's imports (torch, gymnasium: the first second or so), the spec's checks, the run
+# directory being made, or the first steps
+START_UP_INSTANTS = [0, 0.03, 0.1, 0.25, 0.5, 0.8, 1.2, 1.8]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize('signum', [signal.SIGINT, signal.SIGTERM], ids=['SIGINT', 'SIGTERM'])
+def test_a_stop_at_any_instant_of_start_up_is_one_line_and_leaves_nothing_half_made(tmp_path, signum):
+    """Issue 27 point 6: SIGINT 0.1 s after start gave KeyboardInterrupt tracebacks, once numpy's
+    40-line ImportError (the KeyboardInterrupt landed in its C import). At each instant, with
+    run_lab.py and slm-lab run (python -m slm_lab.cli) in turn: exit 130/143 and no traceback;
+    before training, one line and no run directory; once training started, the run's own stop
+    (a snapshot, `stopped: ...`); never a directory left under its temporary name."""
+    spec_file = write_spec(tmp_path, 'startup', {**PPO, 'env': {**PPO['env'], 'max_frame': 10**7}})
+    # the SIGTERM line says when, if the command line was read
+    lines = [['interrupted']] if signum == signal.SIGINT else \
+        [['stopped by SIGTERM before training started; nothing was written'], ['stopped by SIGTERM; nothing was written']]
+    code = 128 + signum
+    for i, delay in enumerate(START_UP_INSTANTS):
+        cwd = tmp_path / f'at_{i}'
+        cwd.mkdir()
+        entry = [RUN_LAB] if i % 2 == 0 else ['-m', 'slm_lab.cli', 'run']
+        proc = subprocess.Popen([sys.executable, *entry, spec_file, 'startup', 'train'], cwd=cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**lab_env(), 'PYTHONPATH': str(REPO_ROOT)})
+        deadline = time.monotonic() + 60
+        while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.002)
+        time.sleep(delay)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=60)
+        at = f'{" ".join(entry)}, {signum!r} {delay} s after its handler: {err[-2000:]}'
+        assert proc.returncode == code and 'Traceback' not in err, at
+        made = sorted(p.name for p in (cwd / 'data').iterdir() if p.name != '.cache') if (cwd / 'data').exists() else []
+        assert not any('.tmp-' in name for name in made), (made, at)
+        if not made:
+            assert err.splitlines() in lines and out == '', at
+        else:  # training had started: the run's stop, resumable
+            assert err.strip().splitlines()[-1].startswith(f'stopped: stopped by {signal.Signals(signum).name} ') \
+                and err.strip().endswith('continue with train@latest'), at
+            assert list((cwd / 'data' / made[0] / 'ckpt').rglob('MANIFEST.json')), at
+
+
+def test_a_stop_once_the_run_directory_is_in_place_stops_the_run_resumably(tmp_path):
+    """A stop that comes after the run directory was renamed into place, before the trial took
+    the signals over, is the trial's: it stops at its first step with a snapshot, resumable."""
+    from slm_lab.lib.errors import EXIT_CODES, Preempted, catch_stops, clear_stops
+    spec_file = write_spec(tmp_path, 'placed', PPO)
+    previous = catch_stops(at_once=False)
+    try:
+        with pytest.raises(Preempted) as info:
+            lab.run(spec_file, 'placed', 'train', data_dir=str(tmp_path / 'data'),
+                    on_run_dir=lambda _: os.kill(os.getpid(), signal.SIGTERM))
+    finally:
+        clear_stops()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert info.value.exit_code == EXIT_CODES[signal.SIGTERM] and info.value.frame is not None
+    (run,) = run_dirs(tmp_path / 'data', 'placed')
+    assert list((run / 'ckpt').rglob('MANIFEST.json'))
+    assert lab.run(spec_file, 'placed', 'train@latest', data_dir=str(tmp_path / 'data'))['scalar']
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from slm_lab.lib.errors import (LabError, Terminated, check_terminated, clear_terminated, raise_terminated)
+from slm_lab.lib.errors import LabError, Terminated, begin_writing, catch_stops, clear_stops
 
 SESSION_CSV = re.compile(r'^(?P<name>.+)_t(?P<trial>\d+)_s(?P<session>\d+)_session_df_train\.csv$')
 TRIAL_ARG = re.compile(r'^t(\d+)$')
@@ -226,7 +226,7 @@ def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | 
         warn(f'{label} has no curve and is left out of the graph ({why})')
     title = title or default_title([label for label, _ in runs])
     stopped = {i for i, (label, _) in enumerate(runs) if label in stopped_labels}
-    check_terminated()  # a SIGTERM lost in C code while reading: stop before writing
+    begin_writing()  # a stop signal lost in C code while reading: stop before writing
     if make_dir is not None:
         try:
             make_dir.mkdir(parents=True)
@@ -264,7 +264,7 @@ def run_command(fn, on_done=None) -> int:
     full disk) is its one `error:` line and exit code; Ctrl-C is `interrupted` (130) and SIGTERM
     `stopped by SIGTERM` (143), with no traceback (the writes are atomic: no partial file is
     left). `on_done(result)` prints what it wrote; returns the exit code."""
-    previous_sigterm = signal.signal(signal.SIGTERM, raise_terminated)
+    previous = catch_stops(at_once=False)  # a stop raises: what is half written is removed on the way out
     try:
         result = fn()
     except LabError as e:
@@ -277,8 +277,9 @@ def run_command(fn, on_done=None) -> int:
         print('stopped by SIGTERM', file=sys.stderr)
         return e.exit_code
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-        clear_terminated()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        clear_stops()
     if on_done is not None:
         on_done(result)
     return 0

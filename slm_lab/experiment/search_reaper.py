@@ -23,18 +23,6 @@ def parent_pid(pid: int | str) -> int:
         return int(f.read().rsplit(b')', 1)[1].split()[1])
 
 
-def child_pids(parent: int) -> list[int]:
-    """The processes whose parent is `parent` (Linux: /proc; none elsewhere)."""
-    children = []
-    for entry in os.listdir('/proc') if os.path.isdir('/proc') else []:
-        try:
-            if entry.isdigit() and parent_pid(entry) == parent:
-                children.append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    return children
-
-
 def marked_pids(marker: str, token: str | None = None) -> list[int]:
     """Processes whose environment holds MARKER_VAR=marker or RAY_AUTH_TOKEN=token (other than
     this one), and their descendants: Ray starts its dashboard and runtime-env agents with a fresh

@@ -62,6 +62,11 @@ def read_line(fd: int) -> str:
 
 
 def main(pipe: int | None = None) -> int:
+    # a stop (the search's stop file, or its Ray worker's SIGTERM) before the trial takes the signal
+    # over ends this process at once with 143, which the trainable reads as a trial stopped with the
+    # search: nothing is written until then (killed by SIGTERM meanwhile, it was an error)
+    from slm_lab.lib.errors import catch_stops
+    catch_stops(at_once=True)
     # torch and the lab load after the Ray worker has started this process (see warm_up)
     from slm_lab.experiment.trial import Trial
     from slm_lab.experiment.signals import die_with_parent

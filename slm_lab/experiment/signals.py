@@ -2,11 +2,12 @@
 search driver). No torch here: Ray's workers import this through the search without paying for it."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import EXIT_CODES, raise_terminated, terminated_signals
+from slm_lab.lib.errors import EXIT_CODES, handle_stop, stop_signals
 
 logger = lab_logger.get_logger('slm_lab.session')
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -24,8 +25,8 @@ class StopSignal:
     def install(self) -> 'StopSignal':
         for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous[sig] = signal.signal(sig, self._handle)
-        if self._previous.get(signal.SIGTERM) is raise_terminated and terminated_signals():
-            self.signum = signal.SIGTERM  # the command's SIGTERM came, and was lost on its way: stop as asked
+        if self._previous.get(signal.SIGTERM) is handle_stop and stop_signals():
+            self.signum = stop_signals()[0]  # the command's stop came before (deferred, or lost on its way)
         return self
 
     def uninstall(self) -> None:
@@ -44,6 +45,31 @@ class StopSignal:
     @property
     def requested(self) -> bool:
         return self.signum is not None
+
+
+@contextlib.contextmanager
+def keep_stop_handlers():
+    """While it lasts, SIGINT and SIGTERM keep the handlers they have: a library that sets its own
+    for them meanwhile is not heard (ray.init sets one by which SIGTERM exits the process at once,
+    with exit code 15, and no way to turn it off). It replaces signal.signal, through which every
+    Python handler is set, for that time; the handlers of other signals are set as asked. At its
+    end the handlers are set again, for a C library that set its own beneath Python's."""
+    set_handler = signal.signal
+
+    def set_unless_stop(signum, handler):
+        if signum in STOP_SIGNALS:
+            return signal.getsignal(signum)
+        return set_handler(signum, handler)
+
+    signal.signal = set_unless_stop
+    try:
+        yield
+    finally:
+        signal.signal = set_handler
+        for signum in STOP_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is not None:  # None: not set from Python
+                signal.signal(signum, handler)
 
 
 def die_with_parent() -> None:

@@ -1,7 +1,9 @@
 """Errors a user can cause (run_lab.py prints their message as one line and exits non-zero), and
 the stop of a run by a signal."""
 
+import os
 import signal
+import sys
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + signal number, as shells report
 
@@ -64,39 +66,97 @@ class Preempted(Exception):
 
 
 class Terminated(BaseException):
-    """SIGTERM outside training (while a spec is checked, during enjoy@): the command ends as
-    Ctrl-C ends it, with one line and exit code 143. A BaseException, as KeyboardInterrupt, so
-    that no `except Exception` on the way turns it into another error."""
+    """SIGTERM while the command writes a run directory, or during enjoy@ --record: the command
+    ends as Ctrl-C ends it, with one line and exit code 143, what it was writing removed on the
+    way out. A BaseException, as KeyboardInterrupt, so that no `except Exception` on the way turns
+    it into another error."""
 
     exit_code = EXIT_CODES[signal.SIGTERM]
 
 
-_TERMINATED: list[int] = []  # the SIGTERMs raise_terminated received
+# How the lab's command meets SIGINT and SIGTERM before a trial or a search takes them over (each
+# installs its own StopSignal, which saves snapshots). The command's handler, handle_stop, is in
+# place from the first lines of run_lab.py (and of `slm-lab run`) and acts as the phase asks:
+#   AT_ONCE  nothing written yet (imports, the checks, a replay): one line and exit, from the
+#            handler itself; an exception raised there could land inside an extension module's
+#            C import (numpy's "PyCapsule_Import could not import module datetime")
+#   RAISE    a run directory is being written (begin_writing): KeyboardInterrupt / Terminated, so
+#            that what was half written is removed on the way out
+#   DEFER    what is written is kept and continues (defer_stops: a run directory renamed into
+#            place, a search's): recorded for the StopSignal installed next, which stops the run
+#            resumably; a second signal exits at once, as StopSignal's does
+AT_ONCE, RAISE, DEFER = 'at once', 'raise', 'defer'
+_STOPS: list[int] = []  # the SIGINTs and SIGTERMs handle_stop received
+_PHASE = {'phase': RAISE, 'mode': None}  # the phase, and the command's mode (its stop line) once known
 
 
-def raise_terminated(signum, _frame) -> None:
-    """SIGTERM handler of the lab's command outside training (Trial installs its own meanwhile).
-    The signal is also remembered: an exception raised from a handler can be lost when it lands
-    in C code that clears errors (an extension module's import, a C-level hasattr), so the lab
-    checks again before it first writes (check_terminated)."""
-    _TERMINATED.append(signum)
-    raise Terminated()
+def stopped_line(signum: int, mode: str | None = None) -> str:
+    """The one line of a command stopped by `signum` before it trained (or during a replay)."""
+    if signum == signal.SIGINT:
+        return 'interrupted'
+    if mode is None:  # the command line not read yet
+        return 'stopped by SIGTERM; nothing was written'
+    if mode.startswith('enjoy@'):
+        return 'stopped by SIGTERM during the replay (it writes nothing)'
+    return 'stopped by SIGTERM before training started; nothing was written'
 
 
-def terminated_signals() -> list[int]:
-    """The SIGTERMs raise_terminated received in this process."""
-    return list(_TERMINATED)
+def catch_stops(at_once: bool) -> dict:
+    """Install handle_stop for SIGINT and SIGTERM, in phase AT_ONCE (`at_once`: the command owns its
+    process and has written nothing) or RAISE (a caller's process, which must not end). Returns the
+    handlers it replaced."""
+    _PHASE['phase'] = AT_ONCE if at_once else RAISE
+    return {sig: signal.signal(sig, handle_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
-def clear_terminated() -> None:
-    """Forget the SIGTERMs received: the command they ended has ended (a caller that runs several)."""
-    _TERMINATED.clear()
+def set_stop_mode(mode: str | None) -> None:
+    """The command's mode, once its command line is read: it words the line of a stop at once."""
+    _PHASE['mode'] = mode
 
 
-def check_terminated() -> None:
-    """Raise Terminated if raise_terminated received a SIGTERM that did not end the command."""
-    if _TERMINATED:
-        raise Terminated()
+def handle_stop(signum, _frame) -> None:
+    """The command's SIGINT/SIGTERM handler outside training (see AT_ONCE, RAISE, DEFER above)."""
+    _STOPS.append(signum)
+    phase = _PHASE['phase']
+    if phase == AT_ONCE or (phase == DEFER and len(_STOPS) > 1):
+        if phase == AT_ONCE:
+            for stream in (sys.stdout, sys.stderr):
+                try:  # what was printed before: its buffer is not flushed by os._exit
+                    stream.flush()
+                except (OSError, ValueError, RuntimeError):  # RuntimeError: the stream was mid-write
+                    pass
+            os.write(2, (stopped_line(signum, _PHASE['mode']) + '\n').encode())
+        os._exit(EXIT_CODES[signum])
+    if phase == RAISE:
+        raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+
+
+def begin_writing() -> None:
+    """The command is about to write: from here a stop signal raises (RAISE), so that what was
+    half written is removed on the way out. A stop that came earlier and was lost (an exception
+    raised in a handler can vanish in C code that clears errors, such as a C-level hasattr)
+    raises now."""
+    if _PHASE['phase'] == AT_ONCE:
+        _PHASE['phase'] = RAISE
+    if _STOPS and _PHASE['phase'] == RAISE:
+        raise KeyboardInterrupt() if _STOPS[0] == signal.SIGINT else Terminated()
+
+
+def defer_stops() -> None:
+    """What the command writes from here is kept (a run directory in place): a stop signal is
+    recorded for the StopSignal installed next, which stops the run so that it can be continued."""
+    _PHASE['phase'] = DEFER
+
+
+def stop_signals() -> list[int]:
+    """The SIGINTs and SIGTERMs handle_stop received in this process (since clear_stops)."""
+    return list(_STOPS)
+
+
+def clear_stops() -> None:
+    """Forget the stops received: the command they ended has ended (a caller that runs several)."""
+    _STOPS.clear()
+    _PHASE['mode'] = None
 
 
 class DiskFullError(LabError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -355,6 +356,62 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     assert (root / 'info' / f'{NAME}_t{1 - best}_s0_session_df_train.csv').exists()  # records stay
     resumes = json.loads((root / 'info' / f'{NAME}_t0_s0_resumes.json').read_text())
     assert resumes, 'trial 0 continued from its snapshot'
+
+
+def stop_search(proc: subprocess.Popen, signum: int, group: bool) -> tuple[str, float]:
+    """Send `signum` to a search's driver (or to its whole process group, as a terminal's Ctrl-C
+    or a scheduler does); its stderr and how long it took to exit. (SIGINT to the group during a
+    trial: test_search_watch.py; SIGTERM to the driver during a trial: test_sigterm_stops_the_running_trial...)"""
+    sent = time.monotonic()
+    os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    return err, time.monotonic() - sent
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_search_stopped_while_ray_starts_or_in_a_trial_exits_at_once_and_continues(tmp_path):
+    """Issue 27 point 6: SIGTERM while Ray started exited 15 with no `stopped:` line, and SIGTERM to
+    the search's process group during a trial exited 1, once after a 60 s stall on a dead GCS (the
+    group's signal had reached Ray's own processes). Now: 143, the `stopped:` line, within
+    seconds, nothing left running; search@latest then finishes the search."""
+    spec_file = write(tmp_path, search_spec(max_trial=1, max_frame=3000))
+    stopped = 'stopped: stopped by {} {}; continue with search@latest'
+
+    def start(mode: str, ray_starting: bool) -> subprocess.Popen:
+        """The search, once Ray starts (search/ray_temp names its session files) or trial 0 has
+        logged two rows."""
+        proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, mode], cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            found = list(tmp_path.glob(f'data/{NAME}_*/search/ray_temp' if ray_starting else
+                                       f'data/{NAME}_*/info/{NAME}_t0_s0_session_df_train.csv'))
+            if found and (ray_starting or len(found[0].read_text().splitlines()) > 2):
+                return proc
+            time.sleep(0.02)
+        raise AssertionError(f'the search never got there: {proc.stderr.read()[-3000:] if proc.poll() else ""}')
+
+    # while Ray starts, to the driver alone (the search does not wait for Ray to be up)
+    proc = start('search', ray_starting=True)
+    root = run_dir(tmp_path)
+    err, took = stop_search(proc, signal.SIGTERM, group=False)
+    assert proc.returncode == 143 and 'Traceback' not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] in (stopped.format('SIGTERM', 'before its trials started'),
+                                            stopped.format('SIGTERM', 'with the running trials saved in snapshots'))
+    assert took < 30, took  # loose for a loaded machine; it takes about a second
+    assert not lab_processes(root), lab_processes(root)
+    # during a trial, to the process group: Ray's own processes are out of it
+    proc = start('search@latest', ray_starting=False)
+    err, took = stop_search(proc, signal.SIGTERM, group=True)
+    assert proc.returncode == 143 and 'Traceback' not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == stopped.format('SIGTERM', 'with the running trials saved in snapshots')
+    assert took < 30 and not lab_processes(root), (took, lab_processes(root))
+    assert 'with a snapshot' in (root / 'log' / f'{NAME}_t0_s0.log').read_text()
+    result = lab([spec_file, NAME, 'search@latest'], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list(experiment_df(tmp_path)['status']) == ['completed']
+    assert json.loads((root / 'info' / f'{NAME}_t0_s0_resumes.json').read_text())  # trial 0 continued
 
 
 @pytest.mark.slow

@@ -1,12 +1,13 @@
 """Running a search on Ray Tune: the ASHA scheduler, Ray started (or joined) and shut down, each
-trial's resources, and the experiment's records when it ends (experiment_df, graphs, --keep)."""
+trial's resources, the stop signals, and the experiment's records when it ends (experiment_df,
+graphs, --keep)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,9 +21,10 @@ from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, t
 from slm_lab.experiment.search.processes import DriverSpare
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
 from slm_lab.experiment.search.watch import SearchWatch, make_callback
-from slm_lab.experiment.search_reaper import MARKER_VAR, child_pids, sweep
+from slm_lab.experiment.search_ray_head import RayHead
+from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
 from slm_lab.experiment.search_space import LOG_SPACES, Param
-from slm_lab.experiment.signals import StopSignal
+from slm_lab.experiment.signals import StopSignal, keep_stop_handlers
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted
 from slm_lab.lib.io import atomic_write_text
@@ -54,71 +56,106 @@ def make_scheduler(spec: dict):
 
 def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None = None,
                keep: int | None = None) -> 'pd.DataFrame':
-    """Run (or continue) the search in run_dir; returns the experiment dataframe."""
+    """Run (or continue) the search in run_dir; returns the experiment dataframe. A stop signal at
+    any instant (before Ray is up, while it starts, with trials running) raises Preempted once
+    the running trials have saved snapshots and Ray is gone; search@ continues the search."""
+    shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
+    stop = _SearchStop(run_dir).install()  # first: a stop reaches every trial, even one not started yet
+    try:
+        ray_environment(ray_address)
+        with ray_cluster(run_dir, ray_address, stop) as connected:
+            study = run_trials(spec, run_dir, params, ray_address, stop) if connected else None
+        if stop.requested:
+            where = 'with the running trials saved in snapshots' if connected else 'before its trials started'
+            raise Preempted(stop.signum, None, where)
+        return write_experiment(spec, run_dir, params, study, keep)
+    finally:
+        stop.uninstall()
+
+
+def ray_environment(ray_address: str | None) -> None:
+    """The environment of the search's Ray, set before Ray is imported, which reads it once (a local
+    Ray's processes and the trials inherit it): a local Ray of this process only, with token
+    authentication whose token lives in the environment rather than in ~/.ray (a token the user
+    exported is theirs: the lab uses it and never sweeps by it); the lab on PYTHONPATH."""
     global _OWN_TOKEN
     if not ray_address and 'RAY_AUTH_TOKEN' not in os.environ:
-        # a loopback cluster of this process only, with token authentication whose token lives in
-        # the environment rather than in ~/.ray; set before Ray is imported, which reads them once
-        # (a token the user exported is theirs: the lab uses it and never sweeps by it)
         os.environ.setdefault('RAY_AUTH_MODE', 'token')
         os.environ['RAY_AUTH_TOKEN'] = _OWN_TOKEN = secrets.token_hex(32)
-    import ray  # the search extra, found by check_installed
-    from ray import tune  # the search extra, found by check_installed
-    meta = spec['meta']
-    resources = trial_resources(meta, local=not ray_address)
     os.environ['PYTHONPATH'] = os.pathsep.join(
         [str(REPO_ROOT)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p])
     os.environ.setdefault('RAY_DEDUP_LOGS', '0')
     os.environ['TUNE_DISABLE_SIGINT_HANDLER'] = '1'  # Ctrl-C is the lab's: _SearchStop
     os.environ['RAY_AIR_NEW_OUTPUT'] = '0'
-    init = dict(include_dashboard=False, log_to_driver=False, logging_level='WARNING', configure_logging=True)
-    temp_dir = reaper = spare = None
-    if ray_address:
-        ray.init(address=ray_address, **init)
-    else:
-        previous = run_dir.root / 'search' / 'ray_temp'
-        if previous.exists():  # the session files of a run of this search that was killed
-            keep_ray_logs(previous.read_text().strip(), run_dir)
-        temp_dir = ray_temp_dir(run_dir)
-        atomic_write_text(previous, temp_dir)
-        reaper, marker = start_reaper()
-        spare = DriverSpare.start(Path(temp_dir) / 'spare')  # the first trial's process imports while Ray starts
-        ray.init(num_cpus=os.cpu_count(), _temp_dir=temp_dir, _node_ip_address='127.0.0.1', **init)
-    shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
-    searcher = make_searcher(run_dir, spec, params)
-    stop = _SearchStop(searcher, run_dir).install()
-    watch = SearchWatch(total_trials(spec, params), session_max_frame(spec), meta['log_frequency'],
-                        stopping=lambda: searcher.stopping)
+
+
+@contextlib.contextmanager
+def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
+    """This process connected to Ray: the cluster at ray_address, or a local Ray of this search's
+    own (its head in a session of its own: search_ray_head), started while this process imports
+    Ray and Tune. Yields False when a stop signal came before Ray was up (the search does not wait
+    for it). On the way out: disconnected, and a local Ray stopped with nothing of it left."""
+    temp_dir = reaper = spare = head = None
+    connected = False
     try:
-        scheduler = make_scheduler(spec)
-        trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
-                                         spec_name=spec['name'], max_session=meta['max_session'],
-                                         max_frame=session_max_frame(spec))
-        tuner = tune.Tuner(
-            tune.with_resources(trainable, resources),
-            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
-                                        num_samples=total_trials(spec, params), reuse_actors=True),
-            run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
-                                      verbose=0, log_to_file=True, callbacks=[make_callback(watch)]))
-        tuner.fit()
-    finally:
-        stop.uninstall()
         if not ray_address:
-            stop_autoscaler_monitor()
-        ray.shutdown()
+            previous = run_dir.root / 'search' / 'ray_temp'
+            if previous.exists():  # the session files of a run of this search that was killed
+                keep_ray_logs(previous.read_text().strip(), run_dir)
+            temp_dir = ray_temp_dir(run_dir)
+            atomic_write_text(previous, temp_dir)
+            reaper, marker = start_reaper()
+            spare = DriverSpare.start(Path(temp_dir) / 'spare')  # the first trial's process imports while Ray starts
+            head = RayHead.start(temp_dir, os.cpu_count() or 1, run_dir.root / 'search' / 'ray_head.log')
+        # SIGINT and SIGTERM stay the lab's (_SearchStop). Ray's C++ crash handler would take SIGTERM
+        # first and abort this process 3 s later (absl's alarm): a stop with trials running can take
+        # longer. Read as Ray is imported; the local Ray's own processes, started before, keep theirs.
+        os.environ.setdefault('RAY_DISABLE_FAILURE_SIGNAL_HANDLER', '1')
+        import ray  # the search extra, found by check_installed
+        address = ray_address or head.address(stopping=lambda: stop.requested)
+        if address is not None and not stop.requested:
+            with keep_stop_handlers():  # ray.init sets a handler by which SIGTERM exits at once (code 15)
+                ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level='WARNING',
+                         configure_logging=True)
+            connected = True
+        yield connected
+    finally:
+        if connected:
+            ray.shutdown()
         if spare is not None:
             spare.close()
+        if head is not None:
+            head.stop()
         if reaper is not None:
-            sweep(marker, _OWN_TOKEN)  # whatever of the local Ray outlived its shutdown
+            sweep(marker, _OWN_TOKEN)  # whatever of the local Ray outlived its head
             os.environ.pop(MARKER_VAR, None)
             reaper.kill()
             reaper.wait()
         if temp_dir is not None:
             keep_ray_logs(temp_dir, run_dir)
             (run_dir.root / 'search' / 'ray_temp').unlink(missing_ok=True)
-    if stop.signum is not None:
-        raise Preempted(stop.signum, None, 'with the running trials saved in snapshots')
-    return write_experiment(spec, run_dir, params, searcher.study, keep)
+
+
+def run_trials(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None, stop: StopSignal):
+    """The trials on Ray Tune, until they are done or a stop signal has stopped them; the study."""
+    from ray import tune  # the search extra, found by check_installed
+    meta = spec['meta']
+    resources = trial_resources(meta, local=not ray_address)
+    searcher = make_searcher(run_dir, spec, params, stopping=lambda: stop.requested)
+    watch = SearchWatch(total_trials(spec, params), session_max_frame(spec), meta['log_frequency'],
+                        stopping=lambda: stop.requested)
+    scheduler = make_scheduler(spec)
+    trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
+                                     spec_name=spec['name'], max_session=meta['max_session'],
+                                     max_frame=session_max_frame(spec))
+    tuner = tune.Tuner(
+        tune.with_resources(trainable, resources),
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
+                                    num_samples=total_trials(spec, params), reuse_actors=True),
+        run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
+                                  verbose=0, log_to_file=True, callbacks=[make_callback(watch)]))
+    tuner.fit()
+    return searcher.study
 
 
 def trial_resources(meta: dict, local: bool) -> dict:
@@ -139,19 +176,6 @@ def trial_resources(meta: dict, local: bool) -> dict:
                 logger.warning(f'meta.search_resources.gpu {gpu}: no GPU here; the trials run on the CPU')
                 gpu = 0
     return {'cpu': cpu, 'gpu': gpu}
-
-
-def stop_autoscaler_monitor() -> None:
-    """SIGKILL the autoscaler monitor of the local Ray this process started (its child). It ignores
-    ray.shutdown's SIGTERM, which then waits a whole second for it before killing it (measured: 1.0
-    of shutdown's 1.35 s); a local search has nothing to autoscale, so nothing is lost."""
-    for pid in child_pids(os.getpid()):
-        try:
-            with open(f'/proc/{pid}/cmdline', 'rb') as f:
-                if any(a.endswith(b'autoscaler/_private/monitor.py') for a in f.read().split(b'\0')):
-                    os.kill(pid, signal.SIGKILL)
-        except OSError:
-            continue
 
 
 def start_reaper() -> tuple[subprocess.Popen, str]:
@@ -194,17 +218,23 @@ def keep_ray_logs(temp_dir: str, run_dir: RunDir) -> None:
 
 
 class _SearchStop(StopSignal):
-    """SIGTERM / SIGINT during a search (a second one exits at once, as StopSignal): the searcher
-    starts no new trial and every running trial's process stops itself with a snapshot when the
-    stop file appears, on any node; Tuner.fit then returns and search@ continues the search."""
+    """SIGTERM / SIGINT during a search, from its first instant (a second one exits at once, as
+    StopSignal): the stop file tells every running trial's process to stop with a snapshot, on any
+    node, and is there for a trial that would start later; the searcher starts no new trial. A stop
+    deferred while the run directory was made (errors.defer_stops) is taken up at install."""
 
-    def __init__(self, searcher, run_dir: RunDir):
+    def __init__(self, run_dir: RunDir):
         super().__init__()
-        self.searcher, self.run_dir = searcher, run_dir
+        self.run_dir = run_dir
+
+    def install(self) -> '_SearchStop':
+        super().install()
+        if self.requested:
+            request_stop(self.run_dir)
+        return self
 
     def _handle(self, signum, frame):
         super()._handle(signum, frame)
-        self.searcher.stopping = True
         request_stop(self.run_dir)
 
 

@@ -35,7 +35,8 @@ def request_stop(run_dir: RunDir, index: int | None = None) -> None:
     atomic_write_text(path, time.strftime('%Y-%m-%dT%H:%M:%S'))
 
 
-def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
+def make_searcher(run_dir: RunDir, spec: dict, params: list[Param], stopping=lambda: False):
+    """The search's Searcher; `stopping()` says whether the search is stopping (a stop signal)."""
     from ray.tune.search import Searcher  # the search extra, found by check_installed
 
     class LabSearcher(Searcher):
@@ -50,7 +51,6 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
             self.grid = grid_points(params)
             self.live: dict[str, int] = {}  # Ray trial id -> Optuna number
             self.given = 0
-            self.stopping = False
 
         def save(self, checkpoint_path: str) -> None:
             pass  # the search's state is the Optuna journal and the trials' files in the run directory
@@ -60,7 +60,7 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
 
         def suggest(self, trial_id: str):
             import optuna  # the search extra, found by check_installed
-            if self.given >= self.total or self.stopping:
+            if self.given >= self.total or stopping():
                 return Searcher.FINISHED
             number = self.given
             trials = self.study.get_trials(deepcopy=False)
@@ -88,7 +88,7 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param]):
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
             number = self.live.pop(trial_id, None)
-            if number is None or self.stopping:
+            if number is None or stopping():
                 return  # stopped with the search: it continues when the search resumes
             ot = self.study.get_trials(deepcopy=False)[number]
             if ot.state.is_finished():

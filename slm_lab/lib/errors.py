@@ -72,8 +72,8 @@ class Terminated(BaseException):
 
 # How the lab's command meets SIGINT and SIGTERM before a trial or a search takes them over (each
 # installs its own StopSignal, which saves snapshots). The command's handler, handle_stop, is in
-# place from the first lines of run_lab.py (for `slm-lab run`, from run_main, once slm_lab.cli is
-# imported: argparse and logging, some 20 ms) and acts as the phase asks:
+# place from the first lines of run_lab.py and of the `slm-lab run` script (slm_lab/entry.py) and
+# acts as the phase asks:
 #   AT_ONCE  nothing written yet (imports, the checks, a replay): one line and exit, from the
 #            handler itself; an exception raised there could land inside an extension module's
 #            C import (numpy's "PyCapsule_Import could not import module datetime")

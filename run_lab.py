@@ -12,12 +12,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == '__main__':
-    try:  # first: Ctrl-C or SIGTERM during the lab's imports is one line and its exit code, no traceback
-        from slm_lab.lib.errors import catch_stops
-        catch_stops(at_once=True)
-    except KeyboardInterrupt:  # Python's own handler, in place until then (its imports are pure Python)
-        print('interrupted', file=sys.stderr)
-        sys.exit(130)
+    from slm_lab.entry import catch_stops_first
+    catch_stops_first()  # first: Ctrl-C or SIGTERM during the lab's imports is one line, no traceback
     from slm_lab.cli import exit_process, run_main
     code, mode = run_main(sys.argv[1:])
     exit_process(code, mode)

@@ -395,7 +395,7 @@ START_UP_INSTANTS = [0, 0.03, 0.1, 0.25, 0.5, 0.8, 1.2, 1.8]
 def test_a_stop_at_any_instant_of_start_up_is_one_line_and_leaves_nothing_half_made(tmp_path, signum):
     """Issue 27 point 6: SIGINT 0.1 s after start gave KeyboardInterrupt tracebacks, once numpy's
     40-line ImportError (the KeyboardInterrupt landed in its C import). At each instant, with
-    run_lab.py and slm-lab run (python -m slm_lab.cli) in turn: exit 130/143 and no traceback;
+    run_lab.py and slm-lab run (python -m slm_lab.entry) in turn: exit 130/143 and no traceback;
     before training, one line and no run directory; once training started, the run's own stop
     (a snapshot, `stopped: ...`); never a directory left under its temporary name."""
     spec_file = write_spec(tmp_path, 'startup', {**PPO, 'env': {**PPO['env'], 'max_frame': 10**7}})
@@ -406,10 +406,19 @@ def test_a_stop_at_any_instant_of_start_up_is_one_line_and_leaves_nothing_half_m
     for i, delay in enumerate(START_UP_INSTANTS):
         cwd = tmp_path / f'at_{i}'
         cwd.mkdir()
-        entry = [RUN_LAB] if i % 2 == 0 else ['-m', 'slm_lab.cli', 'run']
-        proc = subprocess.Popen([sys.executable, *entry, spec_file, 'startup', 'train'], cwd=cwd,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**lab_env(), 'PYTHONPATH': str(REPO_ROOT)})
+        entry = [RUN_LAB] if i % 2 == 0 else ['-m', 'slm_lab.entry', 'run']  # as the installed slm-lab
+        # started as a terminal's foreground job, whose SIGINT is not ignored (a background job's
+        # is, and the lab leaves it so: pytest run with `&` would pass that on)
+        ignoring = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        if ignoring:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen([sys.executable, *entry, spec_file, 'startup', 'train'], cwd=cwd,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env={**lab_env(), 'PYTHONPATH': str(REPO_ROOT)})
+        finally:
+            if ignoring:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
         deadline = time.monotonic() + 60
         while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.002)

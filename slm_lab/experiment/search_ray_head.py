@@ -69,6 +69,8 @@ class RayHead:
 
 
 def main(temp_dir: str, num_cpus: int, parent: int) -> None:
+    """Start Ray (its session files in temp_dir), print its GCS address and hold it; `parent` is the
+    search's driver."""
     from slm_lab.experiment.signals import die_with_parent
     die_with_parent()  # the kernel kills this process when the driver dies; Ray's own die with it
     if os.getppid() != parent:  # the driver died before that was in place

@@ -76,7 +76,8 @@ class Terminated(BaseException):
 
 # How the lab's command meets SIGINT and SIGTERM before a trial or a search takes them over (each
 # installs its own StopSignal, which saves snapshots). The command's handler, handle_stop, is in
-# place from the first lines of run_lab.py (and of `slm-lab run`) and acts as the phase asks:
+# place from the first lines of run_lab.py and of the `slm-lab run` script (slm_lab/entry.py) and
+# acts as the phase asks:
 #   AT_ONCE  nothing written yet (imports, the checks, a replay): one line and exit, from the
 #            handler itself; an exception raised there could land inside an extension module's
 #            C import (numpy's "PyCapsule_Import could not import module datetime")
@@ -104,9 +105,11 @@ def stopped_line(signum: int, mode: str | None = None) -> str:
 def catch_stops(at_once: bool) -> dict:
     """Install handle_stop for SIGINT and SIGTERM, in phase AT_ONCE (`at_once`: the command owns its
     process and has written nothing) or RAISE (a caller's process, which must not end). Returns the
-    handlers it replaced."""
+    handlers it replaced. A SIGINT ignored by whoever started the process (a shell's background
+    job, so that Ctrl-C at the terminal leaves it running) stays ignored, as Python leaves it."""
     _PHASE['phase'] = AT_ONCE if at_once else RAISE
-    return {sig: signal.signal(sig, handle_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return {sig: signal.signal(sig, handle_stop) for sig in (signal.SIGINT, signal.SIGTERM)
+            if not (sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN)}
 
 
 def set_stop_mode(mode: str | None) -> None:

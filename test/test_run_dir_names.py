@@ -67,7 +67,7 @@ def check_runs(data: Path, runs: list[Path], frame: int) -> None:
         for spec in (f'{NAME}_spec.json', f'{NAME}_t0_spec.json', f'{NAME}_t0_s0_spec.json'):
             assert json.loads((run / spec).read_text())['meta']['experiment_ts'] == ts, (run, spec)
         assert train_csv(run, NAME)['frame'].iloc[-1] == frame
-    assert not [p.name for p in data.iterdir() if p.name.startswith('.')], list(data.iterdir())
+    assert not [p.name for p in data.iterdir() if '.tmp-' in p.name], list(data.iterdir())  # nothing half-made
     # train@latest takes the newest of them, by name
     assert resume_lib.resolve_run_dir('latest', NAME, str(data)).root == max(runs, key=lambda p: p.name)
 

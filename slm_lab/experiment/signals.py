@@ -38,9 +38,9 @@ class StopSignal:
         if self.signum is not None:
             os._exit(EXIT_CODES.get(signum, 1))
         self.signum = signum
-        if self.announce:
-            logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
-                           '(send it again to exit at once)')
+        # the session's log file says it in every process; the console once, by the lab's own process
+        logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
+                       '(send it again to exit at once)', extra=None if self.announce else lab_logger.FILE_ONLY)
 
     @property
     def requested(self) -> bool:

@@ -7,6 +7,7 @@ import sys
 
 LOG_FORMAT = '[%(asctime)s %(levelname)s %(name)s] %(message)s'
 _root = logging.getLogger('slm_lab')
+FILE_ONLY = {'console': False}  # logger.info(..., extra=FILE_ONLY): in the session's log file, not on the console
 
 
 def get_logger(name: str) -> logging.Logger:
@@ -23,6 +24,7 @@ def setup_console(level: int = logging.INFO) -> None:
             _root.removeHandler(h)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(LOG_FORMAT, '%Y-%m-%d %H:%M:%S'))
+    handler.addFilter(lambda record: getattr(record, 'console', True))  # FILE_ONLY records: the log file's
     handler._lab_console = True
     _root.addHandler(handler)
 

@@ -252,7 +252,7 @@ def test_override_sets_an_int(ppo, spec_file):
 
 def test_override_sets_a_nested_float(ppo, spec_file):
     spec = load_spec(spec_file({'s': ppo}), 's', ['agent.net.optim_spec.lr=3e-4'])
-    assert spec['agent']['net']['optim_spec'] == {'name': 'Adam', 'lr': 3e-4}
+    assert spec['agent']['net']['optim_spec'] == {'name': 'Adam', 'lr': 3e-4, 'fused': True}
 
 
 def test_override_sets_strings_lists_and_list_items(ppo, spec_file):
@@ -306,7 +306,7 @@ def test_defaults_are_filled(spec_file):
     assert algo['gamma'] == 0.99 and algo['lam'] == 0.95
     assert algo['clip_eps_spec']['start_val'] == 0.2
     assert spec['agent']['name'] == 'PPO'
-    assert spec['agent']['net']['optim_spec'] == {'name': 'Adam', 'lr': 1e-3}
+    assert spec['agent']['net']['optim_spec'] == {'name': 'Adam', 'lr': 1e-3, 'fused': True}
     assert spec['agent']['net']['hid_layers'] == [64, 64]
     assert spec['env']['num_envs'] == 1
     assert spec['meta']['log_frequency'] == 1000 and spec['meta']['max_session'] == 1

@@ -11,7 +11,7 @@ from slm_lab.lib.decay import Schedule
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, validate_spec
-from slm_lab.spec.validate import WANDB_KEYS
+from slm_lab.spec.validate import WANDB_KEYS, fill_fused
 
 # edits that keep the past and the future of a run consistent
 ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
@@ -36,7 +36,8 @@ ALGORITHM_KEYS_ADDED_LATER = {
 
 def fill_keys_added_later(spec: dict) -> dict:
     """The run's saved spec with each key of KEYS_ADDED_LATER and ALGORITHM_KEYS_ADDED_LATER it
-    lacks set to its old behaviour."""
+    lacks set to its old behaviour, and its Adam optimizers that do not say how they step set to
+    fused false (spec.validate.fill_fused)."""
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section]:
             spec[section][key] = old_value
@@ -46,6 +47,8 @@ def fill_keys_added_later(spec: dict) -> dict:
     if isinstance(name, str):
         for key, old_value in ALGORITHM_KEYS_ADDED_LATER.get(name, {}).items():
             algorithm.setdefault(key, old_value)
+    if isinstance(agent, dict):  # Adam stepped per tensor before fused became its default
+        fill_fused(agent, False)
     return spec
 
 

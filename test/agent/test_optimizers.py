@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 
 import pytest
 import torch
@@ -180,6 +181,41 @@ def test_step_optimizer_is_adam_step_number_for_number(fused):
     for k in state_a:
         for key in ('step', 'exp_avg', 'exp_avg_sq'):
             assert torch.equal(state_a[k][key], state_b[k][key])
+
+
+def test_step_optimizer_without_torchs_fused_kernel_takes_adam_step(monkeypatch):
+    # the direct path calls a private torch kernel, looked up once with getattr; a torch without
+    # it (None there) must train the same, through Adam.step (calling None would raise)
+    from slm_lab.agent.net import optimizers
+    monkeypatch.setattr(optimizers, '_FUSED_ADAM_KERNEL', None)
+    nets = [_two_nets(), _two_nets()]
+    opts = [torch.optim.Adam(n.parameters(), lr=1e-2, fused=True) for n in nets]
+    for x in [torch.randn(32, 4) for _ in range(3)]:
+        for i, (net, opt) in enumerate(zip(nets, opts)):
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            (opt.step() if i == 0 else optimizers.step_optimizer(opt))
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize('optim_spec, fused', [
+    ({'name': 'Adam', 'lr': 0.01}, True),
+    ({'name': 'AdamW', 'lr': 0.01}, True),
+    ({'name': 'Adam', 'lr': 0.01, 'fused': False}, False),
+    ({'name': 'Adam', 'lr': 0.01, 'foreach': True}, None),  # the spec chose how it steps
+    ({'name': 'RMSprop', 'lr': 0.01}, None),
+    ({'name': 'GlobalAdam', 'lr': 0.01}, None),
+])
+def test_adam_is_fused_by_default_unless_the_spec_says_how_it_steps(optim_spec, fused):
+    from slm_lab.agent.net import net_util
+    from slm_lab.spec import load_spec
+    spec = load_spec('spec/benchmark/ppo/ppo_cartpole.json', 'ppo_cartpole',
+                     [f'agent.net.optim_spec={json.dumps(optim_spec)}'])
+    optim = spec['agent']['net']['optim_spec']
+    assert optim.get('fused') == fused
+    opt = net_util.make_optimizer(_two_nets().parameters(), optim)
+    assert bool(opt.defaults.get('fused')) == bool(fused)
 
 
 def test_group_grad_norms_are_get_total_norm():

@@ -82,6 +82,21 @@ def test_an_unknown_kernel_is_refused_by_name():
         validate_spec(spec)
 
 
+def test_a_torch_without_the_onednn_op_trains_on_the_default_kernel_with_one_warning(monkeypatch):
+    from conftest import LabWarnings
+
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.lib import logger as lab_logger
+    monkeypatch.setattr(onednn_linear, '_LINEAR', None)
+    lab_logger.warn_once.cache_clear()
+    with LabWarnings() as warned:
+        net = build_net(mlp_spec('onednn'), (8,), 2)
+    assert not any(isinstance(m, OneDNNLinear) for m in net.modules())
+    assert [line for line in warned.lines if 'default kernel' in line and 'linear_kernel' in line]
+    x = torch.randn(4, 8)
+    net(x).sum().backward()  # trains as nn.Linear does
+
+
 def test_td3_on_onednn_resumes_exactly_after_max_frame(tmp_path):
     spec = resume_spec(policy_delay=2)
     spec['agent']['net'].update(linear_kernel='onednn', hid_layers=[64, 64])

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from slm_lab.lib.errors import SpecError
+from slm_lab.lib import logger as lab_logger
 
 LINEAR_KERNELS = ('default', 'onednn')
 # layers narrower than this on either side (an input layer of a few observations, a Q head) stay on
@@ -83,12 +83,18 @@ class OneDNNLinear(nn.Linear):
 def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear_kernel') -> nn.Module:
     """Make the nn.Linear layers of `net` compute on `kernel` ('default': unchanged; 'onednn':
     each layer at least MIN_WIDTH wide on both sides becomes an OneDNNLinear, the same object).
-    Call before an optimizer or a target copy sees the net. Returns the net."""
+    Call before an optimizer or a target copy sees the net. Returns the net.
+
+    The oneDNN op is a private torch name: a torch build without it trains on the default kernel,
+    with one warning (the same maths, its results differing in the last bits, so a run started on
+    oneDNN and resumed there does not repeat the straight run's numbers exactly)."""
     if kernel == 'default':
         return net
     if _LINEAR is None:
-        raise SpecError(f"{path}: 'onednn' needs torch's oneDNN linear (torch.ops.mkldnn._linear_pointwise), "
-                        f'which this torch {torch.__version__} build lacks; use "default"')
+        lab_logger.warn_once('slm_lab.agent', f"{path}: 'onednn' needs torch's oneDNN linear "
+                             f'(torch.ops.mkldnn._linear_pointwise), which this torch {torch.__version__} build '
+                             'lacks: the layers compute on the default kernel (the same maths, rounded differently)')
+        return net
     for module in net.modules():
         if type(module) is nn.Linear and min(module.in_features, module.out_features) >= MIN_WIDTH:
             module.__class__ = OneDNNLinear  # the same object and Parameters: only forward changes

@@ -240,5 +240,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "
                         f'use one of: {", ".join(algo_cls.memory_names)}')
     spec['agent'] = fill_fused(agent, True)
+    if spec['meta']['distributed'] and any((agent.get(k) or {}).get('precision', 'fp32') != 'fp32'
+                                           for k in ('net', 'critic_net')):
+        raise SpecError('agent.net.precision: "bf16" is not available with meta.distributed yet (its sessions '
+                        'share nets across processes); use "fp32", or meta.distributed false')
     algo_cls.check_spec(spec)
     return spec

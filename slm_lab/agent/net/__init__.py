@@ -20,6 +20,7 @@ from slm_lab.agent.net.conv import ConvNet, DuelingConvNet
 from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
 from slm_lab.agent.net.onednn_linear import use_linear_kernel
+from slm_lab.agent.net.precision import use_precision
 from slm_lab.agent.net.recurrent import RecurrentNet
 from slm_lab.agent.net.torcharc_net import TorchArcNet
 from slm_lab.lib.errors import SpecError
@@ -43,9 +44,11 @@ def build_net(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | lis
     second input joined to the first (a critic's action): a flat net takes both joined, as
     (B, prod(in_dim) + extra_dim); an image net takes `net(x, extra)` and joins the extra input
     to its convolutions' features, as SLM-Lab v4's QConvNet. Its linear layers compute on
-    net_spec's linear_kernel (see onednn_linear.py)."""
-    return use_linear_kernel(_build(net_spec, in_dim, out_dims, out_gains, extra_dim),
-                             net_spec.get('linear_kernel', 'default'))
+    net_spec's linear_kernel (see onednn_linear.py), its forward in net_spec's precision
+    (precision.py)."""
+    net = use_linear_kernel(_build(net_spec, in_dim, out_dims, out_gains, extra_dim),
+                            net_spec.get('linear_kernel', 'default'))
+    return use_precision(net, net_spec.get('precision', 'fp32'))
 
 
 def _build(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | list[int],

@@ -6,6 +6,7 @@ import torch.nn as nn
 
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS
+from slm_lab.agent.net.precision import PRECISIONS
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_DEVICES, MAX_FRAME, Field, accepts, suggest
 
@@ -68,6 +69,11 @@ NET_SCHEMA = {
                                'build) or "onednn" (AVX-512 where MKL takes AVX2, as on AMD CPUs: 2-3x faster products '
                                'measured in docs/BENCHMARKS.md; the same maths rounded differently, so a seeded run '
                                'gives other numbers than under "default"; layers under 32 wide stay on "default")'),
+    'precision': Field((str,), 'fp32', choices=PRECISIONS,
+                       doc='"fp32", or "bf16": the net\'s forward and backward under torch\'s autocast in bfloat16 '
+                           '(products in bf16 with float32 sums; weights, gradients, optimizer and losses float32), '
+                           'on the CPU (fast with AVX512-BF16 or AMX) and on CUDA; a seeded run gives other numbers '
+                           'than in "fp32" (docs/BENCHMARKS.md measures speed and learning)'),
     'batch_norm': Field((bool,), False, doc='(SLM-Lab v5) BatchNorm1d after each hidden linear layer, before its '
                                             'activation (instead of layer_norm when both are set, as in SLM-Lab); '
                                             'a batch of one (acting in one env) uses the running statistics'),

@@ -1,0 +1,68 @@
+"""Mixed precision of a net: `net.precision: "bf16"` runs its forward (and so its backward) under
+torch's autocast in bfloat16, on the CPU and on CUDA.
+
+Under autocast the matrix products and convolutions take bfloat16 inputs and accumulate in
+float32 (on CPUs with AVX512-BF16 or AMX, and on recent GPUs, in the hardware's bf16 units); the
+parameters, their gradients, the optimizer's state and every loss stay float32, and the net's
+outputs are cast back to float32, so the algorithm around the net (distributions, targets, losses)
+is unchanged. bfloat16 keeps float32's range with 8 bits of mantissa: values are rounded to about
+3 significant digits inside the net, so a run differs from its float32 twin from the first step,
+and learns as well or not (docs/BENCHMARKS.md measures it); resumes are exact (autocast is
+deterministic). The precision is a spec key, read when the nets are built: a run and its resume
+compute in one precision from the first step to the last.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from slm_lab.lib import logger as lab_logger
+
+PRECISIONS = ('fp32', 'bf16')
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 products in hardware (AVX512-BF16 or AMX-BF16, read from
+    /proc/cpuinfo on Linux); elsewhere torch emulates them, slower than float32."""
+    try:
+        flags = Path('/proc/cpuinfo').read_text()
+    except OSError:
+        return False
+    return 'avx512_bf16' in flags or 'amx_bf16' in flags
+
+
+def _to_fp32(out):
+    """A net's output with every bfloat16 tensor in it (also in tuples and lists) as float32."""
+    if isinstance(out, torch.Tensor):
+        return out.float() if out.dtype == torch.bfloat16 else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(_to_fp32(o) for o in out)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _bf16_class(cls: type) -> type:
+    """cls with its forward under bf16 autocast, on the device of its parameters, and its outputs
+    as float32 (one subclass per net class, as OneDNNLinear swaps a layer's class: the same
+    object, parameters and state_dict; a deep copy, a target net, keeps it)."""
+    def forward(self, *args, **kwargs):
+        device = next(self.parameters()).device.type
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            out = cls.forward(self, *args, **kwargs)
+        return _to_fp32(out)
+    return type(f'{cls.__name__}BF16', (cls,), {'forward': forward, '__module__': cls.__module__})
+
+
+def use_precision(net: nn.Module, precision: str, path: str = 'agent.net.precision') -> nn.Module:
+    """Make `net` compute its forward in `precision` ('fp32': unchanged; 'bf16': under autocast, see
+    the module docstring). Call before the net is copied (target nets keep the class). Returns it."""
+    if precision == 'fp32':
+        return net
+    if not cpu_has_bf16() and not torch.cuda.is_available():
+        lab_logger.warn_once('slm_lab.agent', f'{path}: "bf16" on a CPU without bfloat16 instructions (AVX512-BF16 '
+                             'or AMX): torch emulates them, which is slower than "fp32"')
+    net.__class__ = _bf16_class(type(net))
+    return net

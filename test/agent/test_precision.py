@@ -1,0 +1,85 @@
+"""net.precision "bf16": the net's forward under bfloat16 autocast with float32 outputs, its
+parameters, state_dict and gradients float32, target copies alike, runs that resume exactly, and
+the refusals."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from lab_helpers import PPO, check_resume_after_max_frame, run_dirs, train_csv, write_spec
+from test_td3 import resume_spec as td3_resume_spec
+
+from slm_lab import lab
+from slm_lab.agent.net import build_net
+from slm_lab.lib.errors import SpecError
+from slm_lab.spec import validate_spec
+
+
+def mlp_spec(precision: str) -> dict:
+    return {'type': 'MLPNet', 'hid_layers': [64, 64], 'hid_layers_activation': 'relu', 'out_layer_activation': None,
+            'init_fn': None, 'batch_norm': False, 'layer_norm': False, 'precision': precision}
+
+
+def test_a_bf16_net_computes_in_bf16_and_hands_out_float32():
+    torch.manual_seed(0)
+    fp32 = build_net(mlp_spec('fp32'), (8,), [3, 1])
+    bf16 = build_net(mlp_spec('bf16'), (8,), [3, 1])
+    bf16.load_state_dict(fp32.state_dict())  # the same keys: only forward changed
+    assert list(bf16.state_dict()) == list(fp32.state_dict())
+    x = torch.randn(32, 8)
+    outs, refs = bf16(x), fp32(x)
+    for out, ref in zip(outs, refs):
+        assert out.dtype == torch.float32
+        assert not torch.equal(out, ref)  # rounded to bf16 inside
+        torch.testing.assert_close(out, ref, rtol=0.05, atol=0.05)
+    sum(o.sum() for o in outs).backward()
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32
+               for p in bf16.parameters())
+    target = copy.deepcopy(bf16)  # a target net computes as its online net
+    assert type(target) is type(bf16) and torch.equal(target(x)[0], bf16(x)[0])
+
+
+def test_a_bf16_conv_net_takes_uint8_frames():
+    spec = {'type': 'ConvNet', 'conv_hid_layers': [[8, 8, 4, 0, 1], [16, 4, 2, 0, 1]], 'fc_hid_layers': [32],
+            'hid_layers_activation': 'relu', 'normalize': True, 'batch_norm': False, 'precision': 'bf16'}
+    net = build_net(validate_spec({'agent': {'name': 'PPO', 'algorithm': {'name': 'PPO'},
+                                             'memory': {'name': 'OnPolicyBatchReplay'}, 'net': spec},
+                                   'env': {'name': 'CartPole-v1', 'max_frame': 100}})['agent']['net'],
+                    (4, 84, 84), 6)
+    frames = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (5, 4, 84, 84), dtype=np.uint8))
+    out = net(frames)
+    assert out.shape == (5, 6) and out.dtype == torch.float32 and torch.isfinite(out).all()
+
+
+def test_an_unknown_precision_and_bf16_with_distributed_are_refused():
+    spec = copy.deepcopy(PPO)
+    spec['agent']['net']['precision'] = 'fp16'
+    with pytest.raises(SpecError, match='agent.net.precision'):
+        validate_spec(spec)
+    spec['agent']['net']['precision'] = 'bf16'
+    spec['meta'].update(distributed='shared', max_session=2)
+    with pytest.raises(SpecError, match='agent.net.precision.*meta.distributed'):
+        validate_spec(spec)
+
+
+@pytest.mark.slow
+def test_ppo_in_bf16_resumes_exactly(tmp_path):
+    spec = copy.deepcopy(PPO)
+    spec['agent']['net']['precision'] = 'bf16'
+    spec['env']['max_frame'] = 512
+    spec['meta'].update(log_frequency=128, eval_frequency=256)
+    check_resume_after_max_frame(tmp_path, 'ppo_bf16', spec)
+
+
+@pytest.mark.slow
+def test_td3_in_bf16_resumes_exactly_and_differs_from_fp32(tmp_path):
+    spec = td3_resume_spec()
+    spec['agent']['net']['precision'] = 'bf16'
+    check_resume_after_max_frame(tmp_path, 'td3_bf16', spec)
+    fp32 = write_spec(tmp_path, 'td3_fp32', td3_resume_spec())
+    lab.run(fp32, 'td3_fp32', 'train', data_dir=str(tmp_path / 'c'))
+    (bf16_run,), (fp32_run,) = run_dirs(tmp_path / 'b', 'td3_bf16'), run_dirs(tmp_path / 'c', 'td3_fp32')
+    losses = [train_csv(r, n)['loss'].dropna().tolist() for r, n in ((bf16_run, 'td3_bf16'), (fp32_run, 'td3_fp32'))]
+    assert losses[1] and losses[0][:len(losses[1])] != losses[1]  # bf16 is not fp32 under another name

@@ -3,6 +3,7 @@
     python bench/floor.py                          # every row of bench/sb3_side_by_side.py, one thread
     python bench/floor.py --rows ppo,dqn --cpu 1   # pinned to core 1, as the side-by-side runs are
     python bench/floor.py --side side.json         # and each tool's measured frames/s as a share of it
+    python bench/floor.py --rows dqn_pong --frames-scale 0.1   # over the window of a run at that scale
 
 A row's floor is the time of its work that neither tool can avoid, per env frame:
   env          the row's gymnasium env alone (gymnasium.make_vec, sync, the row's number of envs,
@@ -48,6 +49,9 @@ its first layer):
   dqn_pong  Q = the Nature CNN and a head 512-6 (F = 9,346,048); acting as dqn; on the frames past
        learning_starts (1,000 of the 20,000), train_freq 4, gradient_steps 1: a quarter of an update
        of batch 32 per frame, each (3 F - L1) online + F target per sample.
+The DQN rows' counts depend on the window (their shares of greedy and of training frames): by
+default that of the side-by-side's default run; --full and --frames-scale give those of its other
+runs (the side-by-side passes its own).
 The env of an Atari row is the game under gymnasium's AtariPreprocessing (30 no-ops at most, frame
 skip 4 with the last two frames max-pooled, 84x84 grey) and FrameStackObservation(4): what both
 tools' wrappers do to each frame, one Python env per game (the lab's default for 8 games, ALE's
@@ -68,7 +72,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_rows import ROWS, Row  # noqa: E402  (bench/ is not a package)
+from side_rows import ROWS, Row, run_frames  # noqa: E402  (bench/ is not a package)
 
 
 def macs(*widths: int) -> int:
@@ -111,24 +115,26 @@ def _ppo_cnn(row: Row) -> float:
     return 2.0 * (sum(layers) + row.sb3_kwargs['n_epochs'] * cnn_train_pass(layers))
 
 
-def greedy_share(row: Row, points: int = 1000) -> float:
-    """The share of the window's frames on which epsilon-greedy acts greedily, 1 - epsilon averaged
-    over the window (SB3's schedule: epsilon from 1 to exploration_final_eps over exploration_fraction
-    of rl-zoo3's n_timesteps, the lab's spec the same in frames)."""
+def greedy_share(row: Row, end: int | None = None, points: int = 1000) -> float:
+    """The share of the window's frames (row.window_start to `end`, by default the default run's
+    end) on which epsilon-greedy acts greedily, 1 - epsilon averaged over the window (SB3's
+    schedule: epsilon from 1 to exploration_final_eps over exploration_fraction of rl-zoo3's
+    n_timesteps, the lab's spec the same in frames)."""
     kw = row.sb3_kwargs
     final, decay = kw['exploration_final_eps'], kw['exploration_fraction'] * row.full_frames
-    start, end = row.window_start, row.quick_frames
+    start, end = row.window_start, end or row.quick_frames
     frames = (start + (end - start) * (i + 0.5) / points for i in range(points))
     return statistics.fmean(1 - max(final, 1 - (1 - final) * f / decay) for f in frames)
 
 
-def training_share(row: Row) -> float:
-    """The share of the default run's window past learning_starts (the off-policy rows train from there)."""
-    start, end = row.window_start, row.quick_frames
+def training_share(row: Row, end: int | None = None) -> float:
+    """The share of the window's frames (row.window_start to `end`, by default the default run's
+    end) past learning_starts (the off-policy rows train from there)."""
+    start, end = row.window_start, end or row.quick_frames
     return (end - max(start, row.sb3_kwargs.get('learning_starts', 0))) / (end - start)
 
 
-def _dqn(row: Row) -> float:
+def _dqn(row: Row, end: int | None) -> float:
     kw = row.sb3_kwargs
     if row.frame_stack:
         layers = nature_cnn_macs(row.frame_stack)
@@ -138,7 +144,8 @@ def _dqn(row: Row) -> float:
         q = macs(4, 256, 256, 2)
         train = 3 * q
     updates_per_frame = kw['gradient_steps'] / kw['train_freq']
-    return 2.0 * (greedy_share(row) * q + training_share(row) * updates_per_frame * kw['batch_size'] * (train + q))
+    return 2.0 * (greedy_share(row, end) * q
+                  + training_share(row, end) * updates_per_frame * kw['batch_size'] * (train + q))
 
 
 def _sac(obs: int, actions: int) -> float:
@@ -151,11 +158,20 @@ def _td3() -> float:
     return 2.0 * (a + 256 * ((a + 2 * c + 6 * c) + (3 * a + 2 * c) / 2))
 
 
-FLOPS_PER_FRAME = {'ppo': lambda row: _ppo_like(4, 2, row.sb3_kwargs['n_epochs']), 'a2c': lambda row: _ppo_like(4, 2, 1),
-                   'dqn': _dqn, 'sac': lambda row: _sac(3, 1), 'td3': lambda row: _td3(),
-                   'sac_cheetah': lambda row: _sac(17, 6),
-                   'ppo_hopper': lambda row: _ppo_like(11, 3, row.sb3_kwargs.get('n_epochs', 10)),  # SB3's default
-                   'ppo_pong': _ppo_cnn, 'dqn_pong': _dqn}
+# per row: FLOPs per frame of its window, from row.window_start to a frame (the DQN rows' shares of
+# greedy and training frames depend on it; the others' windows train throughout)
+FLOPS_PER_FRAME = {'ppo': lambda row, end: _ppo_like(4, 2, row.sb3_kwargs['n_epochs']),
+                   'a2c': lambda row, end: _ppo_like(4, 2, 1),
+                   'dqn': _dqn, 'sac': lambda row, end: _sac(3, 1), 'td3': lambda row, end: _td3(),
+                   'sac_cheetah': lambda row, end: _sac(17, 6),
+                   'ppo_hopper': lambda row, end: _ppo_like(11, 3, row.sb3_kwargs.get('n_epochs', 10)),  # SB3's default
+                   'ppo_pong': lambda row, end: _ppo_cnn(row), 'dqn_pong': _dqn}
+
+
+def flops_per_frame(row: Row, end: int | None = None) -> float:
+    """FLOPs per frame of the row's products over its window, from row.window_start to `end`
+    (default: the default run's end)."""
+    return FLOPS_PER_FRAME[row.key](row, end)
 
 
 def limit_threads(cpu: int | None) -> None:
@@ -240,10 +256,11 @@ class Floor:
         return 1e6 / (self.env_us + self.compute_us)
 
 
-def measure(rows: list[Row], peak: float | None = None) -> list[Floor]:
+def measure(rows: list[Row], peak: float | None = None, full: bool = False, scale: float = 1.0) -> list[Floor]:
+    """Each row's floor over the window of a run of run_frames(row, full, scale), as the side-by-side runs it."""
     peak = peak or peak_gflops()
-    return [Floor(row.key, env_seconds_per_frame(row) * 1e6, FLOPS_PER_FRAME[row.key](row) / 1e6, peak)
-            for row in rows]
+    return [Floor(row.key, env_seconds_per_frame(row) * 1e6, flops_per_frame(row, run_frames(row, full, scale)) / 1e6,
+                  peak) for row in rows]
 
 
 def format_floors(floors: list[Floor], side: dict | None = None) -> str:
@@ -276,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--cpu', type=int, metavar='N', help='pin to core N')
     parser.add_argument('--side', metavar='JSON', help="sb3_side_by_side.py's --json output: compare its frames/s")
     parser.add_argument('--json', metavar='OUT', help='also write the floors to OUT as JSON (a list, one per row)')
+    parser.add_argument('--full', action='store_true', help="the windows of bench/sb3_side_by_side.py's --full runs")
+    parser.add_argument('--frames-scale', type=float, default=1.0, metavar='F',
+                        help="the windows of bench/sb3_side_by_side.py's runs at --frames-scale F")
     args = parser.parse_args(argv)
     unknown = [k for k in args.rows if k not in ROWS]
     if unknown or not args.rows:
@@ -287,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:
             parser.error(f'--side {args.side}: not a side-by-side JSON file ({e})')
     limit_threads(args.cpu)
-    floors = measure([ROWS[k] for k in args.rows])
+    floors = measure([ROWS[k] for k in args.rows], full=args.full, scale=args.frames_scale)
     print(f'# {time.strftime("%Y-%m-%d %H:%M %Z")} | one thread{f", core {args.cpu}" if args.cpu is not None else ""}')
     print(format_floors(floors, side))
     if args.json:

@@ -21,8 +21,9 @@ total seconds, learning); then per row, over its seeds, the median frames/s of e
 medians of the per-seed ratios (frames/s and CPU frames/s), the row's floor and each column's median
 frames/s as a share of it; then each floor's parts. The floor (bench/floor.py) is the row's env
 alone plus its matrix products, counted from its nets and settings, at this CPU's measured
-single-thread peak: measured in a fresh process after the runs (--no-floor skips it). --json OUT
-keeps all of it: the rows' settings and edits, every run, the per-row summary and the floors.
+single-thread peak, over the runs' windows (the DQN rows' counts depend on them): measured in a
+fresh process after the runs (--no-floor skips it). --json OUT keeps all of it: the rows'
+settings and edits, every run, the per-row summary and the floors.
 
 Rows (rl-zoo3's hyperparameters from github.com/DLR-RM/rl-baselines3-zoo hyperparams/*.yml, SB3's
 defaults where rl-zoo3 gives none; the lab's spec that maps them key by key is named;
@@ -547,7 +548,8 @@ def measure_floors(args: argparse.Namespace, row_keys: list[str]) -> tuple[dict[
     with tempfile.TemporaryDirectory(prefix='slm_side_') as tmp:
         out = Path(tmp, 'floors.json')
         cmd = [sys.executable, str(Path(__file__).resolve().parent / 'floor.py'), '--rows', ','.join(row_keys),
-               '--json', str(out)] + (['--cpu', str(args.cpu)] if args.cpu is not None else [])
+               '--json', str(out), '--frames-scale', str(args.frames_scale)] + (['--full'] if args.full else [])
+        cmd += ['--cpu', str(args.cpu)] if args.cpu is not None else []
         env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
         if done.returncode != 0:

@@ -195,7 +195,7 @@ def test_floor_counts_agree_with_the_profiler_on_one_dqn_update():
     # per frame: an acting pass on the greedy frames, plus the update times its share of the frames
     share = (1 - kw['learning_starts'] / row.full_frames) * kw['gradient_steps'] / kw['train_freq']
     expected = floor.greedy_share(row) * 2 * floor.macs(4, 256, 256, 2) / 1e6 + share * per_update
-    assert abs(floor.FLOPS_PER_FRAME['dqn'](row) / 1e6 - expected) < 1e-9
+    assert abs(floor.flops_per_frame(row) / 1e6 - expected) < 1e-9
     # epsilon 1 -> 0.04 over 8,000 of 50,000 frames: greedy on 1 - (0.52 x 8k + 0.04 x 42k) / 50k of them
     assert floor.greedy_share(row) == pytest.approx(1 - (0.52 * 8_000 + 0.04 * 42_000) / 50_000, abs=1e-6)
 
@@ -233,13 +233,16 @@ def test_floor_of_the_atari_rows_by_hand():
     F = 9,346,048; 2 FLOPs per multiply-add."""
     l1 = 3_276_800
     f = 9_346_560
-    assert floor.FLOPS_PER_FRAME['ppo_pong'](side.ROWS['ppo_pong']) == 2 * (f + 4 * (3 * f - l1))
+    assert floor.flops_per_frame(side.ROWS['ppo_pong']) == 2 * (f + 4 * (3 * f - l1))
     row = side.ROWS['dqn_pong']
     f = 9_346_048
     assert floor.training_share(row) == 0.95
     assert floor.greedy_share(row) == pytest.approx(0.99 * 10_000 / 1_000_000, rel=1e-6)  # epsilon ~0.99 throughout
     expected = 2 * (floor.greedy_share(row) * f + 0.95 * 32 / 4 * (3 * f - l1 + f))
-    assert floor.FLOPS_PER_FRAME['dqn_pong'](row) == pytest.approx(expected, rel=1e-12)
+    assert floor.flops_per_frame(row) == pytest.approx(expected, rel=1e-12)
+    # a shortened run's window: 1,200 frames, of which the last 200 train
+    assert floor.training_share(row, 1_200) == pytest.approx(200 / 1_200)
+    assert floor.flops_per_frame(row, 1_200) < floor.flops_per_frame(row) / 4
 
 
 @pytest.mark.parametrize('key, obs_shape', [('dqn_pong', (1, 4, 84, 84)), ('sac_cheetah', (1, 17))])
@@ -267,5 +270,5 @@ def test_floor_of_the_off_policy_rows_matches_their_profiled_updates():
     """SAC's and TD3's per-frame counts hold the 546 and 715 MFLOP per update that torch.profiler
     counted over the lab's updates (docs/BENCHMARKS.md), within 0.5%."""
     for key, profiled in (('sac', 546), ('td3', 715)):
-        mflop = floor.FLOPS_PER_FRAME[key](side.ROWS[key]) / 1e6
+        mflop = floor.flops_per_frame(side.ROWS[key]) / 1e6
         assert abs(mflop - profiled) / profiled < 0.005, (key, mflop)

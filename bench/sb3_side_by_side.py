@@ -1,11 +1,11 @@
 """The lab and Stable-Baselines3 side by side: frames/s and learning on rl-zoo3's configs.
 
     pip install -r requirements-bench.txt            # once: stable-baselines3 (bench only)
-    python bench/sb3_side_by_side.py                 # 9 rows x seeds 0,1,2 x 3 columns: about 2 hours (estimated, below)
+    python bench/sb3_side_by_side.py                 # 9 rows x seeds 0,1,2 x 3 columns: about 1.5 hours (estimated, below)
     python bench/sb3_side_by_side.py --rows ppo,a2c --seeds 0,1,2 --cpu 1
     python bench/sb3_side_by_side.py --rows ppo_pong,dqn_pong --seeds 0 --cpu 1 --json /tmp/atari.json
     python bench/sb3_side_by_side.py --frames-scale 0.2 --json /tmp/side.json   # a quick check
-    python bench/sb3_side_by_side.py --full --rows a2c,sac,td3   # learning at rl-zoo3's lengths (about 2 hours)
+    python bench/sb3_side_by_side.py --full --rows a2c,sac,td3   # learning at rl-zoo3's lengths (about 45 minutes)
     python bench/sb3_side_by_side.py --rows ppo --seeds 0 --lab-only --frames-scale 0.005   # no SB3 needed
 
 Each row has three columns: SB3, and the lab twice (bench/side_rows.py):
@@ -98,18 +98,19 @@ run 900 steps); TD3 over 12k (speed over frames 10k-12k: it acts at random, with
 10k); sac_cheetah over 6k. Learning figures of the shortened rows are those of the short runs (the
 printout says so); --full runs every row at rl-zoo3's length (speed windows from 0 for the on-policy
 and DQN rows, from 1k for SAC and sac_cheetah, from 10k for TD3): for A2C, SAC and TD3 that is about
-2 hours; the MuJoCo and Atari rows at 1M and 10M frames would take days on one core. --frames-scale F
+45 minutes (estimated: their two-column run took 27); the MuJoCo and Atari rows at 1M and 10M frames would take days on one core. --frames-scale F
 multiplies each window's length (not its start) for a quick check.
 
-Cost: ESTIMATES, not measurements (only tiny runs of the four expensive rows have run, on a shared
-machine). Per seed and all three columns, on this project's 2-core VM: PPO ~2 min, A2C ~3, DQN ~3,
-SAC ~4, TD3 ~3.5 (from the speeds measured for SB3 and the lab's fast settings in docs/BENCHMARKS.md,
-the default column taken at SB3's speed where the opt-ins gave the lab its lead); ppo_hopper ~1.5,
-sac_cheetah ~3 (its updates count as many FLOPs as SAC Pendulum's), ppo_pong ~10 (the lab's PPO on
-the same net and epochs ran at ~116 frames per CPU second, docs/environments.md), dqn_pong ~10 (a
-quarter of a batch-32 update of the CNN per frame, ~520 MFLOP a frame by bench/floor.py). So 3 seeds
-of the 5 CartPole and Pendulum rows take about 45 minutes, of the 4 expensive rows about 75, of all
-9 about 2 hours; the floor adds about half a minute. dqn_pong's replay of 100k stacked frames
+Cost: ESTIMATES, not measurements (the three-column bench has run only tiny windows, on a shared
+machine), on this project's 2-core VM, per seed and all three columns: PPO ~1 min, A2C ~0.7, DQN
+~1.5, SAC ~1.2, TD3 ~1.2 (the two-column default run of these rows took 11 minutes for 3 seeds,
+docs/BENCHMARKS.md, 2026-11-25; the default column is taken at SB3's speed where the opt-ins gave
+the lab its lead); sac_cheetah ~3 (5k updates counting as many FLOPs as SAC Pendulum's, which ran
+at ~100 frames/s in SB3); ppo_hopper ~1.5; ppo_pong ~10 (the lab's PPO on the same net, epochs and
+minibatches ran at ~116 frames per CPU second, docs/environments.md); dqn_pong ~10 (a quarter of a
+batch-32 update of the CNN per frame, ~520 MFLOP a frame by bench/floor.py). So 3 seeds of the 5
+CartPole and Pendulum rows take about 18 minutes, of the 4 expensive rows about 75, of all 9 about
+1.5 hours; the floor adds about half a minute. dqn_pong's replay of 100k stacked frames
 reserves ~5.6 GB in SB3 (observations and next observations) and ~0.7 GB in the lab, touched as
 it fills.
 """

@@ -1,28 +1,76 @@
 """The lab and Stable-Baselines3 side by side: frames/s and learning on rl-zoo3's configs.
 
     pip install -r requirements-bench.txt            # once: stable-baselines3 (bench only)
-    python bench/sb3_side_by_side.py                 # 5 rows x seeds 0,1,2 x 2 tools, about 30 min (see below)
+    python bench/sb3_side_by_side.py                 # 9 rows x seeds 0,1,2 x 3 columns: about 1.5 hours (estimated, below)
     python bench/sb3_side_by_side.py --rows ppo,a2c --seeds 0,1,2 --cpu 1
+    python bench/sb3_side_by_side.py --rows ppo_pong,dqn_pong --seeds 0 --cpu 1 --json /tmp/atari.json
     python bench/sb3_side_by_side.py --frames-scale 0.2 --json /tmp/side.json   # a quick check
-    python bench/sb3_side_by_side.py --full          # every row at its full length: learning for all rows
+    python bench/sb3_side_by_side.py --full --rows a2c,sac,td3   # learning at rl-zoo3's lengths (about 45 minutes)
     python bench/sb3_side_by_side.py --rows ppo --seeds 0 --lab-only --frames-scale 0.005   # no SB3 needed
 
-After the table it prints each row's floor (bench/floor.py: the row's env alone plus its matrix
-products at this CPU's measured peak) and each tool's median frames/s as a share of it.
+Each row has three columns: SB3, and the lab twice (bench/side_rows.py):
+  lab   ("default") the row's spec as a user's run of it trains: no speed opt-in;
+  fast  the same spec with the lab's documented speed opt-ins, applied by the bench as -s edits
+        (side_rows.fast_edits, printed per row): `linear_kernel: "onednn"` on each net whose type
+        takes the key (MLPNet and its kin, not ConvNet), `"fused": true` on Adam and AdamW
+        optimizers, `"foreach": true` on RMSprop. They change how torch computes, not what: the
+        results differ in rounding only (docs/spec.md, docs/BENCHMARKS.md).
 
-Rows (rl-zoo3's hyperparameters, SB3's defaults where rl-zoo3 gives none; the lab's spec that
-maps them is named, docs/BENCHMARKS.md has the mapping and what the lab cannot express):
+Printed: one line per row and seed (each column's frames/s, lab/SB3 and fast/SB3, CPU frames/s,
+total seconds, learning); then per row, over its seeds, the median frames/s of each column, the
+medians of the per-seed ratios (frames/s and CPU frames/s), the row's floor and each column's median
+frames/s as a share of it; then each floor's parts. The floor (bench/floor.py) is the row's env
+alone plus its matrix products, counted from its nets and settings, at this CPU's measured
+single-thread peak, over the runs' windows (the DQN rows' counts depend on them): measured in a
+fresh process after the runs (--no-floor skips it). --json OUT keeps all of it: the rows'
+settings and edits, every run, the per-row summary and the floors.
 
-    ppo  PPO CartPole-v1, 8 envs, 100k frames           spec/benchmark/ppo/ppo_cartpole_zoo.json ppo_cartpole_zoo
-    a2c  A2C CartPole-v1, 8 envs, 500k frames           spec/benchmark/a2c/a2c_cartpole_zoo.json a2c_cartpole_zoo
-    dqn  DQN CartPole-v1, 1 env, 50k frames             spec/benchmark/dqn/dqn_cartpole_zoo.json dqn_cartpole_zoo
-    sac  SAC Pendulum-v1, 1 env, 20k frames             spec/benchmark/sac/sac_pendulum_zoo.json sac_pendulum_zoo
-    td3  TD3 Pendulum-v1, 1 env, 20k frames             spec/benchmark/td3/td3_pendulum.json td3_pendulum
+Rows (rl-zoo3's hyperparameters from github.com/DLR-RM/rl-baselines3-zoo hyperparams/*.yml, SB3's
+defaults where rl-zoo3 gives none; the lab's spec that maps them key by key is named;
+docs/BENCHMARKS.md has the mapping and what the lab cannot express). Frames are agent steps on both
+sides, summed over the vector envs (SB3's num_timesteps); an Atari frame is one agent step, 4
+emulator frames inside the env on both sides:
 
-How it runs. For each row and seed, SB3 and the lab run one after the other (SB3 first for the
-first seed, the lab first for the second, and so on), each in a fresh Python process with one
-torch thread (torch.set_num_threads(1), OMP_NUM_THREADS and MKL_NUM_THREADS 1) and, with
---cpu N, pinned to core N (os.sched_setaffinity).
+    ppo          PPO CartPole-v1, 8 envs, 100k frames    spec/benchmark/ppo/ppo_cartpole_zoo.json ppo_cartpole_zoo
+    a2c          A2C CartPole-v1, 8 envs, 500k frames    spec/benchmark/a2c/a2c_cartpole_zoo.json a2c_cartpole_zoo
+    dqn          DQN CartPole-v1, 1 env, 50k frames      spec/benchmark/dqn/dqn_cartpole_zoo.json dqn_cartpole_zoo
+    sac          SAC Pendulum-v1, 1 env, 20k frames      spec/benchmark/sac/sac_pendulum_zoo.json sac_pendulum_zoo
+    td3          TD3 Pendulum-v1, 1 env, 20k frames      spec/benchmark/td3/td3_pendulum.json td3_pendulum
+    sac_cheetah  SAC HalfCheetah-v5, 1 env, 1M frames    spec/benchmark/sac/sac_halfcheetah_zoo.json sac_halfcheetah_zoo
+    ppo_hopper   PPO Hopper-v5, 1 env, 1M frames         spec/benchmark/ppo/ppo_hopper_zoo.json ppo_hopper_zoo
+    ppo_pong     PPO PongNoFrameskip-v4, 8 envs, 10M     spec/benchmark/ppo/ppo_pong_zoo.json ppo_pong_zoo
+    dqn_pong     DQN PongNoFrameskip-v4, 1 env, 10M      spec/benchmark/dqn/dqn_pong_zoo.json dqn_pong_zoo
+
+The four expensive rows, as they run here (the frames are rl-zoo3's n_timesteps above):
+  sac_cheetah  [256, 256] actor and critics, batch 256, buffer 1M, lr 3e-4, SB3's SAC otherwise;
+               rl-zoo3 learns from frame 10k: here both sides learn from 1k (SB3 learning_starts,
+               the lab -s agent.algorithm.training_start_step=1000) and frames/s is over frames 1k-6k.
+  ppo_hopper   SB3's PPO defaults (n_steps 2048, batch 64, 10 epochs, lr 3e-4, clip 0.2, [64, 64]
+               tanh) with rl-zoo3's normalize: true matched on both sides (SB3 VecNormalize of
+               observations and rewards; the lab env.normalize_obs and normalize_reward, each
+               clipped at 10); 20,480 frames (10 rollouts).
+  ppo_pong     8 envs, Nature CNN shared by the policy and the value, n_steps 128, 4 epochs, batch
+               256, lr lin_2.5e-4, clip lin_0.1, vf_coef 0.5, ent_coef 0.01, 4 frames stacked (SB3:
+               AtariWrapper + VecFrameStack; the lab: frame_op concat of 4, reward sign); 20,480
+               frames (20 rollouts). The lab's default vector env for 8 Atari games is ALE's own (its
+               games stepped by C++ threads, docs/environments.md), SB3's DummyVecEnv steps 8 Python
+               envs in turn: with --cpu both are on one core; without it ALE's threads may take
+               another core, which wall-clock frames/s gains from and CPU frames/s (every thread's
+               time) does not.
+  dqn_pong     Nature CNN, buffer 100k, batch 32, lr 1e-4, train_freq 4, one gradient step, target
+               every 1,000 frames, epsilon 1 -> 0.01 over the first 10% of rl-zoo3's 10M frames;
+               rl-zoo3 learns from frame 100k: here both sides from 1k (the same edits as
+               sac_cheetah), over 20k frames, frames/s from frame 0 (its first 1k random frames
+               included; the floor counts them as such).
+
+How it runs. For each row and seed, the three columns run one after the other (the first seed
+SB3, lab, fast; the next lab, fast, SB3; and so on), each in a fresh Python process with one torch
+thread (torch.set_num_threads(1), OMP_NUM_THREADS and MKL_NUM_THREADS 1) and, with --cpu N, pinned
+to core N (os.sched_setaffinity). Both sides take the same gradient steps: the same update cadence,
+and a run's length rounded up to whole rollouts for the on-policy rows (as SB3's learn runs them:
+PPO CartPole's 100k frames are 391 rollouts of 256, 100,096 frames). Schedules run over rl-zoo3's
+n_timesteps on both sides, however long the run (SB3's lin_X and exploration_fraction, which SB3
+takes as shares of the learn call, are rescaled to it): a shortened run is the start of rl-zoo3's.
 
 What is measured, the same way on both sides:
   fps          env frames (summed over the vector envs) / wall seconds, over a window of the training
@@ -31,29 +79,40 @@ What is measured, the same way on both sides:
                at the window's start, or 0 from frame 0; `wall_t` of the last row). Both include what
                each tool does while it trains: SB3 its logger, the lab its records, model files and
                snapshots at the spec's frequencies (the lab's clock also counts building its agent).
-  cpu_fps      the same frames / the CPU seconds of the process over the same window (time.process_time;
-               the lab's loop from Session.run's start, or its log row at the window's start, to its last
-               row): the figure to compare on a machine that other work shares, where wall time is
-               mostly waiting for a core.
+  cpu_fps      the same frames / the CPU seconds of the process over the same window (time.process_time,
+               every thread of the process; the lab's loop from Session.run's start, or its log row at
+               the window's start, to its last row): the figure to compare on a machine that other work
+               shares, where wall time is mostly waiting for a core.
   learning     mean return of the last 100 training episodes (SB3: the Monitor's ep_info_buffer; the
                lab: total_reward_ma of the last train row), exploration included; and, with
                --eval-episodes N (default 10), the mean return of N greedy episodes of the final
-               weights on a separate env (SB3: evaluate_policy(deterministic=True); the lab: enjoy
-               with --ckpt latest).
+               weights on a separate env (SB3: evaluate_policy(deterministic=True), under the
+               training's frozen VecNormalize for ppo_hopper; the lab: enjoy with --ckpt latest).
+               Atari returns are whole games' scores on both sides.
   total_s      the child process from start to the end of training: imports, setup and training, not
                the greedy evaluation.
 
-The default run is the affordable one: PPO and DQN at their full length, A2C over its first 100k
-frames, SAC over 3k frames (speed from frame 1,000, once training has run 900 steps) and TD3 over
-12k (speed over frames 10k-12k: it acts at random, without training, until 10k). Learning figures
-of A2C, SAC and TD3 are then those of the shortened runs (the printout says so); --full runs every
-row at its full length (speed windows from 0 for the on-policy and DQN rows, from 1k for SAC, from
-10k for TD3). --frames-scale F multiplies each window's length (not its start) for a quick check.
+The default run is the affordable one: PPO, DQN, ppo_hopper, ppo_pong and dqn_pong at the lengths
+above; A2C over its first 100k frames; SAC over 3k frames (speed from frame 1,000, once training has
+run 900 steps); TD3 over 12k (speed over frames 10k-12k: it acts at random, without training, until
+10k); sac_cheetah over 6k. Learning figures of the shortened rows are those of the short runs (the
+printout says so); --full runs every row at rl-zoo3's length (speed windows from 0 for the on-policy
+and DQN rows, from 1k for SAC and sac_cheetah, from 10k for TD3): for A2C, SAC and TD3 that is about
+45 minutes (estimated: their two-column run took 27); the MuJoCo and Atari rows at 1M and 10M frames would take days on one core. --frames-scale F
+multiplies each window's length (not its start) for a quick check.
 
-Cost, estimated on this project's 2-core VM from earlier speeds (SB3 SAC/TD3 ~40 frames/s while
-training, the lab's PPO ~6k fps, DQN ~1.7k): per seed and both tools, PPO ~1.5 min, DQN ~2 min,
-A2C ~2 min, SAC ~2.5 min, TD3 ~2 min, so the default table (3 seeds) takes about 30 minutes; --full
-adds A2C's 400k frames and SAC's and TD3's 17k and 8k training frames: about 2 hours.
+Cost: ESTIMATES, not measurements (the three-column bench has run only tiny windows, on a shared
+machine), on this project's 2-core VM, per seed and all three columns: PPO ~1 min, A2C ~0.7, DQN
+~1.5, SAC ~1.2, TD3 ~1.2 (the two-column default run of these rows took 11 minutes for 3 seeds,
+docs/BENCHMARKS.md, 2026-11-25; the default column is taken at SB3's speed where the opt-ins gave
+the lab its lead); sac_cheetah ~3 (5k updates counting as many FLOPs as SAC Pendulum's, which ran
+at ~100 frames/s in SB3); ppo_hopper ~1.5; ppo_pong ~10 (the lab's PPO on the same net, epochs and
+minibatches ran at ~116 frames per CPU second, docs/environments.md); dqn_pong ~10 (a quarter of a
+batch-32 update of the CNN per frame, ~520 MFLOP a frame by bench/floor.py). So 3 seeds of the 5
+CartPole and Pendulum rows take about 18 minutes, of the 4 expensive rows about 75, of all 9 about
+1.5 hours; the floor adds about half a minute. dqn_pong's replay of 100k stacked frames
+reserves ~5.6 GB in SB3 (observations and next observations) and ~0.7 GB in the lab, touched as
+it fills.
 """
 from __future__ import annotations
 
@@ -71,51 +130,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from side_rows import REPO_ROOT, ROWS, TOOLS, Row, fast_edits, run_frames  # bench/ (not a package) is on sys.path
 
-
-@dataclass(frozen=True)
-class Row:
-    """One comparison: an rl-zoo3 config for SB3 and the lab spec that maps it."""
-    key: str
-    algo: str  # SB3's class name
-    env_id: str
-    n_envs: int
-    full_frames: int  # rl-zoo3's n_timesteps
-    quick_frames: int  # the default run's length
-    window_start: int  # frames/s is measured from this frame to the run's end
-    spec_file: str
-    spec_name: str
-    sb3_kwargs: dict = field(default_factory=dict)
-
-
-ROWS = {
-    'ppo': Row('ppo', 'PPO', 'CartPole-v1', 8, 100_000, 100_000, 0,
-               'spec/benchmark/ppo/ppo_cartpole_zoo.json', 'ppo_cartpole_zoo',
-               dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
-                    learning_rate='lin_0.001', clip_range='lin_0.2')),
-    'a2c': Row('a2c', 'A2C', 'CartPole-v1', 8, 500_000, 100_000, 0,
-               'spec/benchmark/a2c/a2c_cartpole_zoo.json', 'a2c_cartpole_zoo', dict(ent_coef=0.0)),
-    'dqn': Row('dqn', 'DQN', 'CartPole-v1', 1, 50_000, 50_000, 0,
-               'spec/benchmark/dqn/dqn_cartpole_zoo.json', 'dqn_cartpole_zoo',
-               dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
-                    target_update_interval=10, train_freq=256, gradient_steps=128, exploration_fraction=0.16,
-                    exploration_final_eps=0.04, policy_kwargs={'net_arch': [256, 256]})),
-    'sac': Row('sac', 'SAC', 'Pendulum-v1', 1, 20_000, 3_000, 1_000,
-               'spec/benchmark/sac/sac_pendulum_zoo.json', 'sac_pendulum_zoo', dict(learning_rate=1e-3)),
-    'td3': Row('td3', 'TD3', 'Pendulum-v1', 1, 20_000, 12_000, 10_000,
-               'spec/benchmark/td3/td3_pendulum.json', 'td3_pendulum',
-               dict(gamma=0.98, buffer_size=200_000, learning_starts=10_000, action_noise='normal_0.1', train_freq=1,
-                    gradient_steps=1, learning_rate=1e-3, policy_kwargs={'net_arch': [400, 300]})),
-}
 SB3_MISSING = ('stable_baselines3 is not installed in this Python: pip install -r requirements-bench.txt '
                '(bench only), or pass --lab-only')
-
-
-def run_frames(row: Row, full: bool, scale: float) -> int:
-    """The length of a run: the window's start plus its (scaled) length, at least one vector step."""
-    end = row.full_frames if full else row.quick_frames
-    return row.window_start + max(row.n_envs, int(round((end - row.window_start) * scale)))
+TOOL_LABELS = {'sb3': 'SB3', 'lab': 'lab', 'lab_fast': 'fast'}
 
 
 # --- the child processes ---------------------------------------------------------------------------
@@ -128,9 +147,24 @@ def _limit_threads(cpu: int | None) -> None:
     torch.set_num_threads(1)
 
 
-def _linear(initial: float):
-    """rl-zoo3's lin_X: X times the fraction of training left (SB3's progress_remaining)."""
-    return lambda progress_remaining: progress_remaining * initial
+def _linear(initial: float, frames: int, full_frames: int):
+    """rl-zoo3's lin_X over its n_timesteps (full_frames): X times the share of full_frames left,
+    from SB3's progress_remaining over a run of `frames` (the lab's schedules count frames too)."""
+    return lambda progress_remaining: initial * max(0.0, 1 - (1 - progress_remaining) * frames / full_frames)
+
+
+def _sb3_env(row: Row, n_envs: int, seed: int):
+    """The row's vector env as rl-zoo3 builds it: make_vec_env, or for Atari make_atari_env
+    (AtariWrapper: no-ops, frame skip 4 with max-pooling, life loss, FIRE, 84x84 grey, reward sign)
+    and VecFrameStack. VecNormalize (row.normalize) is the caller's."""
+    from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+    if not row.frame_stack:
+        return make_vec_env(row.env_id, n_envs=n_envs, seed=seed)
+    import ale_py  # registers the Atari ids with gymnasium, which SB3 does not import
+    import gymnasium as gym
+    gym.register_envs(ale_py)
+    return VecFrameStack(make_atari_env(row.env_id, n_envs=n_envs, seed=seed), n_stack=row.frame_stack)
 
 
 def sb3_child(row: Row, seed: int, frames: int, eval_episodes: int) -> dict:
@@ -138,19 +172,23 @@ def sb3_child(row: Row, seed: int, frames: int, eval_episodes: int) -> dict:
     import numpy as np
     import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.vec_env import VecNormalize
 
     kwargs = dict(row.sb3_kwargs)
     for key in ('learning_rate', 'clip_range'):
         if isinstance(kwargs.get(key), str):
-            kwargs[key] = _linear(float(kwargs[key][len('lin_'):]))
-    env = make_vec_env(row.env_id, n_envs=row.n_envs, seed=seed)
+            kwargs[key] = _linear(float(kwargs[key][len('lin_'):]), frames, row.full_frames)
+    if 'exploration_fraction' in kwargs:  # a share of the run in SB3: of rl-zoo3's n_timesteps here
+        kwargs['exploration_fraction'] *= row.full_frames / frames
+    env = _sb3_env(row, row.n_envs, seed)
+    if row.normalize:  # rl-zoo3's normalize: true, with the algorithm's discount for the rewards
+        env = VecNormalize(env, gamma=kwargs.get('gamma', 0.99))
     if kwargs.get('action_noise') == 'normal_0.1':
         n_actions = env.action_space.shape[0]
         kwargs['action_noise'] = NormalActionNoise(np.zeros(n_actions), 0.1 * np.ones(n_actions))
-    model = getattr(sb3, row.algo)('MlpPolicy', env, seed=seed, device='cpu', verbose=0, **kwargs)
+    model = getattr(sb3, row.algo)(row.policy, env, seed=seed, device='cpu', verbose=0, **kwargs)
 
     class WindowStart(BaseCallback):
         """The time and frame at the first step at or past the window's start."""
@@ -175,14 +213,18 @@ def sb3_child(row: Row, seed: int, frames: int, eval_episodes: int) -> dict:
               'last100_return': float(np.mean(returns)) if returns else math.nan, 'episodes': len(returns)}
     if eval_episodes:
         t2 = time.perf_counter()
-        eval_env = make_vec_env(row.env_id, n_envs=1, seed=seed + 10**6)
+        eval_env = _sb3_env(row, 1, seed + 10**6)
+        if row.normalize:  # the training statistics, frozen; the env's own rewards
+            eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+            eval_env.obs_rms = env.obs_rms
         mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
         result.update(greedy_return=float(mean), eval_s=time.perf_counter() - t2)
     return result
 
 
-def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Path) -> dict:
-    """Train the lab's spec for the row (one session, this seed); measure from its train CSV."""
+def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Path, fast: bool) -> dict:
+    """Train the lab's spec for the row (one session, this seed; with `fast`, fast_edits too);
+    measure from its train CSV."""
     sys.path.insert(0, str(REPO_ROOT))
     sys.path.insert(0, str(REPO_ROOT / 'bench'))
     from benchmark import read_train_rows
@@ -207,8 +249,9 @@ def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Pa
             cpu_at['end'] = time.process_time()  # before the session's final files and graphs
 
     session.Session.run, session.Session.log_row = timed_run, timed_log_row
+    edits = fast_edits(row) if fast else []
     overrides = [f'meta.random_seed={seed}', 'meta.max_session=1', f'env.max_frame={frames}',
-                 'meta.torch_num_threads=1']
+                 'meta.torch_num_threads=1', *row.lab_edits, *edits]
     with open(work_dir / 'lab.log', 'a', encoding='utf-8') as log, contextlib.redirect_stderr(log):
         lab.run(str(REPO_ROOT / row.spec_file), row.spec_name, 'train', overrides, data_dir=str(work_dir))
     run_root = next(p for p in work_dir.iterdir() if p.is_dir() and not p.name.startswith('.'))  # not data/.cache
@@ -220,7 +263,7 @@ def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Pa
     ma = last['total_reward_ma']
     result = {'frames': int(last['frame']), 'window_frames': int(last['frame'] - start_frame),
               'window_s': last['wall_t'] - start_t, 'window_cpu_s': cpu_at['end'] - start_c, 'train_s': last['wall_t'],
-              'last100_return': ma, 'episodes': int(last['epi'])}
+              'last100_return': ma, 'episodes': int(last['epi']), 'edits': [*row.lab_edits, *edits]}
     if eval_episodes:
         t2 = time.perf_counter()
         spec_path = run_root / f'{row.spec_name}_t0_s0_spec.json'
@@ -237,7 +280,7 @@ def child_main(args: argparse.Namespace) -> int:
         if args.child == 'sb3':
             result = sb3_child(row, args.seed, args.frames, args.eval_episodes)
         else:
-            result = lab_child(row, args.seed, args.frames, args.eval_episodes, Path(tmp))
+            result = lab_child(row, args.seed, args.frames, args.eval_episodes, Path(tmp), args.child == 'lab_fast')
     result['fps'] = result['window_frames'] / result['window_s'] if result['window_s'] > 0 else math.nan
     cpu_s = result['window_cpu_s']
     result['cpu_fps'] = result['window_frames'] / cpu_s if cpu_s > 0 else math.nan
@@ -250,7 +293,7 @@ def child_main(args: argparse.Namespace) -> int:
 @dataclass
 class Measured:
     """One child's figures (see the module docstring)."""
-    tool: str
+    tool: str  # one of TOOLS
     row: str
     seed: int
     frames: int
@@ -262,6 +305,7 @@ class Measured:
     last100_return: float
     episodes: int
     greedy_return: float = math.nan
+    edits: list[str] = field(default_factory=list)  # the lab's -s edits of its spec (row's and fast)
 
 
 def run_child(tool: str, row: Row, seed: int, frames: int, args: argparse.Namespace) -> Measured:
@@ -281,11 +325,31 @@ def run_child(tool: str, row: Row, seed: int, frames: int, args: argparse.Namesp
     r = json.loads(lines[-1][len('RESULT '):])
     return Measured(tool, row.key, seed, r['frames'], r['fps'], r['cpu_fps'], r['window_frames'], r['train_s'],
                     elapsed - r.get('eval_s', 0.0), r['last100_return'], r['episodes'],
-                    r.get('greedy_return', math.nan))
+                    r.get('greedy_return', math.nan), r.get('edits', []))
 
 
-def _fmt(x: float, digits: int = 0) -> str:
+def _fmt(x: float | None, digits: int = 0) -> str:
     return '-' if x is None or (isinstance(x, float) and math.isnan(x)) else f'{x:,.{digits}f}'
+
+
+def _ratio(ours: float | None, sb3: float | None) -> float:
+    """ours / sb3, NaN where either is missing."""
+    if ours is None or sb3 is None or math.isnan(ours) or math.isnan(sb3) or sb3 <= 0:
+        return math.nan
+    return ours / sb3
+
+
+def _times(x: float) -> str:
+    return '-' if math.isnan(x) else f'{x:.2f}x'
+
+
+def _share(x: float) -> str:
+    return '-' if math.isnan(x) else f'{x:.1%}'
+
+
+def _median(values: list[float]) -> float:
+    values = [v for v in values if not math.isnan(v)]
+    return statistics.median(values) if values else math.nan
 
 
 def _learning(m: Measured | None) -> str:
@@ -295,42 +359,76 @@ def _learning(m: Measured | None) -> str:
     return text if math.isnan(m.greedy_return) else f'{text} / {_fmt(m.greedy_return, 1)}'
 
 
-def format_table(results: list[Measured]) -> str:
-    """One line per row and seed, then the median ratio per row."""
+def _aligned(head: list[str], lines: list[list[str]], left: tuple[int, ...]) -> str:
+    """A plain-text table: columns in `left` aligned left, the others right, a rule under the head."""
+    rows = [head] + lines
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    out = ['  '.join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths)))
+           for r in rows]
+    out.insert(1, '  '.join('-' * w for w in widths))
+    return '\n'.join(out)
+
+
+def _by_row_and_seed(results: list[Measured]) -> dict[tuple[str, int], dict[str, Measured]]:
     pairs: dict[tuple[str, int], dict[str, Measured]] = {}
     for m in results:
         pairs.setdefault((m.row, m.seed), {})[m.tool] = m
-    head = ('row', 'seed', 'frames', 'SB3 fps', 'lab fps', 'lab/SB3', 'SB3 cpu_fps', 'lab cpu_fps', 'cpu lab/SB3',
-            'SB3 total_s', 'lab total_s', 'SB3 learning', 'lab learning')
+    return pairs
+
+
+def format_runs(results: list[Measured]) -> str:
+    """One line per row and seed: each tool's frames/s, the lab's two columns against SB3's, CPU
+    frames/s, total seconds and learning."""
+    labels = [TOOL_LABELS[t] for t in TOOLS]
+    head = (['row', 'seed', 'frames'] + [f'{x} fps' for x in labels] + ['lab/SB3', 'fast/SB3']
+            + [f'{x} cpu_fps' for x in labels] + [f'{x} total_s' for x in labels] + [f'{x} learning' for x in labels])
     lines = []
-    ratios: dict[str, list[float]] = {}
-    cpu_ratios: dict[str, list[float]] = {}
+    for (row, seed), tools in _by_row_and_seed(results).items():
+        runs = [tools.get(t) for t in TOOLS]
+        sb3 = tools.get('sb3')
+        frames = next(m for m in runs if m is not None).frames
+        lines.append([row, str(seed), f'{frames:,}'] + [_fmt(m.fps if m else None) for m in runs]
+                     + [_times(_ratio(tools[t].fps if t in tools else None, sb3.fps if sb3 else None))
+                        for t in ('lab', 'lab_fast')]
+                     + [_fmt(m.cpu_fps if m else None) for m in runs] + [_fmt(m.total_s if m else None, 1) for m in runs]
+                     + [_learning(m) for m in runs])
+    learning = len(head) - len(labels)
+    return _aligned(head, lines, left=(0, *range(learning, len(head))))
 
-    def ratio_of(ours: float | None, sb3: float | None, into: list[float]) -> str:
-        ratio = ours / sb3 if ours is not None and sb3 and not math.isnan(ours) and sb3 > 0 else math.nan
-        if not math.isnan(ratio):
-            into.append(ratio)
-        return '-' if math.isnan(ratio) else f'{ratio:.2f}x'
 
-    for (row, seed), tools in pairs.items():
-        sb3, ours = tools.get('sb3'), tools.get('lab')
-        frames = (ours or sb3).frames
-        lines.append([row, str(seed), f'{frames:,}', _fmt(sb3.fps if sb3 else math.nan),
-                      _fmt(ours.fps if ours else math.nan),
-                      ratio_of(ours and ours.fps, sb3 and sb3.fps, ratios.setdefault(row, [])),
-                      _fmt(sb3.cpu_fps if sb3 else math.nan), _fmt(ours.cpu_fps if ours else math.nan),
-                      ratio_of(ours and ours.cpu_fps, sb3 and sb3.cpu_fps, cpu_ratios.setdefault(row, [])),
-                      _fmt(sb3.total_s if sb3 else math.nan, 1), _fmt(ours.total_s if ours else math.nan, 1),
-                      _learning(sb3), _learning(ours)])
-    rows = [list(head)] + lines
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    out = ['  '.join(c.ljust(w) if j in (0, 11, 12) else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths)))
-           for r in rows]
-    out.insert(1, '  '.join('-' * w for w in widths))
-    summary = [f'{row}: median lab/SB3 over {len(rs)} seed{"s" if len(rs) > 1 else ""}: frames/s '
-               f'{statistics.median(rs):.2f}x, CPU frames/s {statistics.median(cpu_ratios[row]):.2f}x'
-               for row, rs in ratios.items() if rs and cpu_ratios.get(row)]
-    return '\n'.join(out + ([''] + summary if summary else []))
+def summarize(results: list[Measured], floors: dict[str, dict] | None) -> list[dict]:
+    """Per row, over its seeds: each tool's median frames/s, the median of the lab's per-seed ratios
+    to SB3 (frames/s and CPU frames/s), and, with `floors` (bench/floor.py's, by row), the floor
+    and each tool's median frames/s as a share of it."""
+    summary = []
+    by_row: dict[str, list[dict[str, Measured]]] = {}
+    for (row, _), tools in _by_row_and_seed(results).items():
+        by_row.setdefault(row, []).append(tools)
+    for row, seeds in by_row.items():
+        floor = (floors or {}).get(row)
+        entry = {'row': row, 'seeds': len(seeds), 'floor_fps': floor['fps'] if floor else math.nan}
+        for tool in TOOLS:
+            fps = _median([s[tool].fps for s in seeds if tool in s])
+            entry[f'{tool}_fps'] = fps
+            entry[f'{tool}_of_floor'] = fps / floor['fps'] if floor else math.nan
+            if tool != 'sb3':
+                entry[f'{tool}_vs_sb3'] = _median([_ratio(s[tool].fps, s['sb3'].fps)
+                                                   for s in seeds if tool in s and 'sb3' in s])
+                entry[f'{tool}_cpu_vs_sb3'] = _median([_ratio(s[tool].cpu_fps, s['sb3'].cpu_fps)
+                                                       for s in seeds if tool in s and 'sb3' in s])
+        summary.append(entry)
+    return summary
+
+
+def format_summary(summary: list[dict]) -> str:
+    """One line per row: the medians of `summarize`."""
+    head = ['row', 'seeds', 'SB3 fps', 'lab fps', 'fast fps', 'lab/SB3', 'fast/SB3', 'cpu lab/SB3', 'cpu fast/SB3',
+            'floor fps', 'SB3 of floor', 'lab of floor', 'fast of floor']
+    lines = [[e['row'], str(e['seeds'])] + [_fmt(e[f'{t}_fps']) for t in TOOLS]
+             + [_times(e['lab_vs_sb3']), _times(e['lab_fast_vs_sb3']), _times(e['lab_cpu_vs_sb3']),
+                _times(e['lab_fast_cpu_vs_sb3']), _fmt(e['floor_fps'])]
+             + [_share(e[f'{t}_of_floor']) for t in TOOLS] for e in summary]
+    return _aligned(head, lines, left=(0,))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -343,16 +441,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument('--frames-scale', type=float, default=1.0, metavar='F',
                         help='multiply the length of each speed window (not its start) by F, e.g. 0.2')
     parser.add_argument('--full', action='store_true',
-                        help="every row at rl-zoo3's full length (learning of A2C, SAC, TD3 too; about 2 hours)")
+                        help="every row at rl-zoo3's full length (learning too; days for the MuJoCo and Atari rows)")
     parser.add_argument('--cpu', type=int, metavar='N', help='pin each run to core N')
     parser.add_argument('--eval-episodes', type=int, default=10, metavar='N',
                         help='greedy episodes of the final weights per run (0: none; default 10)')
-    parser.add_argument('--lab-only', action='store_true', help='run only the lab side (no SB3 needed)')
+    parser.add_argument('--lab-only', action='store_true', help="run only the lab's two columns (no SB3 needed)")
     parser.add_argument('--sb3-only', action='store_true', help='run only the SB3 side')
     parser.add_argument('--json', metavar='OUT', help='also write every figure to OUT as JSON')
     parser.add_argument('--no-floor', action='store_true',
-                        help="skip the floor lines (bench/floor.py) printed after the table")
-    parser.add_argument('--child', choices=('sb3', 'lab'), help=argparse.SUPPRESS)
+                        help="skip measuring each row's floor (bench/floor.py) for the summary")
+    parser.add_argument('--child', choices=TOOLS, help=argparse.SUPPRESS)
     parser.add_argument('--seed', type=int, help=argparse.SUPPRESS)
     parser.add_argument('--frames', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -368,6 +466,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _row_line(row: Row, args: argparse.Namespace, tools: tuple[str, ...]) -> str:
+    """The row's header line: what runs, and the lab's -s edits of its two columns."""
+    frames = run_frames(row, args.full, args.frames_scale)
+    partial = (f" of rl-zoo3's {row.full_frames:,} (learning figures are of this shortened run)"
+               if frames < row.full_frames else '')
+    line = (f'# {row.key}: {row.algo} {row.env_id} x{row.n_envs}, {frames:,} frames{partial}, '
+            f'fps from frame {row.window_start:,}')
+    if row.lab_edits and 'lab' in tools:
+        line += f'; both lab columns -s {" -s ".join(row.lab_edits)}'
+    if 'lab_fast' in tools:
+        line += f'; fast -s {" -s ".join(fast_edits(row))}'
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.child:
@@ -375,61 +487,76 @@ def main(argv: list[str] | None = None) -> int:
     if not args.lab_only and importlib.util.find_spec('stable_baselines3') is None:
         print(f'error: {SB3_MISSING}', file=sys.stderr)
         return 2
-    tools = ['lab'] if args.lab_only else ['sb3'] if args.sb3_only else ['sb3', 'lab']
+    tools = ('lab', 'lab_fast') if args.lab_only else ('sb3',) if args.sb3_only else TOOLS
     rows = [ROWS[k] for k in args.rows]
     print(f'# {time.strftime("%Y-%m-%d %H:%M %Z")} | {os.cpu_count()} CPU cores | one torch thread per run'
           f'{f" | pinned to core {args.cpu}" if args.cpu is not None else ""} | '
           f'{"full lengths" if args.full else "default lengths"} | frames scale {args.frames_scale:g} | '
           f'greedy episodes {args.eval_episodes}', flush=True)
     for row in rows:
-        frames = run_frames(row, args.full, args.frames_scale)
-        partial = (f" of rl-zoo3's {row.full_frames:,} (learning figures are of this shortened run)"
-                   if frames < row.full_frames else '')
-        print(f'# {row.key}: {row.algo} {row.env_id} x{row.n_envs}, {frames:,} frames{partial}, '
-              f'fps from frame {row.window_start:,}', flush=True)
+        print(_row_line(row, args, tools), flush=True)
     results: list[Measured] = []
     try:
         for row in rows:
             frames = run_frames(row, args.full, args.frames_scale)
             for i, seed in enumerate(args.seeds):
-                order = tools if i % 2 == 0 else tools[::-1]
+                order = tools[i % len(tools):] + tools[:i % len(tools)]  # each tool first in turn
                 for tool in order:
                     m = run_child(tool, row, seed, frames, args)
                     results.append(m)
-                    print(f'done {tool} {row.key} seed {seed}: {m.frames:,} frames, fps {_fmt(m.fps)} over '
-                          f'{m.window_frames:,} frames, last-100 return {_fmt(m.last100_return, 1)}, greedy '
+                    print(f'done {TOOL_LABELS[tool]} {row.key} seed {seed}: {m.frames:,} frames, fps {_fmt(m.fps)} '
+                          f'over {m.window_frames:,} frames, last-100 return {_fmt(m.last100_return, 1)}, greedy '
                           f'{_fmt(m.greedy_return, 1)}, total {m.total_s:.1f} s', flush=True)
     finally:
         if results:
-            print()
-            print('learning: mean return of the last 100 training episodes / of the greedy episodes')
-            print(format_table(results), flush=True)
-            meta = {'date': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'cpu_count': os.cpu_count(), 'cpu': args.cpu,
-                    'full': args.full, 'frames_scale': args.frames_scale, 'eval_episodes': args.eval_episodes}
-            figures = json.dumps({'meta': meta, 'runs': [asdict(m) for m in results]}, indent=1)
-            if args.json:
-                from slm_lab.lib.io import atomic_write_text  # noqa: E402 (the lab's atomic write)
-                atomic_write_text(args.json, figures)
-            if not args.no_floor:
-                print()
-                print(floor_lines(args, figures), flush=True)
+            report(args, rows, tools, results)
     return 0
 
 
-def floor_lines(args: argparse.Namespace, figures: str) -> str:
-    """bench/floor.py's lines for the rows run, with these runs' frames/s as shares of each floor,
-    measured in a fresh process of one thread on the same core."""
+def report(args: argparse.Namespace, rows: list[Row], tools: tuple[str, ...], results: list[Measured]) -> None:
+    """The tables (runs; per row medians against SB3 and the floor), the floors' parts, and --json."""
+    done = [row for row in rows if any(m.row == row.key for m in results)]
+    floors, floor_text = (None, '') if args.no_floor else measure_floors(args, [row.key for row in done])
+    summary = summarize(results, floors)
+    print()
+    print('learning: mean return of the last 100 training episodes / of the greedy episodes')
+    print(format_runs(results))
+    print()
+    print("per row, over its seeds: median frames/s, median of the per-seed ratios, and each tool's median "
+          "frames/s as a share of the row's floor (bench/floor.py: the env alone + the products at this CPU's peak)")
+    print(format_summary(summary))
+    if floor_text:
+        print()
+        print(floor_text, flush=True)
+    if args.json:
+        from slm_lab.lib.io import atomic_write_text  # the lab's atomic write (slm_lab is on the path by now)
+        meta = {'date': time.strftime('%Y-%m-%dT%H:%M:%S%z'), 'cpu_count': os.cpu_count(), 'cpu': args.cpu,
+                'full': args.full, 'frames_scale': args.frames_scale, 'eval_episodes': args.eval_episodes,
+                'rows': {row.key: {'algo': row.algo, 'env_id': row.env_id, 'n_envs': row.n_envs,
+                                   'frames': run_frames(row, args.full, args.frames_scale),
+                                   'window_start': row.window_start, 'spec': f'{row.spec_file}:{row.spec_name}',
+                                   'sb3_kwargs': row.sb3_kwargs, 'lab_edits': list(row.lab_edits),
+                                   'fast_edits': fast_edits(row) if 'lab_fast' in tools else None}
+                         for row in done}}
+        atomic_write_text(args.json, json.dumps({'meta': meta, 'runs': [asdict(m) for m in results],
+                                                 'summary': summary, 'floors': list((floors or {}).values())},
+                                                indent=1))
+
+
+def measure_floors(args: argparse.Namespace, row_keys: list[str]) -> tuple[dict[str, dict] | None, str]:
+    """bench/floor.py's floors of these rows, measured in a fresh process of one thread on the same
+    core (by row), and its lines (the floor's parts); (None, why) when it failed."""
     with tempfile.TemporaryDirectory(prefix='slm_side_') as tmp:
-        side = Path(tmp, 'side.json')
-        side.write_text(figures)
-        cmd = [sys.executable, str(Path(__file__).resolve().parent / 'floor.py'), '--rows', ','.join(args.rows),
-               '--side', str(side)] + (['--cpu', str(args.cpu)] if args.cpu is not None else [])
+        out = Path(tmp, 'floors.json')
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / 'floor.py'), '--rows', ','.join(row_keys),
+               '--json', str(out), '--frames-scale', str(args.frames_scale)] + (['--full'] if args.full else [])
+        cmd += ['--cpu', str(args.cpu)] if args.cpu is not None else []
         env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
-    if done.returncode != 0:
-        return 'floor not measured: ' + ((done.stderr or done.stdout).strip().splitlines() or ['?'])[-1]
-    return ('the floor of each row (bench/floor.py: the env alone + the products at this CPU\'s peak) and each '
-            "tool's median frames/s as a share of it:\n" + done.stdout.strip())
+        if done.returncode != 0:
+            return None, 'floor not measured: ' + ((done.stderr or done.stdout).strip().splitlines() or ['?'])[-1]
+        floors = {f['row']: f for f in json.loads(out.read_text())}
+    return floors, "each row's floor (bench/floor.py):\n" + done.stdout.strip()
 
 
 if __name__ == '__main__':

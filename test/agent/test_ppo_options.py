@@ -160,14 +160,16 @@ def test_ppo_with_self_imitation_keys_runs_as_slm_lab_ran_it_and_points_to_pposi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('spec_file, name', [('ppo/ppo_cartpole_zoo.json', 'ppo_cartpole_zoo'),
-                                             ('a2c/a2c_cartpole_zoo.json', 'a2c_cartpole_zoo')])
-def test_zoo_specs_resume_exactly_on_their_fast_optimizer_paths(tmp_path, spec_file, name):
-    # fused Adam stepped directly (ppo) and foreach RMSprop (a2c) carry their state through a snapshot
+@pytest.mark.parametrize('spec_file, name, fast_option', [('ppo/ppo_cartpole_zoo.json', 'ppo_cartpole_zoo', 'fused'),
+                                                          ('a2c/a2c_cartpole_zoo.json', 'a2c_cartpole_zoo', 'foreach')])
+def test_zoo_specs_resume_exactly_on_their_fast_optimizer_paths(tmp_path, spec_file, name, fast_option):
+    # fused Adam stepped directly (ppo) and foreach RMSprop (a2c), the speed opt-ins that
+    # bench/sb3_side_by_side.py's fast column sets, carry their state through a snapshot
     import json
     from pathlib import Path
     path = Path(__file__).resolve().parents[2] / 'spec' / 'benchmark' / spec_file
     spec = json.loads(path.read_text())[name]
+    spec['agent']['net']['optim_spec'][fast_option] = True
     spec['env']['max_frame'] = 1024
     spec['meta'].update(log_frequency=256, eval_frequency=512, random_seed=3)
     if 'lr_scheduler_spec' in spec['agent']['net']:  # LinearToZero ends at max_frame, which the resume raises

@@ -119,6 +119,8 @@ def run_frames(row: Row, full: bool, scale: float) -> int:
 # Adam, its multi-tensor RMSprop (torch has no fused RMSprop), and the oneDNN linear kernel
 FAST_OPTIM = {'Adam': 'fused', 'AdamW': 'fused', 'RMSprop': 'foreach'}
 FAST_LINEAR_KERNEL = 'onednn'
+# and bfloat16 nets (net.precision), where this CPU has bf16 instructions (precision.cpu_has_bf16)
+FAST_PRECISION = 'bf16'
 
 
 def _nets(spec: dict):
@@ -148,6 +150,8 @@ def speed_opt_ins(spec: dict) -> list[str]:
     for path, net in _nets(spec):
         if net.get('linear_kernel', 'default') != 'default':
             named.append(f'{path}.linear_kernel={net["linear_kernel"]}')
+        if net.get('precision', 'fp32') != 'fp32':
+            named.append(f'{path}.precision={net["precision"]}')
         for key, optim in _optims(net):
             named += [f'{path}.{key}.{option}=true' for option in ('fused', 'foreach') if optim.get(option)]
     return named
@@ -155,14 +159,18 @@ def speed_opt_ins(spec: dict) -> list[str]:
 
 def fast_edits(row: Row) -> list[str]:
     """The -s overrides that make the row's lab_fast column: on each net of its spec, linear_kernel
-    "onednn" where the net type takes the key (the MLP-family nets; ConvNet has none), and on each
-    Adam / AdamW / RMSprop optimizer the option FAST_OPTIM names."""
+    "onednn" where the net type takes the key (the MLP-family nets; ConvNet has none), precision
+    "bf16" where this CPU computes bf16 in hardware, and on each Adam / AdamW / RMSprop optimizer
+    the option FAST_OPTIM names."""
     from slm_lab.agent.net import NETS  # here, not at the top: only the lab's columns need torch
+    from slm_lab.agent.net.precision import cpu_has_bf16
     edits = []
     for path, net in _nets(raw_spec(row, row.lab_edits)):
         net_class = NETS.get(net.get('type'))
         if net_class is not None and 'linear_kernel' in net_class.spec_schema:
             edits.append(f'{path}.linear_kernel={FAST_LINEAR_KERNEL}')
+        if net_class is not None and 'precision' in net_class.spec_schema and cpu_has_bf16():
+            edits.append(f'{path}.precision={FAST_PRECISION}')
         edits += [f'{path}.{key}.{FAST_OPTIM[optim["name"]]}=true' for key, optim in _optims(net)
                   if optim.get('name') in FAST_OPTIM]
     return edits

@@ -18,7 +18,10 @@ import floor  # noqa: E402
 import sb3_side_by_side as side  # noqa: E402
 import side_rows  # noqa: E402
 
-PPO_FAST = ['agent.net.linear_kernel=onednn', 'agent.net.optim_spec.fused=true']
+from slm_lab.agent.net.precision import cpu_has_bf16  # noqa: E402
+
+PPO_FAST = ['agent.net.linear_kernel=onednn', *(['agent.net.precision=bf16'] if cpu_has_bf16() else []),
+            'agent.net.optim_spec.fused=true']
 
 
 def _table_line(printed: str, head: str, row: str) -> list[str]:
@@ -125,6 +128,7 @@ def test_the_default_column_has_no_opt_in_and_fast_adds_the_documented_ones():
         option = {'Adam': 'fused', 'RMSprop': 'foreach'}[net['optim_spec']['name']]
         assert net['optim_spec'][option] is True, row.key
         assert net.get('linear_kernel') == (None if net['type'] == 'ConvNet' else 'onednn'), row.key
+        assert net['precision'] == ('bf16' if cpu_has_bf16() else 'fp32'), row.key
         assert sorted(side_rows.speed_opt_ins(side_rows.raw_spec(row, edits))) == sorted(edits), row.key
 
 

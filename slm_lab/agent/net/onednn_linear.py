@@ -11,8 +11,8 @@ is why the kernel is a spec key, `net.linear_kernel`, read when the nets are bui
 resume, which builds from the saved spec) uses one kernel from its first step to its last. The
 parameters are nn.Linear's own (`weight`, `bias`), so state_dicts and snapshots are unchanged.
 
-Only 2-D float32 inputs on the CPU take the oneDNN path; anything else (a GPU, another dtype)
-falls back to F.linear, as the default kernel does.
+Only 2-D float32 inputs on the CPU, outside autocast, take the oneDNN path; anything else (a GPU,
+another dtype, a net in `precision: "bf16"`) falls back to F.linear, as the default kernel does.
 """
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ class OneDNNLinear(nn.Linear):
     """nn.Linear computed on oneDNN (see the module docstring); the same parameters and state_dict."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() != 2 or x.device.type != 'cpu' or x.dtype != torch.float32 or self.weight.dtype != torch.float32:
+        if x.dim() != 2 or x.device.type != 'cpu' or x.dtype != torch.float32 or self.weight.dtype != torch.float32 \
+                or torch.is_autocast_enabled('cpu'):  # net.precision bf16: autocast's bf16 product
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             return _OneDNNLinearFn.apply(x.contiguous(), self.weight, self.bias)

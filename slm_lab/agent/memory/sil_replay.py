@@ -108,6 +108,13 @@ class SILReplay:
     def __len__(self) -> int:
         return self.size
 
+    @staticmethod
+    def storage_bytes(max_size: int, obs_bytes: int, act_bytes: int, prioritized: bool) -> int:
+        """Bytes the buffer allocates: per transition its state and final state, action, reward
+        sum and bootstrap discount (float32); a prioritized one adds its sum tree. The episodes
+        still running are not counted."""
+        return max_size * (2 * obs_bytes + act_bytes + 2 * 4) + (SumTree.nbytes(max_size) if prioritized else 0)
+
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         """One vector step: obs (N, *obs_shape), action (N, ...), reward, terminated, truncated (N,);
         next_obs (N, *obs_shape) the true next observation (the final one where an episode ended)."""

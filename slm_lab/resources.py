@@ -174,7 +174,7 @@ def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, uni
         from slm_lab.agent.memory.sil_replay import SILReplay  # the agent imports torch: not at start-up
         sil = SILReplay.storage_bytes(memory_spec['max_size'], _space_bytes(obs_space), _space_bytes(action_space),
                                       memory_spec['sil_replay_name'] == 'PrioritizedReplay')
-        needs.append(Need('SIL replay', 'agent.memory.max_size', sil, _kept_on_disk(sil, 1.0, spec['meta'])))
+        needs.append(Need('SIL replay', 'agent.memory.max_size', sil, _kept_on_disk(sil, 1.0, spec.get('meta', {}))))
     return needs + _main_memory_needs(spec, obs_space, action_space, units)
 
 
@@ -201,7 +201,7 @@ def _main_memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space
             replay = max_size * stored
         if name == 'PrioritizedReplay':
             replay += SumTree.nbytes(max_size)
-        meta = spec['meta']
+        meta = spec.get('meta', {})
         between = meta.get('checkpoint_frequency') or meta.get('log_frequency', 1000)
         share = Replay.snapshot_rewritten_share(max_size, obs_shape, obs_dtype, between)
         return [Need('replay memory', 'agent.memory.max_size', replay, _kept_on_disk(replay, share, meta)),

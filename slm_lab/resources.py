@@ -166,7 +166,7 @@ def _kept_on_disk(nbytes: int, rewritten_share: float, meta: dict) -> int:
 def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
     """The memory's storage and the training batch it hands out (with its activations), and SIL's
     replay of past episodes (which SIL and PPOSIL keep beside their on-policy memory)."""
-    memory_spec, algo_spec = spec['agent']['memory'], spec['agent']['algorithm']
+    memory_spec = spec['agent']['memory']
     if memory_spec is None:
         return []
     needs = []

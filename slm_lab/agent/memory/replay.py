@@ -391,8 +391,9 @@ class Replay(Memory):
 
     def state_dict(self) -> dict:
         """The sampling generator always; the stored transitions only when `persist` is set
-        (meta.snapshot_replay): as whole arrays (views) so a snapshot can memory-map them back, or,
-        with a FrameStore, as identified chunks that snapshots reuse while they are unchanged."""
+        (the run's replays go into snapshots: resources.replay_in_snapshots): as whole arrays
+        (views) so a snapshot can memory-map them back, or, with a FrameStore, as identified
+        chunks that snapshots reuse while they are unchanged."""
         state = {'persisted': self.persist, 'rng': self.rng.bit_generator.state, 'head': self.head, 'size': self.size,
                  'cer_pending': self.cer_pending}
         if self.persist:

@@ -78,7 +78,7 @@ class SILReplay:
 
     `add` takes one vector step, like a Memory: each sub-env's episode is held until it ends, then
     its transitions enter the buffer with their returns.
-    State: the buffer and the running episodes when `persist` (meta.snapshot_replay), else
+    State: the buffer and the running episodes when `persist` (resources.replay_in_snapshots), else
     nothing: a resume without them starts empty (so SIL updates pause until batch_size
     transitions of finished episodes are back) and the episodes running at the snapshot enter
     only from the resume on, with the returns of their remaining steps (which are exact: a

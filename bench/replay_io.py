@@ -2,6 +2,16 @@
 
     python bench/replay_io.py                        # 1,000,000 transitions: ~7.3 GB of frames
     python bench/replay_io.py --transitions 100000   # a quick run (~0.7 GB)
+    python bench/replay_io.py --env pong --transitions 100000          # filled from real env steps
+    python bench/replay_io.py --env halfcheetah --transitions 100000
+
+--env fills the replay from real env steps instead (random actions, NUM_ENVS envs made as the lab
+makes them, the final observation as an episode's last next observation, as the Session passes
+it): `pong` is ALE/Pong-v5 (stacked (4, 84, 84) uint8 frames: a FrameStore), `halfcheetah` is
+HalfCheetah-v5 (17 floats: whole arrays), each in a persisting Replay as DQN and SAC keep it. It
+times the full save and its size on disk, the incremental save after --more frames (default
+10,000) and a raw write of the same bytes beside the full save; no cold load (dropping the page
+cache would slow whatever else shares the machine).
 
 The replay is a persisting `Replay` of (4, 84, 84) uint8 observations (ALE/ envs' shape), so it
 keeps each frame once in its FrameStore. It is filled through `Replay.add` by 8 synthetic envs,
@@ -53,12 +63,41 @@ CHUNK = 64 << 20
 SPEC = {'bench': 'replay_io'}
 
 
-def make_replay(max_size: int):
+def make_replay(max_size: int, obs_space=None, action_space=None):
+    """A persisting Replay of `max_size` transitions: of synthetic Atari stacks, or of the spaces given."""
     import gymnasium as gym
     from slm_lab.agent.memory.replay import Replay
     spec = {'name': 'Replay', 'batch_size': 32, 'max_size': max_size, 'use_cer': False}
-    return Replay(spec, gym.spaces.Box(0, 255, OBS_SHAPE, np.uint8), gym.spaces.Discrete(6), NUM_ENVS, seed=0,
-                  persist=True)
+    if obs_space is None:
+        obs_space, action_space = gym.spaces.Box(0, 255, OBS_SHAPE, np.uint8), gym.spaces.Discrete(6)
+    return Replay(spec, obs_space, action_space, NUM_ENVS, seed=0, persist=True)
+
+
+REAL_ENVS = {'pong': 'ALE/Pong-v5', 'halfcheetah': 'HalfCheetah-v5'}
+
+
+class RealEnv:
+    """NUM_ENVS sub-envs of a real env (the lab's make_env), stepped with random actions; step()
+    returns what the Session hands to the agent's update."""
+
+    def __init__(self, name: str, seed: int = 0):
+        from slm_lab.env import agent_action_space, make_env
+        from slm_lab.env.schema import check_env
+        self.env = make_env(check_env({'name': REAL_ENVS[name], 'num_envs': NUM_ENVS, 'max_frame': 10**9}))
+        self.obs_space, self.action_space = self.env.single_observation_space, agent_action_space(self.env)
+        self.obs, _ = self.env.reset(seed=seed)
+        self.env.action_space.seed(seed)
+
+    def step(self):
+        action = self.env.action_space.sample()
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        true_next_obs = next_obs
+        if np.logical_or(terminated, truncated).any():  # as Session.run
+            true_next_obs = next_obs.copy()
+            mask = info['_final_obs']
+            true_next_obs[mask] = np.stack(info['final_obs'][mask])
+        obs, self.obs = self.obs, next_obs
+        return obs, action, reward, true_next_obs, terminated, truncated
 
 
 class SyntheticAtari:
@@ -182,16 +221,72 @@ def phase_load(path: str, max_size: int) -> dict:
             'batch_shape': list(batch.states.shape)}
 
 
+def replay_arrays(replay) -> list[np.ndarray]:
+    """The arrays a replay allocates for its transitions."""
+    store = replay.frame_store
+    if store is None:
+        return [getattr(replay, key) for key in replay.ARRAY_KEYS]
+    return [store.frames, store.frame_idx, store.oldest, replay.actions, replay.rewards, replay.terminateds]
+
+
+def bench_real_env(args) -> None:
+    """--env: a replay filled from real env steps; full save, its size on disk, incremental save."""
+    from slm_lab.persistence import snapshot as checkpoint
+    from slm_lab.resources import bytes_under
+    gb = 1e9
+    work = Path(tempfile.mkdtemp(prefix='bench_replay_io_', dir=REPO_ROOT / 'data'))
+    try:
+        env = RealEnv(args.env)
+        replay = make_replay(args.transitions, env.obs_space, env.action_space)
+        fill_s = fill(replay, env, args.transitions)
+        held = sum(a.nbytes for a in replay_arrays(replay))
+        storage = 'frame by frame (FrameStore)' if replay.frame_store is not None else 'as whole arrays'
+        print(f'{REAL_ENVS[args.env]}: {replay.size:,} transitions of {replay.obs_shape} {replay.obs_dtype} stored '
+              f'{storage}, from random actions in {NUM_ENVS} envs ({fill_s:.0f} s); the replay holds '
+              f'{held / gb:.3f} GB; RSS {proc_status()["VmRSS"] / gb:.2f} GB')
+        ckpt, raw = work / 'ckpt', work / 'raw.bin'
+        for rep in range(args.reps):
+            load_avg = os.getloadavg()[0]
+            shutil.rmtree(ckpt, ignore_errors=True)
+            if replay.frame_store is not None:  # no earlier snapshot to reuse
+                for chunks in (replay.frame_store.frame_chunks, replay.frame_store.row_chunks):
+                    chunks.ids = [None] * len(chunks.ids)
+            path, seconds, extra = measured(
+                lambda: checkpoint.save_snapshot(ckpt, 1, {'memory': replay.state_dict()}, SPEC))
+            written, _, nfiles = written_bytes(path)
+            raw_s = raw_write(raw, written)
+            raw.unlink()
+            print(f'full save ({rep + 1}): {seconds:.3f} s for {written / gb:.3f} GB in {nfiles} files '
+                  f'({bytes_under(path) / gb:.3f} GB on disk), {written / seconds / gb:.2f} GB/s; a raw write + '
+                  f'fsync of the same bytes right after: {raw_s:.3f} s ({written / raw_s / gb:.2f} GB/s); peak '
+                  f'extra memory {extra / 2**20:.1f} MiB; load average {load_avg:.1f}')
+        fill(replay, env, args.more)
+        path2, seconds, extra = measured(
+            lambda: checkpoint.save_snapshot(ckpt, 2, {'memory': replay.state_dict()}, SPEC))
+        written, linked, nfiles = written_bytes(path2)
+        print(f'incremental save after {args.more:,} more frames: {seconds:.3f} s, wrote {written / gb:.3f} GB in '
+              f'{nfiles} files ({written / (written + linked):.1%} of the snapshot), hard-linked {linked / gb:.3f} '
+              f'GB; the two snapshots hold {bytes_under(ckpt) / gb:.3f} GB on disk; peak extra memory '
+              f'{extra / 2**20:.1f} MiB; load average {os.getloadavg()[0]:.1f}')
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--transitions', type=int, default=1_000_000)
     parser.add_argument('--increment', type=float, default=0.01, help='fraction added before the incremental save')
     parser.add_argument('--reps', type=int, default=2, help='pairs of (full save, raw write) timed')
+    parser.add_argument('--env', choices=sorted(REAL_ENVS), help='fill the replay from this real env instead')
+    parser.add_argument('--more', type=int, default=10_000, help='with --env: frames added before the incremental save')
     parser.add_argument('--phase', help=argparse.SUPPRESS)
     parser.add_argument('--path', help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == 'load':
         print(json.dumps(phase_load(args.path, args.transitions)))
+        return
+    if args.env:
+        bench_real_env(args)
         return
     from slm_lab.persistence import snapshot as checkpoint
     gb = 1e9

@@ -116,7 +116,7 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     changes = edits.schedule_changes(parent_spec, spec, frames)
     if changes:
         meta['lineage']['schedule_changes'] = changes
-    preflight(spec)
+    preflight(spec, data_dir)
     run_dir = _new_run_dir(spec, spec_name, data_dir)
     # every snapshot loads into a session of this spec (env count, memory, ...) before anything is written
     checking = Trial(spec, run_dir, 'train', trial=0, resume=True)
@@ -202,7 +202,7 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
         (parent, parent_spec), parent_trial = _parent(target, spec_name, data_dir, '--warm-start'), 0
     else:  # any run whose nets fit, of any spec name: a teacher for a student, a search's best trial
         parent, parent_trial, parent_spec = resume_lib.resolve_trial(target, f'--warm-start {target}')
-    spec = prepare_spec(spec_file, spec_name, 'train', overrides)
+    spec = prepare_spec(spec_file, spec_name, 'train', overrides, data_dir)
     _keep_parent_targets(spec, load_raw_spec(spec_file, spec_name, overrides), parent_spec)
     meta = spec['meta']
     if meta.get('distributed') and meta['max_session'] > 1:

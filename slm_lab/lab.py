@@ -78,11 +78,14 @@ def check_data_dir(data_dir: str | os.PathLike, new_run: bool = True) -> str:
     return path
 
 
-def preflight(spec: dict) -> None:
+def preflight(spec: dict, data_dir: str | os.PathLike, own_snapshots: Path | None = None) -> None:
     """Build the env and agent once, so that a spec that cannot run (e.g. an algorithm that does
     not fit the env's action space) fails before the run directory exists. Between the two, the
     memory the spec needs is estimated from the env's spaces, so a spec the machine cannot hold
-    is refused before anything of its size is allocated."""
+    is refused before anything of its size is allocated; and the same estimate settles
+    meta.snapshot_replay where the spec leaves it null (meta.snapshot_replay_auto, see
+    resources.decide_snapshot_replay): `data_dir` is where the run's files go, `own_snapshots` the
+    ckpt/ of a run being continued, whose snapshots the new ones replace."""
     # the boards' packages (tensorboard, wandb), found without importing them
     from slm_lab.experiment.tensorboard import require_tensorboard
     from slm_lab.experiment.wandb_board import require_wandb
@@ -99,12 +102,26 @@ def preflight(spec: dict) -> None:
         where = f'env.make_kwargs: {kwargs} do not fit' if kwargs else 'env.name:'
         raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
     try:
-        resources.check_memory(spec, env.single_observation_space, agent_action_space(env))
-        agent = Agent(spec, env.single_observation_space, agent_action_space(env), spec['env']['num_envs'],
+        obs_space, action_space = env.single_observation_space, agent_action_space(env)
+        needs = resources.estimate_session(spec, obs_space, action_space)
+        resources.check_memory(spec, obs_space, action_space, needs=needs)
+        reclaimable = resources.bytes_under(own_snapshots) if own_snapshots is not None else 0
+        spec['meta']['snapshot_replay_auto'] = resources.decide_snapshot_replay(
+            spec, needs, data_dir, trials=_trials_on_disk(spec), reclaimable=reclaimable)
+        agent = Agent(spec, obs_space, action_space, spec['env']['num_envs'],
                       Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
     finally:
         env.close()
     _try_torch_pieces(agent.algorithm)
+
+
+def _trials_on_disk(spec: dict) -> int:
+    """The trials whose snapshots a run keeps on disk together: every trial of a search (its
+    --keep prunes them only at its end), else one."""
+    if not str(spec['meta'].get('mode')).startswith('search') or not spec.get('search'):
+        return 1
+    from slm_lab.experiment.search_space import grid_points, parse_search  # only a search needs it
+    return spec['meta']['max_trial'] * len(grid_points(parse_search(spec['search'])))
 
 
 def check_gpu(spec: dict) -> None:
@@ -149,8 +166,10 @@ def _try_torch_pieces(algorithm) -> None:
                                 f'{FLOAT32_MAX:.3g} (a step_size, T_max or total_iters >= 1)')
 
 
-def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:
-    """Load, validate and preflight a spec, and fill the run's meta (seed, versions)."""
+def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None,
+                 data_dir: str | os.PathLike) -> dict:
+    """Load, validate and preflight a spec (`data_dir`: where its run goes), and fill the run's
+    meta (seed, versions)."""
     spec = load_spec(spec_file, spec_name, overrides)
     meta = spec['meta']
     if meta['random_seed'] is None:
@@ -160,7 +179,7 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
     meta['mode'] = mode
     if mode == 'dev':  # dev runs one session; the saved specs say so
         meta['max_session'] = 1
-    preflight(spec)
+    preflight(spec, data_dir)
     return spec
 
 
@@ -187,7 +206,7 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
         return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force, on_run_dir)
     if mode == 'search' or mode.startswith('search@'):
         return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep, on_run_dir)
-    spec = prepare_spec(spec_file, spec_name, mode, overrides)
+    spec = prepare_spec(spec_file, spec_name, mode, overrides, data_dir)
     from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
     ts = new_experiment_ts(data_dir, spec_name)
     spec['meta']['experiment_ts'] = ts
@@ -209,7 +228,7 @@ def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | N
                         'or a run directory') from None
     if started or (root.exists() and not root.is_dir()):
         return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir)
-    spec = prepare_spec(spec_file, spec_name, 'train', overrides)
+    spec = prepare_spec(spec_file, spec_name, 'train', overrides, root)
     from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
     spec['meta']['experiment_ts'] = time.strftime(TS_FORMAT)
     new = RunDir(root, spec_name)
@@ -348,7 +367,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]})'
               f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * total}')
         return None
-    preflight(spec)
+    preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
     record = {}
     # recorded once a session has resumed (its snapshot verified): a try that fails before is no resume
     trial = Trial(spec, run_dir, 'train', trial=0, resume=True,
@@ -392,7 +411,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     if keep is not None and keep < 0:
         raise ModeError(f'--keep {keep}: give the number of best trials whose models to keep (>= 0)')
     if mode == 'search':
-        spec = prepare_spec(spec_file, spec_name, mode, overrides)
+        spec = prepare_spec(spec_file, spec_name, mode, overrides, data_dir)
         params = search_lib.search_params(spec)
         ts = new_experiment_ts(data_dir, spec_name)
         spec['meta']['experiment_ts'] = ts
@@ -409,7 +428,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
         try:
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
-            preflight(spec)
+            preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
             begin_writing()  # a stop signal during the checks ended the command before anything was written
             write_json(run_dir.spec_path(), spec)
             defer_stops()  # the search stops resumably (run_search)

@@ -16,12 +16,18 @@ sizes and is meant to be conservative (it rounds up), not exact:
   envs     num_envs x a small allowance per env (a process per env when vectorization is async)
   process  python, torch and gymnasium in one session process
 and multiplies a session's need by the sessions that run at once (see `session_pool_width`).
+
+The same estimate settles `meta.snapshot_replay` when a spec leaves it null (`decide_snapshot_replay`):
+the replays go into snapshots when that is cheap next to this machine's memory and the disk the run
+writes to.
 """
 from __future__ import annotations
 
 import copy
 import math
 import os
+import shutil
+from pathlib import Path
 from typing import NamedTuple
 
 import gymnasium as gym
@@ -38,13 +44,22 @@ ACTIVATION_COPIES = 3  # per unit in a training pass: pre-activation, activation
 PROCESS_BYTES = 300 * 2**20  # a session process with torch and gymnasium imported measures ~260 MB resident
 SYNC_ENV_BYTES = 64 * 2**10  # a classic-control env object is a few KB
 ASYNC_ENV_BYTES = 64 * 2**20  # an async env is a worker process (~30 MB resident for CartPole)
+# meta.snapshot_replay null: the replays go into snapshots when they take at most 1/this of the memory
+# available and their kept snapshots at most 1/this of the free disk (decide_snapshot_replay). A quarter:
+# a snapshot writes the replays through the page cache and a resume maps them back from its files, so
+# those pages sit beside the run (which holds the replays anyway), and a save stays a few seconds at
+# disk speed; the other 3/4 of the free disk stay for everything else that writes there
+SNAPSHOT_REPLAY_SHARE = 4
 
 
 class Need(NamedTuple):
-    """One item of the estimate: what it is, the spec key that drives its size, bytes."""
+    """One item of the estimate: what it is, the spec key that drives its size, bytes; for a
+    replay that meta.snapshot_replay puts into snapshots, `on_disk`: the bytes that one session's
+    kept snapshots hold of it when it is full (0 for anything else)."""
     what: str
     key: str
     nbytes: int
+    on_disk: int = 0
 
 
 class MachineMemory(NamedTuple):
@@ -141,11 +156,31 @@ def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tup
     return [Need('nets', 'agent.net.hid_layers', nbytes)], units
 
 
+def _kept_on_disk(nbytes: int, rewritten_share: float, meta: dict) -> int:
+    """Bytes on disk of a replay of `nbytes` in a session's snapshots: the meta.keep_checkpoints
+    kept ones and the one being written before the oldest is pruned; the first holds it whole,
+    each of the others the share it writes anew (the rest hard-linked; 1 for arrays written whole)."""
+    return round(nbytes * (1 + meta.get('keep_checkpoints', 2) * rewritten_share))
+
+
 def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
-    """The memory's storage and the training batch it hands out (with its activations)."""
-    memory_spec, algo_spec = spec['agent']['memory'], spec['agent']['algorithm']
+    """The memory's storage and the training batch it hands out (with its activations), and SIL's
+    replay of past episodes (which SIL and PPOSIL keep beside their on-policy memory)."""
+    memory_spec = spec['agent']['memory']
     if memory_spec is None:
         return []
+    needs = []
+    if 'sil_replay_name' in memory_spec:  # a key of SIL's memory schema: the algorithm keeps a SIL replay
+        from slm_lab.agent.memory.sil_replay import SILReplay  # the agent imports torch: not at start-up
+        sil = SILReplay.storage_bytes(memory_spec['max_size'], _space_bytes(obs_space), _space_bytes(action_space),
+                                      memory_spec['sil_replay_name'] == 'PrioritizedReplay')
+        needs.append(Need('SIL replay', 'agent.memory.max_size', sil, _kept_on_disk(sil, 1.0, spec.get('meta', {}))))
+    return needs + _main_memory_needs(spec, obs_space, action_space, units)
+
+
+def _main_memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
+    """What the memory agent.memory names needs (see _memory_needs)."""
+    memory_spec, algo_spec = spec['agent']['memory'], spec['agent']['algorithm']
     num_envs = spec['env']['num_envs']
     obs_bytes, act_bytes = _space_bytes(obs_space), _space_bytes(action_space)
     in_dim = math.prod(obs_space.shape)
@@ -160,12 +195,16 @@ def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, uni
         from slm_lab.agent.memory.replay import Replay
         batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
         obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        from slm_lab.agent.memory.prioritized import SumTree
         replay = Replay.storage_bytes(max_size, obs_shape, obs_dtype, act_bytes, num_envs)
         if replay is None:  # observations stored as they are: two per transition
             replay = max_size * stored
-        if name == 'PrioritizedReplay':  # the sum tree: 2 x max_size rounded up to a power of two, float64
-            replay += 2 * (1 << max(0, int(max_size - 1).bit_length())) * 8
-        return [Need('replay memory', 'agent.memory.max_size', replay),
+        if name == 'PrioritizedReplay':
+            replay += SumTree.nbytes(max_size)
+        meta = spec.get('meta', {})
+        between = meta.get('checkpoint_frequency') or meta.get('log_frequency', 1000)
+        share = Replay.snapshot_rewritten_share(max_size, obs_shape, obs_dtype, between)
+        return [Need('replay memory', 'agent.memory.max_size', replay, _kept_on_disk(replay, share, meta)),
                 Need('sampled batch', 'agent.memory.batch_size', batch * (stored + as_tensors + activations))]
     if name == 'OnPolicyBatchReplay':
         key = 'time_horizon' if algo_spec.get('time_horizon') else 'training_frequency'
@@ -196,15 +235,22 @@ def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) 
     return needs + net_needs + _memory_needs(spec, obs_space, action_space, units)
 
 
+def sessions_at_once(meta: dict) -> int:
+    """How many sessions of a trial hold their memory at once: a distributed trial's all (workers
+    of one training start together), else a pool of one per core at a time."""
+    if meta.get('distributed') and meta['max_session'] > 1:
+        return meta['max_session']
+    return min(meta['max_session'], session_pool_width())
+
+
 def check_memory(spec: dict, obs_space: gym.Space, action_space: gym.Space,
-                 machine: MachineMemory | None = None) -> int:
+                 machine: MachineMemory | None = None, needs: list[Need] | None = None) -> int:
     """Refuse (SpecError) a spec whose sessions running at once need more memory than the machine
     has in all, naming the estimate, the machine's memory and the key that drives it; warn when it
-    exceeds what is available now. Returns the estimate in bytes."""
-    needs = estimate_session(spec, obs_space, action_space)
-    # a distributed trial's sessions all start together (workers of one training), others a pool at a time
-    distributed = spec['meta'].get('distributed') and spec['meta']['max_session'] > 1
-    at_once = spec['meta']['max_session'] if distributed else min(spec['meta']['max_session'], session_pool_width())
+    exceeds what is available now. Returns the estimate in bytes. `needs`: estimate_session's, when
+    the caller has it."""
+    needs = estimate_session(spec, obs_space, action_space) if needs is None else needs
+    at_once = sessions_at_once(spec['meta'])
     per_session = sum(n.nbytes for n in needs)
     total = per_session * at_once
     machine = machine or machine_memory()
@@ -221,3 +267,92 @@ def check_memory(spec: dict, obs_space: gym.Space, action_space: gym.Space,
         logger.warning(f'the spec needs about {where}, more than the {format_bytes(machine.available)} of memory '
                        'available now; the run may swap or be killed')
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# meta.snapshot_replay null: the lab decides
+
+def free_disk(path: str | os.PathLike) -> int:
+    """Bytes free to this user on the filesystem of `path`, or of its nearest existing parent (a
+    run directory not made yet)."""
+    where = Path(os.path.abspath(path))
+    while not where.exists() and where.parent != where:
+        where = where.parent
+    return shutil.disk_usage(where).free
+
+
+def bytes_under(root: str | os.PathLike) -> int:
+    """Bytes of the files under `root`, each file once however many hard links it has (snapshots
+    share their unchanged replay chunks); 0 when it does not exist."""
+    seen, total = set(), 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:  # removed meanwhile
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def decide_snapshot_replay(spec: dict, needs: list[Need], data_dir: str | os.PathLike, trials: int = 1,
+                           reclaimable: int = 0, machine: MachineMemory | None = None) -> dict | None:
+    """The lab's decision for a spec whose meta.snapshot_replay is null (the default): the
+    replays (the agent's Replay or PrioritizedReplay, SIL's replay) go into snapshots, so that a
+    resume continues exactly, when both
+
+      memory  the replays of the sessions that run at once, full (max_size transitions, as
+              estimate_session counts them), take at most 1/SNAPSHOT_REPLAY_SHARE of the memory
+              available now (of the total where the system does not say);
+      disk    the replays the run's snapshots keep on disk when full (every session's, of every
+              trial of a search, `trials`; each session's kept snapshots and the one being
+              written: Need.on_disk) take at most 1/SNAPSHOT_REPLAY_SHARE of the disk free for
+              `data_dir`, plus `reclaimable` (a resumed run's own snapshots, which the new
+              ones replace).
+
+    Returns the record the saved specs keep as meta.snapshot_replay_auto ({'on', and the bytes
+    and limits of both}), and says in one line when it is off; None when meta.snapshot_replay is
+    true or false (obeyed as given) or the spec keeps no replay."""
+    meta = spec['meta']
+    replays = [n for n in needs if n.on_disk]
+    if meta.get('snapshot_replay') is not None or not replays:
+        return None
+    machine = machine or machine_memory()
+    room = machine.available if machine.available is not None else machine.total
+    record = {'memory_bytes': sum(n.nbytes for n in replays) * sessions_at_once(meta),
+              'memory_limit_bytes': room // SNAPSHOT_REPLAY_SHARE,
+              'disk_bytes': sum(n.on_disk for n in replays) * meta['max_session'] * trials,
+              'disk_limit_bytes': (free_disk(data_dir) + reclaimable) // SNAPSHOT_REPLAY_SHARE}
+    record = {'on': record['memory_bytes'] <= record['memory_limit_bytes'] and
+              record['disk_bytes'] <= record['disk_limit_bytes'], **record}
+    if not record['on']:
+        logger.info(snapshot_replay_off_line(record, replays, machine.available is not None))
+    return record
+
+
+def snapshot_replay_off_line(record: dict, replays: list[Need], available: bool = True) -> str:
+    """The start-up line of a run whose replays the lab leaves out of snapshots: their size, the
+    limit they pass, and the key that keeps them in anyway."""
+    sizes = ', '.join(f'{n.what} {format_bytes(n.nbytes)} per session when full ({n.key})' for n in replays)
+    over = []
+    if record['memory_bytes'] > record['memory_limit_bytes']:
+        over.append(f"{format_bytes(record['memory_bytes'])} for the sessions that run at once, above "
+                    f"1/{SNAPSHOT_REPLAY_SHARE} of the memory {'available' if available else 'here'} "
+                    f"({format_bytes(record['memory_limit_bytes'])})")
+    if record['disk_bytes'] > record['disk_limit_bytes']:
+        over.append(f"{format_bytes(record['disk_bytes'])} in the snapshots kept on disk, above "
+                    f"1/{SNAPSHOT_REPLAY_SHARE} of the free disk ({format_bytes(record['disk_limit_bytes'])})")
+    return (f"replays stay out of snapshots, so a resume of this run refills them (approximate): {sizes}; "
+            f"{'; '.join(over)}; set meta.snapshot_replay: true to keep them in snapshots anyway, or false to leave "
+            'them out without this line')
+
+
+def replay_in_snapshots(meta: dict) -> bool:
+    """Whether a run's replays go into its snapshots: meta.snapshot_replay when it is true or
+    false, else the lab's decision (meta.snapshot_replay_auto, made at the run's start and at each
+    resume); false for a spec no run settled (an agent built outside a run)."""
+    if meta.get('snapshot_replay') is not None:
+        return bool(meta['snapshot_replay'])
+    return bool((meta.get('snapshot_replay_auto') or {}).get('on'))

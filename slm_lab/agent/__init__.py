@@ -11,6 +11,7 @@ from slm_lab.agent.algorithm import ALGORITHMS
 from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay, Replay
 from slm_lab.agent.net import recurrent
 from slm_lab.lib.errors import ResumeError, SpecError
+from slm_lab.resources import replay_in_snapshots
 
 
 class Agent:
@@ -45,12 +46,12 @@ class Agent:
             if issubclass(memory_cls, OnPolicyBatchReplay):
                 kwargs['batch_steps'] = ALGORITHMS[algo_spec['name']].batch_steps(algo_spec)
             if issubclass(memory_cls, Replay):
-                kwargs['persist'] = spec['meta'].get('snapshot_replay', False)
+                kwargs['persist'] = replay_in_snapshots(spec['meta'])
             self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1], **kwargs)
         with recurrent.building(layout) if layout else contextlib.nullcontext():
             self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
                                       self.memory, seed=[seed, 2],
-                                      persist_replay=spec['meta'].get('snapshot_replay', False))
+                                      persist_replay=replay_in_snapshots(spec['meta']))
         if layout:
             self.seq_nets = _recurrent_nets(self.algorithm, layout)
             self.seq = recurrent.SeqContext(layout, self.seq_nets, num_envs, self.algorithm.device)
@@ -125,7 +126,7 @@ class Agent:
     def replay_states(self, state: dict) -> list[dict | None]:
         """The replays in one of this agent's state_dict()s: its memory's, then each the algorithm
         keeps itself (Algorithm.owned_replay_keys); a replay state's 'persisted' false means
-        meta.snapshot_replay left its contents out."""
+        its contents were left out of snapshots (resources.replay_in_snapshots)."""
         return [state.get('memory'), *type(self.algorithm).owned_replay_states(state['algorithm'])]
 
     def load_state_dict(self, state: dict) -> None:

@@ -34,6 +34,7 @@ from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import save_snapshot as write_snapshot
 from slm_lab.persistence.snapshots import prune_snapshots
 from slm_lab.persistence.state import Snapshot
+from slm_lab.resources import replay_in_snapshots
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
@@ -142,10 +143,11 @@ class Session:
                                "the sessions' newest snapshot")
         if any(isinstance(s, dict) and s.get('persisted') is False for s in replay_states):
             start = self.spec['agent']['algorithm'].get('training_start_step')
-            approximate.append('the replay memory was not in the snapshot (meta.snapshot_replay is false): it '
-                               f'refills from empty, and training waits for {start} transitions again'
-                               if start else 'the replay memory was not in the snapshot (meta.snapshot_replay is '
-                               'false): it refills from empty')
+            waits = f', and training waits for {start} transitions again' if start else ''
+            now = ('from now on it goes into snapshots' if replay_in_snapshots(self.spec['meta']) else
+                   'it stays out of snapshots (meta.snapshot_replay: true puts it in)')
+            approximate.append('the replay memory was not in the snapshot (meta.snapshot_replay false, or null and '
+                               f'left out by the lab: see docs/resume.md): it refills from empty{waits}; {now}')
         if not quiet:
             for reason in approximate:
                 logger.warning(f'{self.prename}: {reason}, so this continuation is approximate')

@@ -27,6 +27,9 @@ KEYS_ADDED_LATER = {
     ('env', 'clip_obs'): None,  # no clipping before clip_obs existed (its default is 10 with normalize_obs)
     ('env', 'clip_reward'): None,
     ('env', 'vector_backend'): 'gymnasium',  # Atari games ran in gymnasium's vector env before ALE's was an option
+    # replays stayed out of snapshots unless told before the lab decided (null); a run saved before
+    # that holds false, filled in, or lacks the key when it predates it
+    ('meta', 'snapshot_replay'): False,
 }
 # The same for the keys of one algorithm (agent.algorithm), by its name.
 ALGORITHM_KEYS_ADDED_LATER = {

@@ -23,7 +23,7 @@ MAX_THREADS = 1024
 MAX_EVAL_EPISODES = 10_000  # SLM-Lab's specs use up to 8; each costs whole episodes of greedy play
 
 RUNTIME_META = ('experiment_ts', 'trial', 'session', 'git_sha', 'lab_version', 'spec_file', 'spec_name',
-                'overrides', 'mode', 'lineage')
+                'overrides', 'mode', 'lineage', 'snapshot_replay_auto')
 
 WANDB_KEYS = ('project', 'entity', 'mode', 'group', 'tags')  # meta.wandb as an object: W&B's settings
 
@@ -93,8 +93,12 @@ META_SCHEMA = {
     'checkpoint_frequency': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                   doc='frames between snapshots of the whole session state (default: log_frequency)'),
     'keep_checkpoints': Field((int,), 2, min=1, max=MAX_KEPT, doc='recent snapshots kept per session (plus best weights and the final one)'),
-    'snapshot_replay': Field((bool,), False,
-                             doc='include an off-policy replay memory in snapshots (else it refills after resume)'),
+    'snapshot_replay': Field((bool,), None, nullable=True,
+                             doc='include the off-policy replay memory (and SIL\'s replay) in snapshots, so that a '
+                                 'resume continues exactly; false: leave it out (it refills after a resume); null: '
+                                 'the lab decides at the run\'s start and at each resume: in when the full replays '
+                                 'take at most 1/4 of the memory available and their kept snapshots at most 1/4 of '
+                                 'the free disk (recorded as snapshot_replay_auto; docs/resume.md)'),
     'tensorboard': Field((bool,), True,
                          doc='write TensorBoard event files of every record row under tb/ in the run directory '
                              '(see docs/run-directory.md, TensorBoard)'),
@@ -135,6 +139,11 @@ META_SCHEMA = {
     'spec_name': Field((str,), None, nullable=True, doc='(set by the lab) spec name'),
     'overrides': Field((list,), None, nullable=True, doc='(set by the lab) -s overrides applied'),
     'mode': Field((str,), None, nullable=True, doc='(set by the lab) lab mode'),
+    'snapshot_replay_auto': Field((dict,), None, nullable=True,
+                                  doc='(set by the lab) its decision where snapshot_replay is null: on (whether the '
+                                      'replays go into snapshots), memory_bytes and memory_limit_bytes, disk_bytes '
+                                      'and disk_limit_bytes (docs/resume.md); null where snapshot_replay is given or '
+                                      'the spec keeps no replay'),
     'lineage': Field((dict,), OMIT, doc='(set by the lab) the run this one was forked or warm-started from: '
                                         'kind, parent, frame, ckpt, each session\'s snapshot or model file and '
                                         'its checksum (docs/fork.md)'),

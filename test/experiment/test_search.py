@@ -54,23 +54,23 @@ def lab(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
     return cli(args, cwd, timeout=600, **kwargs)
 
 
-def run_dir(cwd: Path) -> Path:
-    (found,) = (cwd / 'data').glob(f'{NAME}_*')
+def run_dir(cwd: Path, name: str = NAME) -> Path:
+    (found,) = (cwd / 'data').glob(f'{name}_*')
     return found
 
 
-def experiment_df(cwd: Path) -> pd.DataFrame:
-    return pd.read_csv(run_dir(cwd) / 'info' / f'{NAME}_experiment_df.csv')
+def experiment_df(cwd: Path, name: str = NAME) -> pd.DataFrame:
+    return pd.read_csv(run_dir(cwd, name) / 'info' / f'{name}_experiment_df.csv')
 
 
-def search_until(spec_file: str, cwd: Path, trial: int, rows: int) -> subprocess.Popen:
+def search_until(spec_file: str, cwd: Path, trial: int, rows: int, name: str = NAME) -> subprocess.Popen:
     """A search started in `cwd`, returned once its trial `trial` logged `rows` train rows (or it
     ended, or 300 s passed)."""
-    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=cwd,
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'search'], cwd=cwd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline, logged = time.time() + 300, 0
     while time.time() < deadline and proc.poll() is None and logged < rows:
-        csv = list(cwd.glob(f'data/{NAME}_*/info/{NAME}_t{trial}_s0_session_df_train.csv'))
+        csv = list(cwd.glob(f'data/{name}_*/info/{name}_t{trial}_s0_session_df_train.csv'))
         logged = len(csv[0].read_text().splitlines()) - 1 if csv else 0
         time.sleep(0.05)
     return proc
@@ -321,6 +321,66 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     assert json.loads((root / f'{NAME}_spec.json').read_text())['search']
     assert list((root / 'graph').glob(f'{NAME}_experiment_graph.html'))
     assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()
+
+
+DQN_NAME = 'dqn_search'
+
+
+def dqn_search_spec(max_frame: int) -> dict:
+    """A DQN search of 2 trials, one at a time, that leaves meta.snapshot_replay to the lab."""
+    return {
+        'agent': {'name': 'DQN',
+                  'algorithm': {'name': 'DQN', 'training_frequency': 8, 'training_iter': 2, 'training_start_step': 64,
+                                'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1,
+                                                     'start_step': 0, 'end_step': max_frame}},
+                  'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 2000},
+                  'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 0.001},
+                          'update_type': 'replace', 'update_frequency': 100}},
+        'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': max_frame},
+        'meta': {'max_trial': 2, 'max_session': 1, 'log_frequency': 100, 'random_seed': 3,
+                 'search_resources': {'cpu': os.cpu_count()}},
+        'search': {'agent.net.optim_spec.lr__loguniform': [1e-4, 1e-2]},
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_dqn_search_killed_mid_trial_resumes_exactly_with_the_replay_left_to_the_lab(tmp_path):
+    """Issue 29: meta.snapshot_replay left out of a DQN search's spec: the lab puts the small replay
+    into the snapshots, so a search SIGKILLed in the middle of its second trial and continued with
+    search@latest gives the experiment_df.csv and trial records of the search that never stopped
+    (with the replay refilled from empty, the resumed trial's losses would differ)."""
+    spec_file = write(tmp_path, dqn_search_spec(max_frame=800), DQN_NAME)
+    straight, killed = tmp_path / 'straight', tmp_path / 'killed'
+    straight.mkdir()
+    killed.mkdir()
+    reference = subprocess.Popen([sys.executable, RUN_LAB, spec_file, DQN_NAME, 'search'], cwd=straight,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        proc = search_until(spec_file, killed, trial=1, rows=4, name=DQN_NAME)
+        assert proc.poll() is None, 'the search should be training its second trial'
+        proc.kill()
+        proc.wait()
+        root = run_dir(killed, DQN_NAME)
+        deadline = time.time() + 20
+        while lab_processes(root) and time.time() < deadline:
+            time.sleep(0.2)
+        result = lab([spec_file, DQN_NAME, 'search@latest'], killed)
+        assert result.returncode == 0, result.stderr[-3000:]
+        _, err = reference.communicate(timeout=300)
+    finally:
+        reference.kill()
+    assert reference.returncode == 0, err[-3000:]
+    saved = json.loads((root / f'{DQN_NAME}_t1_s0_spec.json').read_text())['meta']
+    assert saved['snapshot_replay'] is None and saved['snapshot_replay_auto']['on'] is True, saved
+    (resumed,) = json.loads((root / 'info' / f'{DQN_NAME}_t1_s0_resumes.json').read_text())
+    assert resumed['exact'] is True and 0 < resumed['frame'] < 800, resumed
+    pd.testing.assert_frame_equal(experiment_df(straight, DQN_NAME), experiment_df(killed, DQN_NAME))
+    for i in range(2):
+        ta, tb = (pd.read_csv(run_dir(d, DQN_NAME) / 'info' / f'{DQN_NAME}_t{i}_s0_session_df_train.csv')
+                  for d in (straight, killed))
+        cols = ['frame', 'total_reward_ma', 'loss', 'opt_step', 'explore_var']
+        pd.testing.assert_frame_equal(ta[cols], tb[cols])
 
 
 @pytest.mark.slow

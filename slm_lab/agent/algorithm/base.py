@@ -101,8 +101,8 @@ class Algorithm:
 
     def __init__(self, agent_spec: dict, env_spec: dict, obs_space: gym.Space, action_space: gym.Space,
                  num_envs: int, clock, memory, seed: int | list[int], persist_replay: bool = False):
-        """persist_replay is meta.snapshot_replay: whether a replay the algorithm keeps itself (SIL's)
-        goes into snapshots, as the agent's Replay memory does."""
+        """persist_replay (resources.replay_in_snapshots of the run's meta): whether a replay the
+        algorithm keeps itself (SIL's) goes into snapshots, as the agent's Replay memory does."""
         self.persist_replay = persist_replay
         self.agent_spec = agent_spec
         self.algorithm_spec = agent_spec['algorithm']

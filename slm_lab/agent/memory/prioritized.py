@@ -66,6 +66,11 @@ class SumTree:
         self.leaves_start = 1 << max(0, int(capacity - 1).bit_length())
         self.nodes = np.zeros(2 * self.leaves_start, dtype=np.float64)
 
+    @staticmethod
+    def nbytes(capacity: int) -> int:
+        """Bytes the tree of `capacity` slots allocates (its `nodes`)."""
+        return 2 * (1 << max(0, int(capacity - 1).bit_length())) * 8
+
     @property
     def total(self) -> float:
         return float(self.nodes[1])

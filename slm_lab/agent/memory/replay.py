@@ -379,10 +379,21 @@ class Replay(Memory):
             return None
         return FrameStore.nbytes(max_size, obs_shape[1:], obs_shape[0], num_envs) + max_size * (act_bytes + 8)
 
+    @staticmethod
+    def snapshot_rewritten_share(max_size: int, obs_shape: tuple, obs_dtype, frames_between: int) -> float:
+        """The share of a full replay's snapshot bytes that a snapshot taken `frames_between`
+        frames (transitions) after the one before writes anew: all of it for observations stored
+        as they are (each snapshot writes its arrays whole); for stacked frames the chunks the new
+        transitions touched, the others hard-linked (about their count, plus a chunk at each end)."""
+        if not uses_frame_storage(obs_shape, obs_dtype):
+            return 1.0
+        return min(1.0, (frames_between + 2 * FRAME_CHUNK_ROWS) / max_size)
+
     def state_dict(self) -> dict:
         """The sampling generator always; the stored transitions only when `persist` is set
-        (meta.snapshot_replay): as whole arrays (views) so a snapshot can memory-map them back, or,
-        with a FrameStore, as identified chunks that snapshots reuse while they are unchanged."""
+        (the run's replays go into snapshots: resources.replay_in_snapshots): as whole arrays
+        (views) so a snapshot can memory-map them back, or, with a FrameStore, as identified
+        chunks that snapshots reuse while they are unchanged."""
         state = {'persisted': self.persist, 'rng': self.rng.bit_generator.state, 'head': self.head, 'size': self.size,
                  'cer_pending': self.cer_pending}
         if self.persist:

@@ -78,7 +78,7 @@ class SILReplay:
 
     `add` takes one vector step, like a Memory: each sub-env's episode is held until it ends, then
     its transitions enter the buffer with their returns.
-    State: the buffer and the running episodes when `persist` (meta.snapshot_replay), else
+    State: the buffer and the running episodes when `persist` (resources.replay_in_snapshots), else
     nothing: a resume without them starts empty (so SIL updates pause until batch_size
     transitions of finished episodes are back) and the episodes running at the snapshot enter
     only from the resume on, with the returns of their remaining steps (which are exact: a
@@ -107,6 +107,13 @@ class SILReplay:
 
     def __len__(self) -> int:
         return self.size
+
+    @staticmethod
+    def storage_bytes(max_size: int, obs_bytes: int, act_bytes: int, prioritized: bool) -> int:
+        """Bytes the buffer allocates: per transition its state and final state, action, reward
+        sum and bootstrap discount (float32); a prioritized one adds its sum tree. The episodes
+        still running are not counted."""
+        return max_size * (2 * obs_bytes + act_bytes + 2 * 4) + (SumTree.nbytes(max_size) if prioritized else 0)
 
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:
         """One vector step: obs (N, *obs_shape), action (N, ...), reward, terminated, truncated (N,);

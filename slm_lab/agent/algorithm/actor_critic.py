@@ -8,14 +8,18 @@ Per update, on a batch of T steps of N sub-envs (B = T*N samples; whole episodes
   policy loss = -policy_loss_coef * mean(log pi(a|s) * standardize(A)) - entropy_coef * mean(H(pi(.|s)))
   value loss  = val_loss_coef * loss_fn(V(s), V_target)     (both scaled by a running std of the
                 targets when normalize_v_targets; see ReturnNormalizer)
+V(s) comes from the forward that gives the policy; V(s'_t) is V(s_{t+1}) of the same sub-env
+wherever the next state has the bytes of the following state, so only the other next states
+(episode ends, the batch's last step) are forwarded, all of them when the nets do not forward per
+sample (a batch norm, dropout in training mode; net_util.forwards_per_sample).
 A shared net steps once on policy loss + value loss; separate actor and critic nets step their
 own optimizers, the actor on the policy loss and the critic on the value loss (two optimizer
 steps, as in SLM-Lab).
 
 Subclasses (PPO, SIL) reuse the pieces: `build_model` (nets, optimizers, LR schedulers),
-`rollout` (a batch from either memory as tensors), `advantages_and_targets`, `policy_loss`,
-`value_loss`, `step_losses` (each loss to its optimizer) and `train`; they override the ones
-their algorithm changes and extend `extra_state` / `load_extra_state` with `super()`.
+`rollout` (a batch from either memory as tensors), `next_values`, `advantages_and_targets`,
+`policy_loss`, `value_loss`, `step_losses` (each loss to its optimizer) and `train`; they override
+the ones their algorithm changes and extend `extra_state` / `load_extra_state` with `super()`.
 """
 from __future__ import annotations
 

@@ -6,7 +6,13 @@ OnPolicyReplay on training_frequency whole episodes (B = their steps):
   delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)          (bootstraps truncations)
   A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1}                (done = terminated or truncated)
   R_t     = A_t + V(s_t)
-then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
+with the weights before the update, from one forward over the batch that gives log pi_old(a|s)
+and V(s) together; V(s'_t) is V(s_{t+1}) of the same sub-env wherever the next state has the bytes
+of the following state, and a forward over the other next states (episode ends, the batch's last
+step) gives the rest. Nets that do not forward per sample (a batch norm, dropout in training
+mode; net_util.forwards_per_sample) keep three forwards over the whole batch, V(s), V(s'), pi_old,
+as each moves their running statistics. An image batch is divided by 255 once, not per minibatch.
+Then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
 one smaller when minibatch_size does not divide B, so every sample is trained on in every epoch):
   ratio   = exp(log pi(a|s) - log pi_old(a|s))
   loss    = -mean(min(ratio*A, clip(ratio, 1-eps, 1+eps)*A)) + val_loss_coef * L_V

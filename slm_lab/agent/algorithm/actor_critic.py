@@ -322,7 +322,9 @@ class ActorCritic(OnPolicyAlgorithm):
         forward per sample (a batch norm in training mode, dropout; see
         net_util.forwards_per_sample): then V(s') is a forward over every next state, as each
         such forward moves the running statistics or draws random numbers and a state's value
-        depends on the batch it is in."""
+        depends on the batch it is in. A recurrent net's contexts qualify: within an episode the
+        next context has the bytes of the following one (the same window and hidden state), and
+        a context's output does not depend on the others in its batch."""
         if isinstance(batch, RolloutBatch):
             states, actions, next_states = batch.flat('states'), batch.flat('actions'), batch.flat('next_states')
             rewards, terminateds = batch.rewards, batch.terminateds

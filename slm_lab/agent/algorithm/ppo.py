@@ -11,7 +11,8 @@ and V(s) together; V(s'_t) is V(s_{t+1}) of the same sub-env wherever the next s
 of the following state, and a forward over the other next states (episode ends, the batch's last
 step) gives the rest. Nets that do not forward per sample (a batch norm, dropout in training
 mode; net_util.forwards_per_sample) keep three forwards over the whole batch, V(s), V(s'), pi_old,
-as each moves their running statistics. An image batch is divided by 255 once, not per minibatch.
+as each moves their running statistics or draws random numbers. An image batch is divided by 255
+once, not per minibatch.
 Then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
 one smaller when minibatch_size does not divide B, so every sample is trained on in every epoch):
   ratio   = exp(log pi(a|s) - log pi_old(a|s))

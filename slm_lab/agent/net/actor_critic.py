@@ -55,7 +55,8 @@ class ActorCriticNet(nn.Module):
         return self._run(self.body, x, prepared)[0] if self.shared else self._run(self.actor, x, prepared)
 
     def value(self, x: torch.Tensor, prepared: bool = False) -> torch.Tensor:
-        return (self._run(self.body, x, prepared)[1] if self.shared else self._run(self.critic, x, prepared)).squeeze(-1)
+        v = self._run(self.body, x, prepared)[1] if self.shared else self._run(self.critic, x, prepared)
+        return v.squeeze(-1)
 
     def pd_out_and_value(self, x: torch.Tensor, prepared: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         if self.shared:

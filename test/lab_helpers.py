@@ -182,6 +182,14 @@ PENDULUM = {  # continuous actions, observation and reward normalisation, rigoro
 }
 
 
+def value_from_first_entry(algo) -> None:
+    """Replace an actor-critic's critic by V(s) = s[0], so a test sets each state's value by hand
+    (the policy stays the net's)."""
+    model, pd_out = algo.model, algo.model.pd_out
+    model.value = lambda x, prepared=False: x[:, 0]
+    model.pd_out_and_value = lambda x, prepared=False: (pd_out(x, prepared), x[:, 0])
+
+
 def fill_replay(agent, clock, steps: int) -> None:
     """Store `steps` vector steps of random observations and rewards, with the agent's actions
     (in the unit range an off-policy memory stores for Box actions), ticking the clock."""

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, value_from_first_entry
 
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.actor_critic import (
@@ -48,11 +48,6 @@ def make_algorithm(spec: dict, num_envs: int = 1, obs_dim: int = 4, seed: int = 
     agent = Agent(spec, obs_space, gym.spaces.Discrete(2), num_envs, Clock(spec['env']['max_frame'], num_envs),
                   seed=seed)
     return agent.algorithm
-
-
-def value_from_first_entry(algo) -> None:
-    """Replace the critic by V(s) = s[0], so a test sets each state's value by hand."""
-    algo.model.value = lambda x: x[:, 0]
 
 
 # --- n-step returns ---------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def test_normalize_scales_uint8_frames_by_255_and_a_missing_channel_axis_is_one_
 def test_dueling_convnet_is_value_plus_centred_advantage():
     net = build_net(net_spec('DuelingConvNet', conv_hid_layers=[[4, 3, 1]], fc_hid_layers=[8]), (2, 6, 6), 4)
     x = torch.rand(7, 2, 6, 6)
-    h = net.features(x)
+    h = net.features(net.prepare(x))
     value, advantage = net.heads[0](h), net.heads[1](h)
     torch.testing.assert_close(net(x), value + advantage - advantage.mean(dim=1, keepdim=True))
 

@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from lab_helpers import value_from_first_entry
 
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.agent import Agent
@@ -116,7 +117,7 @@ def ppo_spec(**algo) -> dict:
 def test_ppo_advantages_from_a_batch_use_terminated_and_done_where_each_belongs():
     # the same case through PPO's batch: a value "net" that reads V from the first state entry
     algo = make_agent(ppo_spec(), num_envs=2).algorithm
-    algo.model.value = lambda x: x[:, 0]
+    value_from_first_entry(algo)
     states = np.zeros((3, 2, 4), np.float32)
     next_states = np.zeros((3, 2, 4), np.float32)
     states[..., 0], next_states[..., 0] = GAE_CASE['values'], GAE_CASE['next_values']

@@ -7,7 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from lab_helpers import check_resume_after_max_frame
+from lab_helpers import check_resume_after_max_frame, value_from_first_entry
 
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.ppo import PercentileNormalizer
@@ -102,7 +102,7 @@ def test_ppo_normalize_v_targets_leaves_the_clipped_value_loss_alone():
 
 def test_ppo_on_episodes_trains_after_training_frequency_episodes_with_gae(monkeypatch):
     algo = make_algorithm(ppo_spec('OnPolicyReplay', gamma=0.5, lam=0.5, training_frequency=2))
-    algo.model.value = lambda x: x[:, 0]
+    value_from_first_entry(algo)
     seen = {}
     monkeypatch.setattr(algo, 'train', lambda batch: seen.setdefault('batch', batch))
     for step, (v, v_next, terminated, truncated) in enumerate([(1, 2, False, False), (2, 10, True, False),

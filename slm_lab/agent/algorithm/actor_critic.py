@@ -8,14 +8,18 @@ Per update, on a batch of T steps of N sub-envs (B = T*N samples; whole episodes
   policy loss = -policy_loss_coef * mean(log pi(a|s) * standardize(A)) - entropy_coef * mean(H(pi(.|s)))
   value loss  = val_loss_coef * loss_fn(V(s), V_target)     (both scaled by a running std of the
                 targets when normalize_v_targets; see ReturnNormalizer)
+V(s) comes from the forward that gives the policy; V(s'_t) is V(s_{t+1}) of the same sub-env
+wherever the next state has the bytes of the following state, so only the other next states
+(episode ends, the batch's last step) are forwarded, all of them when the nets do not forward per
+sample (a batch norm, dropout in training mode; net_util.forwards_per_sample).
 A shared net steps once on policy loss + value loss; separate actor and critic nets step their
 own optimizers, the actor on the policy loss and the critic on the value loss (two optimizer
 steps, as in SLM-Lab).
 
 Subclasses (PPO, SIL) reuse the pieces: `build_model` (nets, optimizers, LR schedulers),
-`rollout` (a batch from either memory as tensors), `advantages_and_targets`, `policy_loss`,
-`value_loss`, `step_losses` (each loss to its optimizer) and `train`; they override the ones
-their algorithm changes and extend `extra_state` / `load_extra_state` with `super()`.
+`rollout` (a batch from either memory as tensors), `next_values`, `advantages_and_targets`,
+`policy_loss`, `value_loss`, `step_losses` (each loss to its optimizer) and `train`; they override
+the ones their algorithm changes and extend `extra_state` / `load_extra_state` with `super()`.
 """
 from __future__ import annotations
 
@@ -169,12 +173,18 @@ class ReturnNormalizer:
 class Rollout(NamedTuple):
     """A training batch from either on-policy memory, as tensors on the algorithm's device.
     T steps of N sub-envs (an EpisodeBatch is N = 1: its episodes one after another, each
-    ending with done = 1). states and next_states (T*N, *obs_shape), row t*N + n; actions
-    (T*N, *act_shape) (long for Discrete actions); rewards, terminateds, dones (T, N)."""
+    ending with done = 1). states (T*N, *obs_shape), row t*N + n, prepared for the nets
+    (ActorCriticNet.prepare: an image net's division by 255 done once for the batch); actions
+    (T*N, *act_shape) (long for Discrete actions); rewards, terminateds, dones (T, N).
+    next_kept (T, N) bool: the steps whose next state is not the following step's state of the
+    same sub-env (memory.onpolicy.next_kept: byte for byte; every step when the nets do not
+    forward per sample, see ActorCritic.rollout); next_states (K, *obs_shape), prepared: the next
+    states of those K steps, in row order. The others' next state is states[(t + 1)*N + n]."""
     states: torch.Tensor
     actions: torch.Tensor
     rewards: torch.Tensor
     next_states: torch.Tensor
+    next_kept: torch.Tensor
     terminateds: torch.Tensor
     dones: torch.Tensor
 
@@ -307,7 +317,14 @@ class ActorCritic(OnPolicyAlgorithm):
         return self.train(batch)
 
     def rollout(self, batch: RolloutBatch | EpisodeBatch) -> Rollout:
-        """A memory's batch as a Rollout: (T, N) for a RolloutBatch, (T, 1) for an EpisodeBatch."""
+        """A memory's batch as a Rollout: (T, N) for a RolloutBatch, (T, 1) for an EpisodeBatch.
+        Only the next states that are not the following state are kept, unless the nets do not
+        forward per sample (a batch norm in training mode, dropout; see
+        net_util.forwards_per_sample): then V(s') is a forward over every next state, as each
+        such forward moves the running statistics or draws random numbers and a state's value
+        depends on the batch it is in. A recurrent net's contexts qualify: within an episode the
+        next context has the bytes of the following one (the same window and hidden state), and
+        a context's output does not depend on the others in its batch."""
         if isinstance(batch, RolloutBatch):
             states, actions, next_states = batch.flat('states'), batch.flat('actions'), batch.flat('next_states')
             rewards, terminateds = batch.rewards, batch.terminateds
@@ -315,18 +332,35 @@ class ActorCritic(OnPolicyAlgorithm):
         else:
             states, actions, next_states = batch.states, batch.actions, batch.next_states
             rewards, terminateds, dones = batch.rewards[:, None], batch.terminateds[:, None], batch.dones[:, None]
+        if self.model.forwards_per_sample():
+            kept = batch.next_kept().reshape(rewards.shape)
+            next_states = next_states[kept.reshape(-1)]
+        else:
+            kept = np.ones(rewards.shape, dtype=bool)
         actions = torch.as_tensor(actions, device=self.device)
         actions = actions.long() if isinstance(self.action_space, gym.spaces.Discrete) else actions.float()
-        return Rollout(self.tensor(states), actions, self.tensor(rewards), self.tensor(next_states),
-                       self.tensor(terminateds), self.tensor(dones))
+        prepare = self.model.prepare
+        return Rollout(prepare(self.tensor(states)), actions, self.tensor(rewards), prepare(self.tensor(next_states)),
+                       torch.as_tensor(kept, device=self.device), self.tensor(terminateds), self.tensor(dones))
+
+    @torch.no_grad()
+    def next_values(self, rollout: Rollout, values: torch.Tensor) -> torch.Tensor:
+        """V(s'_t) (T, N) from the state values V(s_t) (T, N): V(s_{t+1}) of the same sub-env where
+        the next state is the following state, a forward over rollout.next_states elsewhere (an
+        episode's end, the batch's last step, or every step when the nets do not forward per
+        sample)."""
+        next_values = torch.empty_like(values)
+        next_values[:-1] = values[1:]
+        next_values[rollout.next_kept] = self.model.value(rollout.next_states, prepared=True)
+        return next_values
 
     @torch.no_grad()
     def advantages_and_targets(self, rollout: Rollout, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Advantages and value targets (T*N,) each, from the state values V(s_t) (T, N) (no
-        gradient): by GAE when lam is given, else n-step returns when num_step_returns is, else
-        discounted returns to each episode's end (see episode_returns)."""
+        gradient) and V(s'_t) (next_values): by GAE when lam is given, else n-step returns when
+        num_step_returns is, else discounted returns to each episode's end (see episode_returns)."""
         rewards, terminateds, dones = rollout.rewards, rollout.terminateds, rollout.dones
-        next_values = self.model.value(rollout.next_states).reshape(values.shape)
+        next_values = self.next_values(rollout, values)
         if self.lam is not None:
             advs = gae(rewards, values, next_values, terminateds, dones, self.gamma, self.lam)
             targets = advs + values
@@ -380,7 +414,7 @@ class ActorCritic(OnPolicyAlgorithm):
     def train(self, batch: RolloutBatch | EpisodeBatch) -> dict:
         """One A2C update on a memory's batch; returns the training metrics."""
         rollout = self.rollout(batch)
-        out, values = self.model.pd_out_and_value(rollout.states)
+        out, values = self.model.pd_out_and_value(rollout.states, prepared=True)
         advs, targets = self.advantages_and_targets(rollout, values.detach().reshape(rollout.rewards.shape))
         policy_loss, entropy = self.policy_loss_of(*self.model.head.log_prob_and_entropy(out, rollout.actions), advs)
         value_loss = self.value_loss(values, targets)

@@ -6,7 +6,14 @@ OnPolicyReplay on training_frequency whole episodes (B = their steps):
   delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)          (bootstraps truncations)
   A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1}                (done = terminated or truncated)
   R_t     = A_t + V(s_t)
-then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
+with the weights before the update, from one forward over the batch that gives log pi_old(a|s)
+and V(s) together; V(s'_t) is V(s_{t+1}) of the same sub-env wherever the next state has the bytes
+of the following state, and a forward over the other next states (episode ends, the batch's last
+step) gives the rest. Nets that do not forward per sample (a batch norm, dropout in training
+mode; net_util.forwards_per_sample) keep three forwards over the whole batch, V(s), V(s'), pi_old,
+as each moves their running statistics or draws random numbers. An image batch is divided by 255
+once, not per minibatch.
+Then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
 one smaller when minibatch_size does not divide B, so every sample is trained on in every epoch):
   ratio   = exp(log pi(a|s) - log pi_old(a|s))
   loss    = -mean(min(ratio*A, clip(ratio, 1-eps, 1+eps)*A)) + val_loss_coef * L_V
@@ -189,14 +196,28 @@ class PPO(ActorCritic):
 
     def advantages(self, batch: RolloutBatch | EpisodeBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE over a memory's batch: (advantages (B,), returns (B,), old values (B,))."""
-        return self.rollout_advantages(self.rollout(batch))
+        return self.old_policy_and_advantages(self.rollout(batch))[1:]
 
     @torch.no_grad()
-    def rollout_advantages(self, rollout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """GAE over a Rollout: (advantages (B,), returns R = A + V(s) (B,), old values V(s) (B,))."""
-        values = self.model.value(rollout.states).reshape(rollout.rewards.shape)
-        advs, returns = self.advantages_and_targets(rollout, values)
-        return advs, returns, values.reshape(-1)
+    def old_policy_and_advantages(self, rollout) -> tuple[torch.Tensor, ...]:
+        """What the epochs compare against, from the weights before the update: (old log-probs
+        log pi_old(a|s) (B,), advantages (B,), returns R = A + V(s) (B,), old values V(s) (B,)).
+
+        One forward over the batch gives both log pi_old and V(s); V(s'_t) is V(s_{t+1}) where the
+        next state is the following state, with a forward over the other next states only
+        (ActorCritic.next_values). Nets that do not forward per sample (a batch norm in training
+        mode, dropout) keep three forwards over the whole batch in this order, V(s), V(s'), pi(s),
+        since each moves their running statistics or draws random numbers."""
+        states, actions, shape = rollout.states, rollout.actions, rollout.rewards.shape
+        if self.model.forwards_per_sample():
+            out, values = self.model.pd_out_and_value(states, prepared=True)
+            values = values.reshape(shape)
+            advs, returns = self.advantages_and_targets(rollout, values)
+        else:
+            values = self.model.value(states, prepared=True).reshape(shape)
+            advs, returns = self.advantages_and_targets(rollout, values)
+            out = self.model.pd_out(states, prepared=True)
+        return self.model.head.log_prob(out, actions), advs, returns, values.reshape(-1)
 
     def normalize_advantages(self, advantages: torch.Tensor) -> torch.Tensor:
         """A minibatch's advantages (B,) as the policy loss weighs them: percentile-scaled,
@@ -223,10 +244,8 @@ class PPO(ActorCritic):
 
     def train(self, batch: RolloutBatch | EpisodeBatch) -> dict:
         rollout = self.rollout(batch)
-        advs, returns, old_values = self.rollout_advantages(rollout)
+        old_log_probs, advs, returns, old_values = self.old_policy_and_advantages(rollout)
         states, actions = rollout.states, rollout.actions
-        with torch.no_grad():
-            old_log_probs = self.model.head.log_prob(self.model.pd_out(states), actions)
         frame = self.clock.frame
         clip_eps = self.clip_eps.value(frame)
         entropy_coef = self.entropy_coef_now()
@@ -237,7 +256,7 @@ class PPO(ActorCritic):
             perm = torch.randperm(batch_size, device=self.device)
             for start in range(0, batch_size, mb_size):  # the last minibatch holds the remainder
                 idx = perm[start:start + mb_size]
-                out, v = self.model.pd_out_and_value(states[idx])
+                out, v = self.model.pd_out_and_value(states[idx], prepared=True)
                 log_probs, entropies_mb = self.model.head.log_prob_and_entropy(out, actions[idx])
                 adv = self.normalize_advantages(advs[idx])
                 pg_loss = ppo_policy_loss(log_probs, old_log_probs[idx], adv, clip_eps)

@@ -27,6 +27,11 @@ class EpisodeBatch(NamedTuple):
     truncateds: np.ndarray
     dones: np.ndarray
 
+    def next_kept(self) -> np.ndarray:
+        """(T,) bool: the steps whose next state is not, byte for byte, the following step's state
+        (an episode's end, unless the next episode starts with the same bytes; the last step)."""
+        return next_kept(self.states[:, None], self.next_states[:, None])[:, 0]
+
 
 class RolloutBatch(NamedTuple):
     """T vector steps of N sub-envs: states and next_states (T, N, *obs_shape) (next_states is the
@@ -43,6 +48,12 @@ class RolloutBatch(NamedTuple):
         """One field with time and env axes merged: (T*N, ...), row t*N + n."""
         value = getattr(self, key)
         return value.reshape((-1,) + value.shape[2:])
+
+    def next_kept(self) -> np.ndarray:
+        """(T, N) bool: the steps whose next state is not, byte for byte, the same sub-env's state
+        at the following step (a reset in between, unless its first observation has the same
+        bytes; the last step)."""
+        return next_kept(self.states, self.next_states)
 
 
 # keys of the off-policy replays that SLM-Lab's specs also give its on-policy memories (e.g. its
@@ -170,9 +181,7 @@ class OnPolicyBatchReplay(Memory):
         n = self.size
         buffers = {k: v[:n].copy() for k, v in self.buffers.items() if k not in ('states', 'next_states')}
         next_states = self.buffers['next_states'][:n]
-        kept = np.ones(next_states.shape[:2], dtype=bool)
-        if n > 1:
-            kept[:-1] = np.any(_as_bytes(next_states[:-1]) != _as_bytes(self.buffers['states'][1:n]), axis=-1)
+        kept = next_kept(self.buffers['states'][:n], next_states)
         return {'size': n, 'buffers': buffers, 'states': pack_stacks(self.buffers['states'][:n]), 'next_kept': kept,
                 'next_states': next_states[kept], 'rng': self.rng.bit_generator.state}
 
@@ -212,6 +221,17 @@ def unpack_stacks(packed: dict, out: np.ndarray) -> None:
             out[t, envs, :-1] = out[t - 1, envs, 1:]
             out[t, envs, -1] = newest[used:used + len(envs)]
             used += len(envs)
+
+
+def next_kept(states: np.ndarray, next_states: np.ndarray) -> np.ndarray:
+    """(T, N) bool from states and next_states (T, N, *obs_shape): True where next_states[t, n] is
+    not, byte for byte, states[t + 1, n], and at the last step. Where it is False the next state
+    need not be stored (a snapshot) nor evaluated (V(s'_t) is V(s_{t+1})): equal bytes are the
+    same input, whether or not the sub-env reset in between."""
+    kept = np.ones(next_states.shape[:2], dtype=bool)
+    if len(next_states) > 1:
+        kept[:-1] = np.any(_as_bytes(next_states[:-1]) != _as_bytes(states[1:]), axis=-1)
+    return kept
 
 
 def _as_bytes(x: np.ndarray) -> np.ndarray:

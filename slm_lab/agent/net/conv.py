@@ -84,7 +84,8 @@ class ConvNet(net_util.HeadedNet):
     head per output with its out_layer_activation, as SLM-Lab's ConvNet.
 
     Input: (B, C, H, W), any dtype (uint8 frames stay uint8 until here): cast to float32 and,
-    when normalize, divided by 255. Output: (B, out_dim) for one head, a list for several.
+    when normalize, divided by 255 (`prepare`; an algorithm that forwards a batch several times
+    prepares it once, see HeadedNet). Output: (B, out_dim) for one head, a list for several.
     Under init_fn the conv and dense layers are initialised as MLPNet's, heads with `out_gains`.
     """
 
@@ -120,10 +121,13 @@ class ConvNet(net_util.HeadedNet):
         self.fc, dim = net_util.dense_layers(flat + extra_dim, net_spec['fc_hid_layers'], net_spec['init_fn'], activation)
         self.add_heads(net_spec, dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
-    def features(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """Frames (B, C, H, W) or (B, H, W) of any dtype as float32, divided by 255 when normalize."""
         x = x.float()
-        if self.normalize:
-            x = x / 255.0
+        return x / 255.0 if self.normalize else x
+
+    def features(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """The dense layers' output (B, dim) for a prepared batch x."""
         if x.dim() == 3:  # (B, H, W): one channel
             x = x.unsqueeze(1)
         h = self.conv(x).flatten(start_dim=1)
@@ -132,6 +136,9 @@ class ConvNet(net_util.HeadedNet):
         return self.fc(h)
 
     def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None):
+        return self.forward_prepared(self.prepare(x), extra)
+
+    def forward_prepared(self, x: torch.Tensor, extra: torch.Tensor | None = None):
         return self.apply_heads(self.features(x, extra))
 
 
@@ -151,7 +158,7 @@ class DuelingConvNet(ConvNet):
         super().__init__({**net_spec, 'out_layer_activation': None}, in_dim, [1, dims[0]], out_gains=gains,
                          extra_dim=extra_dim)
 
-    def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_prepared(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         h = self.features(x, extra)
         value_head, advantage_head = self.heads
         return dueling_q(value_head(h), advantage_head(h))

@@ -1,4 +1,6 @@
-"""Builders for the torch pieces a net spec names: activations, init, optimizer, loss, LR scheduler."""
+"""Builders for the torch pieces a net spec names: activations, init, optimizer, loss, LR scheduler;
+HeadedNet, the base of the lab's nets; and forwards_per_sample, whether a net's forward over part
+of a batch gives the rows a forward over the whole would."""
 from __future__ import annotations
 
 import math
@@ -7,6 +9,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import optimizers
+from slm_lab.agent.net.batch_renorm import BatchRenorm1d
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, Field, check_torch_kwargs, suggest
 
@@ -261,11 +264,47 @@ def grad_norm(params) -> float:
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
 
 
+# modules whose forward in training mode reads the whole batch (its statistics), moves a state of
+# theirs (running statistics, a count) or draws random numbers
+_BATCH_OR_STATE_MODULES = (nn.modules.batchnorm._BatchNorm, BatchRenorm1d, nn.modules.dropout._DropoutNd, nn.RReLU)
+
+
+def forwards_per_sample(net: nn.Module) -> bool:
+    """Whether a forward of `net`, in the modes its modules are in now, computes each sample's
+    output from that sample alone, changes no state of the net and draws no random numbers.
+    Then forwarding a state once instead of twice, or within another batch, gives the same
+    output up to float rounding (the lab's nets are otherwise row-wise: linear, conv, recurrent
+    cells over contexts, layer norm, activations). False while a batch norm or batch renorm
+    (batch statistics, running statistics), an instance norm tracking running statistics, a
+    dropout or an RReLU is in training mode."""
+    for module in net.modules():
+        if not module.training:
+            continue
+        if isinstance(module, _BATCH_OR_STATE_MODULES):
+            return False
+        if isinstance(module, nn.modules.instancenorm._InstanceNorm) and module.track_running_stats:
+            return False
+    return True
+
+
 class HeadedNet(nn.Module):
     """Base of the nets whose body ends in one linear head per output: `add_heads` builds them
     (with the init and out_layer_activation of the net spec), `init_head` re-initialises one
     (SLM-Lab's actor_init_std / critic_init_std), `apply_heads` maps a body output (B, body_dim)
-    to a tensor (B, out_dim) for one head or a list of them for several."""
+    to a tensor (B, out_dim) for one head or a list of them for several.
+
+    `forward(x)` is `forward_prepared(prepare(x))`: `prepare` turns a batch into what the first
+    layer takes (an image net's float conversion and division by 255) and is the identity here.
+    A batch forwarded several times (PPO's epochs of minibatches) is prepared once, elementwise,
+    so its prepared rows are bitwise those each forward would make; image nets override both."""
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """The batch x (B, *in_shape) as the first layer takes it (here x itself)."""
+        return x
+
+    def forward_prepared(self, x: torch.Tensor, *args):
+        """forward on a batch that `prepare` made (here forward itself)."""
+        return self.forward(x, *args)
 
     def add_heads(self, net_spec: dict, body_dim: int, out_dims: list[int], gains: list[float],
                   activation: str | None) -> None:

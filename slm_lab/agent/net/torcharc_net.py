@@ -228,9 +228,14 @@ class TorchArcNet(net_util.HeadedNet):
                 net_util.init_layer(module, net_spec.get('init_fn'), gain, activation)
         self.add_heads(net_spec, body_dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """x divided by 255 when normalize (see HeadedNet)."""
+        return x / 255.0 if self.normalize else x
+
     def forward(self, x: torch.Tensor):
+        return self.forward_prepared(self.prepare(x))
+
+    def forward_prepared(self, x: torch.Tensor):
         if not self.image:
             x = x.flatten(start_dim=1)
-        if self.normalize:
-            x = x / 255.0
         return self.apply_heads(self.body(x).flatten(start_dim=1))

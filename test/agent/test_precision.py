@@ -41,16 +41,23 @@ def test_a_bf16_net_computes_in_bf16_and_hands_out_float32():
     assert type(target) is type(bf16) and torch.equal(target(x)[0], bf16(x)[0])
 
 
-def test_a_bf16_conv_net_takes_uint8_frames():
-    spec = {'type': 'ConvNet', 'conv_hid_layers': [[8, 8, 4, 0, 1], [16, 4, 2, 0, 1]], 'fc_hid_layers': [32],
-            'hid_layers_activation': 'relu', 'normalize': True, 'batch_norm': False, 'precision': 'bf16'}
-    net = build_net(validate_spec({'agent': {'name': 'PPO', 'algorithm': {'name': 'PPO'},
-                                             'memory': {'name': 'OnPolicyBatchReplay'}, 'net': spec},
-                                   'env': {'name': 'CartPole-v1', 'max_frame': 100}})['agent']['net'],
-                    (4, 84, 84), 6)
+def test_a_bf16_conv_net_takes_uint8_frames_forward_and_prepared():
+    def conv(precision: str):
+        spec = {'type': 'ConvNet', 'conv_hid_layers': [[8, 8, 4, 0, 1], [16, 4, 2, 0, 1]], 'fc_hid_layers': [32],
+                'hid_layers_activation': 'relu', 'normalize': True, 'batch_norm': False, 'precision': precision}
+        spec = validate_spec({'agent': {'name': 'PPO', 'algorithm': {'name': 'PPO'},
+                                        'memory': {'name': 'OnPolicyBatchReplay'}, 'net': spec},
+                              'env': {'name': 'CartPole-v1', 'max_frame': 100}})['agent']['net']
+        return build_net(spec, (4, 84, 84), 6)
+    net, fp32 = conv('bf16'), conv('fp32')
+    fp32.load_state_dict(net.state_dict())
     frames = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (5, 4, 84, 84), dtype=np.uint8))
     out = net(frames)
     assert out.shape == (5, 6) and out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert not torch.equal(out, fp32(frames))
+    torch.testing.assert_close(out, fp32(frames), rtol=0.05, atol=0.05)
+    # PPO's minibatches run the prepared batch (net_util.HeadedNet.forward_prepared): in bf16 too
+    assert torch.equal(net.forward_prepared(net.prepare(frames)), out)
 
 
 def test_an_unknown_precision_and_bf16_with_distributed_are_refused():

@@ -43,17 +43,28 @@ def _to_fp32(out):
     return out
 
 
-@functools.lru_cache(maxsize=None)
-def _bf16_class(cls: type) -> type:
-    """cls with its forward under bf16 autocast, on the device of its parameters, and its outputs
-    as float32 (one subclass per net class, as OneDNNLinear swaps a layer's class: the same
-    object, parameters and state_dict; a deep copy, a target net, keeps it)."""
-    def forward(self, *args, **kwargs):
+# the methods that run a net: forward, and the lab's forward on a batch `prepare` made (PPO's
+# minibatches call it directly; net_util.HeadedNet)
+_RUNS = ('forward', 'forward_prepared')
+
+
+def _in_bf16(method):
+    def run(self, *args, **kwargs):
         device = next(self.parameters()).device.type
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            out = cls.forward(self, *args, **kwargs)
+            out = method(self, *args, **kwargs)
         return _to_fp32(out)
-    return type(f'{cls.__name__}BF16', (cls,), {'forward': forward, '__module__': cls.__module__})
+    return run
+
+
+@functools.lru_cache(maxsize=None)
+def _bf16_class(cls: type) -> type:
+    """cls with its forward (and forward_prepared) under bf16 autocast, on the device of its
+    parameters, and its outputs as float32 (one subclass per net class, as OneDNNLinear swaps a
+    layer's class: the same object, parameters and state_dict; a deep copy, a target net, keeps
+    it)."""
+    methods = {name: _in_bf16(getattr(cls, name)) for name in _RUNS if hasattr(cls, name)}
+    return type(f'{cls.__name__}BF16', (cls,), {**methods, '__module__': cls.__module__})
 
 
 def use_precision(net: nn.Module, precision: str, path: str = 'agent.net.precision') -> nn.Module:

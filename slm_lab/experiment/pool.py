@@ -114,7 +114,10 @@ def _warm_up() -> None:
     """What a session process pays once beyond its imports, paid while it waits for its turn:
     torch imports its compiler (torch._dynamo, over a second) at the first optimizer it builds,
     plotly loads its validators at the first graph."""
-    import torch._dynamo  # noqa: F401  (torch's own lazy import, done ahead; see the docstring)
+    try:
+        import torch._dynamo  # noqa: F401  (torch's own lazy import, done ahead; see the docstring)
+    except ImportError:  # a private module: a torch without it has nothing to warm up
+        pass
     viz.warm_up()
 
 

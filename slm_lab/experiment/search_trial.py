@@ -36,7 +36,10 @@ def warm_up() -> None:
     """What a trial pays once per process beyond the imports, paid while this process waits for its
     trial: torch imports its compiler (torch._dynamo, over a second) at the first optimizer it
     builds, plotly loads its validators at the first graph."""
-    import torch._dynamo  # noqa: F401
+    try:
+        import torch._dynamo  # noqa: F401  (a private module: a torch without it has nothing to warm up)
+    except ImportError:
+        pass
 
     from slm_lab.experiment import viz
     viz.warm_up()

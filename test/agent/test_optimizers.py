@@ -184,10 +184,10 @@ def test_step_optimizer_is_adam_step_number_for_number(fused):
 
 
 def test_step_optimizer_without_torchs_fused_kernel_takes_adam_step(monkeypatch):
-    # the direct path calls a private torch kernel, looked up once with getattr; a torch without
+    # the direct path calls a private torch kernel, looked up once in kernels.py; a torch without
     # it (None there) must train the same, through Adam.step (calling None would raise)
-    from slm_lab.agent.net import optimizers
-    monkeypatch.setattr(optimizers, '_FUSED_ADAM_KERNEL', None)
+    from slm_lab.agent.net import kernels, optimizers
+    monkeypatch.setattr(kernels, 'FUSED_ADAM_', None)
     nets = [_two_nets(), _two_nets()]
     opts = [torch.optim.Adam(n.parameters(), lr=1e-2, fused=True) for n in nets]
     for x in [torch.randn(32, 4) for _ in range(3)]:

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.net import net_util
+from slm_lab.agent.net import kernels, net_util
 from slm_lab.agent.net.optimizers import step_optimizer
 from slm_lab.lib.decay import Schedule, schedule_field
 from slm_lab.lib.errors import SpecError
@@ -317,13 +317,13 @@ def _apply_spec_hyperparameters(opt: torch.optim.Optimizer, spec_groups: list[di
 
 def _group_grad_norms(grad_groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:
     """The L2 norm of each group's gradients, as torch.nn.utils.get_total_norm gives it (the
-    vector norm of the per-tensor norms), with one _foreach_norm over every group's tensors
+    vector norm of the per-tensor norms), with one kernels.norms over every group's tensors
     when they share a device and dtype: the same numbers for one kernel call instead of one per
     group. A group without gradients has norm 0."""
     flat = [g for grads in grad_groups for g in grads]
     if not flat or len({(g.device, g.dtype) for g in flat}) > 1 or flat[0].device.type not in ('cpu', 'cuda'):
         return [torch.nn.utils.get_total_norm(grads) for grads in grad_groups]
-    per_tensor = torch._foreach_norm(flat, 2.0)
+    per_tensor = kernels.norms(flat)
     norms, start = [], 0
     for grads in grad_groups:
         part = per_tensor[start:start + len(grads)]

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.algorithm.base import Algorithm
-from slm_lab.agent.net import IMAGE_NETS
+from slm_lab.agent.net import IMAGE_NETS, kernels
 from slm_lab.lib.errors import SpecError
 
 
@@ -92,10 +92,9 @@ class OffPolicyAlgorithm(Algorithm):
                                    [p for _, online in pairs for p in online.parameters()])
         targets, onlines = self._polyak_params
         if self.polyak_lerp:
-            torch._foreach_lerp_(targets, onlines, polyak_coef)
+            kernels.lerp_(targets, onlines, polyak_coef)
         else:
-            torch._foreach_mul_(targets, 1.0 - polyak_coef)
-            torch._foreach_add_(targets, onlines, alpha=polyak_coef)
+            kernels.scale_add_(targets, onlines, 1.0 - polyak_coef, polyak_coef)
 
     def update_targets(self) -> None:
         """The actor-critics' cadence (SAC, TD3), called after each policy step: net.update_type

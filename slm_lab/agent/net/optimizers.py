@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from torch.optim import optimizer as torch_optimizer
 
+from slm_lab.agent.net import kernels
+
 
 class GlobalAdam(torch.optim.Adam):
     """Adam whose per-parameter state (step, exp_avg, exp_avg_sq) exists from construction, so
@@ -147,20 +149,15 @@ def optimizer_class(name: str) -> type:
     return getattr(torch.optim, name)
 
 
-# torch's fused Adam kernel, a private name: where a torch release removes or renames it,
-# step_optimizer takes Adam.step (the public path, the same numbers) instead
-_FUSED_ADAM_KERNEL = getattr(torch, '_fused_adam_', None)
-
-
 def step_optimizer(opt: torch.optim.Optimizer) -> None:
     """opt.step(). For a plain fused torch Adam (one param group, every parameter's state made by
     an earlier step, CPU float32, no amsgrad, maximize, capturable or step hooks), the step's
     own kernels are called directly: the step counts += 1, then torch._fused_adam_ on the same
     lists Adam.step would build. The same numbers, without the per-call wrappers (profiler
     record, hooks, LR-scheduler counter, grad-mode switch, per-group list building), which took
-    longer than the fused kernel on the small nets of the zoo specs. Without that kernel in torch
-    (_FUSED_ADAM_KERNEL None) every step is opt.step()."""
-    if _FUSED_ADAM_KERNEL is None or not _plain_fused_adam(opt):
+    longer than the fused kernel on the small nets of the zoo specs. The kernel is a private torch
+    name (kernels.FUSED_ADAM_): without it in torch every step is opt.step(), the same numbers."""
+    if kernels.FUSED_ADAM_ is None or not _plain_fused_adam(opt):
         opt.step()
         return
     group = opt.param_groups[0]
@@ -171,9 +168,9 @@ def step_optimizer(opt: torch.optim.Optimizer) -> None:
         opt.step()  # the first step creates the state; anything unusual takes torch's own path
         return
     steps = [s['step'] for s in states]
-    torch._foreach_add_(steps, 1)
+    kernels.add_(steps, 1)
     beta1, beta2 = group['betas']
-    _FUSED_ADAM_KERNEL(params, [p.grad for p in params], [s['exp_avg'] for s in states],
+    kernels.FUSED_ADAM_(params, [p.grad for p in params], [s['exp_avg'] for s in states],
                        [s['exp_avg_sq'] for s in states], [], steps, amsgrad=False, lr=group['lr'],
                        beta1=float(beta1), beta2=float(beta2), weight_decay=group['weight_decay'], eps=group['eps'],
                        maximize=False, grad_scale=None, found_inf=None)

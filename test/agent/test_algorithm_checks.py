@@ -38,12 +38,12 @@ def test_ppo_trains_on_every_sample_each_epoch(monkeypatch):
                        {'name': 'OnPolicyBatchReplay'}, num_envs=2)
     model = agent.algorithm.model
     sizes, forward = [], model.pd_out_and_value
-    monkeypatch.setattr(model, 'pd_out_and_value', lambda x: (sizes.append(len(x)), forward(x))[1])
+    monkeypatch.setattr(model, 'pd_out_and_value', lambda x, **kw: (sizes.append(len(x)), forward(x, **kw))[1])
     rng = np.random.default_rng(0)
     for step in range(5):
         agent.update(rng.normal(size=(2, 4)).astype(np.float32), np.array([0, 1]), np.ones(2, np.float32),
                      rng.normal(size=(2, 4)).astype(np.float32), np.zeros(2, bool), np.zeros(2, bool))
-    assert sizes == [4, 4, 2] * 3
+    assert sizes == [10] + [4, 4, 2] * 3  # the old policy and V(s) over the batch once, then the epochs
     assert agent.algorithm.clock.opt_step == 9
 
 

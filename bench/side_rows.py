@@ -119,7 +119,22 @@ def run_frames(row: Row, full: bool, scale: float) -> int:
 # Adam, its multi-tensor RMSprop (torch has no fused RMSprop), and the oneDNN linear kernel
 FAST_OPTIM = {'Adam': 'fused', 'AdamW': 'fused', 'RMSprop': 'foreach'}
 FAST_LINEAR_KERNEL = 'onednn'
-# and bfloat16 nets (net.precision), where this CPU has bf16 instructions (precision.cpu_has_bf16)
+# ... on AMD CPUs (where torch's MKL takes its AVX2 path and oneDNN AVX-512), on nets whose hidden
+# layers are all this wide or wider: measured faster there on [256, 256] and [400, 300] nets, slower
+# on Hopper's [64, 64]; on an Intel Xeon with AMX MKL was as fast or faster (docs/BENCHMARKS.md,
+# "The expensive rows")
+FAST_ONEDNN_MIN_WIDTH = 128
+
+
+def amd_cpu() -> bool:
+    """Whether this machine's CPU is AMD's (Linux's /proc/cpuinfo vendor_id)."""
+    try:
+        return 'AuthenticAMD' in Path('/proc/cpuinfo').read_text()
+    except OSError:
+        return False
+# and bfloat16 image nets (net.precision), where this CPU has bf16 instructions
+# (precision.cpu_has_bf16): about 2x on the Nature CNN; on the MLPs it measured no faster than
+# float32, and autocast takes the products off the oneDNN kernel
 FAST_PRECISION = 'bf16'
 
 
@@ -159,17 +174,22 @@ def speed_opt_ins(spec: dict) -> list[str]:
 
 def fast_edits(row: Row) -> list[str]:
     """The -s overrides that make the row's lab_fast column: on each net of its spec, linear_kernel
-    "onednn" where the net type takes the key (the MLP-family nets; ConvNet has none), precision
-    "bf16" where this CPU computes bf16 in hardware, and on each Adam / AdamW / RMSprop optimizer
-    the option FAST_OPTIM names."""
-    from slm_lab.agent.net import NETS  # here, not at the top: only the lab's columns need torch
+    "onednn" on an AMD CPU where the net type takes the key (the MLP-family nets; ConvNet has none)
+    and its hidden layers are all at least FAST_ONEDNN_MIN_WIDTH wide, precision "bf16" on image nets where this
+    CPU computes bf16 in hardware, and on each Adam / AdamW / RMSprop optimizer the option
+    FAST_OPTIM names."""
+    from slm_lab.agent.net import IMAGE_NETS, NETS  # here, not at the top: only the lab's columns need torch
     from slm_lab.agent.net.precision import cpu_has_bf16
     edits = []
     for path, net in _nets(raw_spec(row, row.lab_edits)):
         net_class = NETS.get(net.get('type'))
-        if net_class is not None and 'linear_kernel' in net_class.spec_schema:
-            edits.append(f'{path}.linear_kernel={FAST_LINEAR_KERNEL}')
-        if net_class is not None and 'precision' in net_class.spec_schema and cpu_has_bf16():
+        if net_class is None:
+            continue
+        if 'linear_kernel' in net_class.spec_schema and amd_cpu():
+            widths = net.get('hid_layers', net_class.spec_schema['hid_layers'].default)
+            if widths and min(widths) >= FAST_ONEDNN_MIN_WIDTH:
+                edits.append(f'{path}.linear_kernel={FAST_LINEAR_KERNEL}')
+        if issubclass(net_class, IMAGE_NETS) and 'precision' in net_class.spec_schema and cpu_has_bf16():
             edits.append(f'{path}.precision={FAST_PRECISION}')
         edits += [f'{path}.{key}.{FAST_OPTIM[optim["name"]]}=true' for key, optim in _optims(net)
                   if optim.get('name') in FAST_OPTIM]

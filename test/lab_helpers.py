@@ -60,6 +60,46 @@ def run_dirs(data: Path, name: str) -> list[Path]:
     return sorted(p for p in data.iterdir() if p.name.startswith(name + '_')) if data.exists() else []
 
 
+SAVED_SPEC_PARTS = ('', 't0_', 't0_s0_')  # a run's, its trial's and its session's saved specs
+
+
+def saved_values(run: Path, name: str, path: str) -> list:
+    """The value at the dotted key `path` in the run's, the trial's and the session's saved specs
+    ('absent' where a spec lacks it)."""
+    values = []
+    for part in SAVED_SPEC_PARTS:
+        node = json.loads((run / f'{name}_{part}spec.json').read_text())
+        for key in path.split('.'):
+            node = node.get(key, 'absent') if isinstance(node, dict) else 'absent'
+        values.append(node)
+    return values
+
+
+def drop_saved_key(run: Path, name: str, path: str) -> None:
+    """The run as a lab before the key `path` saved it: the key gone from every saved spec."""
+    *parents, last = path.split('.')
+    for spec_path in run.glob(f'{name}_*spec.json'):
+        spec = json.loads(spec_path.read_text())
+        node = spec
+        for key in parents:
+            node = node[key]
+        del node[last]
+        spec_path.write_text(json.dumps(spec, indent=2))
+
+
+def spec_file_in(directory: Path, name: str, spec: dict) -> str:
+    """The spec written as {name}.json in its own directory (one file per variant of a spec)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return write_spec(directory, name, spec)
+
+
+def train_one(spec_file: str, name: str, mode: str, overrides: list[str], data: Path) -> Path:
+    """lab.run in `data`, which then holds exactly one run of `name`: its directory."""
+    lab.run(spec_file, name, mode, overrides, data_dir=str(data))
+    (found,) = run_dirs(data, name)
+    return found
+
+
 def visible(directory: Path) -> list[Path]:
     """The entries of a directory a user sees with ls, sorted: the lab's own hidden ones (the data
     directory's .plotly/ bundle, .cache/) left out."""

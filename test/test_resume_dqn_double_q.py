@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import LabWarnings
-from lab_helpers import DQN, assert_same_run, run_dirs, train_csv, write_spec
+import lab_helpers
+from lab_helpers import DQN, assert_same_run, drop_saved_key, saved_values, train_csv, train_one
 
 import slm_lab
-from slm_lab import lab
 
 NAME = 'dqn_targets'
 
@@ -35,28 +35,20 @@ def v4_layout(spec: dict) -> dict:
 
 def saved_double_q(run: Path) -> list:
     """double_q in the run's, the trial's and the session's saved specs."""
-    return [json.loads((run / f'{NAME}_{part}spec.json').read_text())['agent']['algorithm'].get('double_q', 'absent')
-            for part in ('', 't0_', 't0_s0_')]
+    return saved_values(run, NAME, 'agent.algorithm.double_q')
 
 
 def make_old(run: Path) -> None:
     """The run as a lab before double_q saved it: no such key in any of its specs."""
-    for path in run.glob(f'{NAME}_*spec.json'):
-        spec = json.loads(path.read_text())
-        del spec['agent']['algorithm']['double_q']
-        path.write_text(json.dumps(spec, indent=2))
+    drop_saved_key(run, NAME, 'agent.algorithm.double_q')
 
 
 def spec_file_in(directory: Path, spec: dict) -> str:
-    """The spec written as {NAME}.json in its own directory (one file per variant of the spec)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    return write_spec(directory, NAME, spec)
+    return lab_helpers.spec_file_in(directory, NAME, spec)
 
 
 def run(spec_file: str, mode: str, overrides: list[str], data: Path) -> Path:
-    lab.run(spec_file, NAME, mode, overrides, data_dir=str(data))
-    (found,) = run_dirs(data, NAME)
-    return found
+    return train_one(spec_file, NAME, mode, overrides, data)
 
 
 @pytest.fixture(scope='module')

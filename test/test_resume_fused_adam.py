@@ -10,10 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from lab_helpers import PPO, assert_same_run, run_dirs, write_spec
+import lab_helpers
+from lab_helpers import PPO, assert_same_run, drop_saved_key, saved_values, train_one
 
 import slm_lab
-from slm_lab import lab
 
 NAME = 'ppo_fused'
 
@@ -28,19 +28,15 @@ def small_ppo(**optim) -> dict:
 
 def saved_fused(run: Path) -> list:
     """optim_spec.fused in the run's, the trial's and the session's saved specs."""
-    return [json.loads((run / f'{NAME}_{part}spec.json').read_text())['agent']['net']['optim_spec'].get('fused', 'absent')
-            for part in ('', 't0_', 't0_s0_')]
+    return saved_values(run, NAME, 'agent.net.optim_spec.fused')
 
 
 def spec_file_in(directory: Path, spec: dict) -> str:
-    directory.mkdir(parents=True, exist_ok=True)
-    return write_spec(directory, NAME, spec)
+    return lab_helpers.spec_file_in(directory, NAME, spec)
 
 
 def run(spec_file: str, mode: str, overrides: list[str], data: Path) -> Path:
-    lab.run(spec_file, NAME, mode, overrides, data_dir=str(data))
-    (found,) = run_dirs(data, NAME)
-    return found
+    return train_one(spec_file, NAME, mode, overrides, data)
 
 
 @pytest.fixture(scope='module')
@@ -51,10 +47,7 @@ def old_run(tmp_path_factory):
     root = tmp_path_factory.mktemp('old_adam')
     per_tensor = spec_file_in(root / 'per_tensor', small_ppo(fused=False))
     old = run(per_tensor, 'train', [], root / 'old')
-    for path in old.glob(f'{NAME}_*spec.json'):
-        spec = json.loads(path.read_text())
-        del spec['agent']['net']['optim_spec']['fused']
-        path.write_text(json.dumps(spec, indent=2))
+    drop_saved_key(old, NAME, 'agent.net.optim_spec.fused')
     straight = run(per_tensor, 'train', ['env.max_frame=2048'], root / 'straight')
     return old, spec_file_in(root, small_ppo()), straight
 

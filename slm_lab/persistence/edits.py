@@ -39,8 +39,9 @@ ALGORITHM_KEYS_ADDED_LATER = {
 
 def fill_keys_added_later(spec: dict) -> dict:
     """The run's saved spec with each key of KEYS_ADDED_LATER and ALGORITHM_KEYS_ADDED_LATER it
-    lacks set to its old behaviour, and its Adam optimizers that do not say how they step set to
-    fused false (spec.validate.fill_fused)."""
+    lacks set to its old behaviour, its Adam optimizers that do not say how they step set to
+    fused false (spec.validate.fill_fused), and its conv nets without memory_format to
+    "contiguous"."""
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section]:
             spec[section][key] = old_value
@@ -52,6 +53,10 @@ def fill_keys_added_later(spec: dict) -> dict:
             algorithm.setdefault(key, old_value)
     if isinstance(agent, dict):  # Adam stepped per tensor before fused became its default
         fill_fused(agent, False)
+        for section in ('net', 'critic_net'):  # conv nets were NCHW before memory_format (a validated
+            net = agent.get(section)             # conv net's spec holds conv_hid_layers)
+            if isinstance(net, dict) and 'conv_hid_layers' in net:
+                net.setdefault('memory_format', 'contiguous')
     return spec
 
 

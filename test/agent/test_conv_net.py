@@ -1,6 +1,8 @@
 """ConvNet and DuelingConvNet on image observations, and the Atari envs they are for."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -281,3 +283,57 @@ def test_a_torcharcnet_with_convolutions_takes_frames_in_their_shape():
     with pytest.raises(SpecError, match='TorchArcNet critic on image observations cannot take the action'):
         build_net(net_spec('TorchArcNet', arc=CONV_ARC), (4, 84, 84), 1, extra_dim=2)
 
+
+
+def test_conv_nets_lay_out_weights_and_images_channels_last_by_default_with_the_same_outputs():
+    """memory_format "channels_last" (the default) is torch's fast CPU path; the net's state_dict
+    keys and shapes are the same in both layouts, and so are its outputs up to rounding."""
+    spec = dict(conv_hid_layers=[[8, 4, 2], [8, 3, 1]], fc_hid_layers=[16], batch_norm=True, normalize=True)
+    assert net_spec(**spec)['memory_format'] == 'channels_last'
+    torch.manual_seed(0)
+    fast = build_net(net_spec(**spec), (4, 20, 20), 3)
+    plain = build_net(net_spec(**spec, memory_format='contiguous'), (4, 20, 20), 3)
+    plain.load_state_dict(fast.state_dict())
+    conv = fast.conv[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    assert plain.conv[0].weight.is_contiguous()
+    frames = torch.randint(0, 256, (5, 4, 20, 20), dtype=torch.uint8)
+    assert fast.prepare(frames).is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(fast(frames), plain(frames))
+    for layout in ('channels_last', 'contiguous'):  # a checkpoint of either loads into the other
+        other = build_net(net_spec(**spec, memory_format=layout), (4, 20, 20), 3)
+        other.load_state_dict(plain.state_dict() if layout == 'channels_last' else fast.state_dict())
+
+
+def test_a_conv_net_saved_before_memory_format_resumes_contiguous():
+    """A run's saved spec from before the key (a validated conv net spec without memory_format)
+    gets "contiguous", the layout it trained in; a spec that says a layout keeps it; other nets
+    get nothing."""
+    from slm_lab.persistence.edits import fill_keys_added_later
+    saved = {'agent': {'algorithm': {'name': 'PPO'}, 'net': {'type': 'ConvNet', 'conv_hid_layers': NATURE_CONV},
+                       'critic_net': {'type': 'MLPNet', 'hid_layers': [8]}}, 'env': {}, 'meta': {}}
+    filled = fill_keys_added_later(saved)
+    assert filled['agent']['net']['memory_format'] == 'contiguous'
+    assert 'memory_format' not in filled['agent']['critic_net']
+    said = {'agent': {'net': {'type': 'ConvNet', 'conv_hid_layers': NATURE_CONV, 'memory_format': 'channels_last'}}}
+    assert fill_keys_added_later(said)['agent']['net']['memory_format'] == 'channels_last'
+
+
+@pytest.mark.slow
+def test_a_ppo_pong_run_saved_before_memory_format_resumes_in_its_layout(tmp_path):
+    """A contiguous run whose saved specs lack the key (as a lab before it saved them), resumed to
+    2F with the user's spec file (no memory_format), equals the contiguous run of 2F."""
+    from lab_helpers import assert_same_run, drop_saved_key, saved_values, spec_file_in, train_one
+    spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True, 'memory_format': 'contiguous'},
+                      {'name': 'ALE/Pong-v5', 'vector_backend': 'gymnasium'})
+    old_file = spec_file_in(tmp_path / 'old_spec', 'ppo_nchw', spec)
+    old = train_one(old_file, 'ppo_nchw', 'train', [], tmp_path / 'old')
+    drop_saved_key(old, 'ppo_nchw', 'agent.net.memory_format')
+    straight = train_one(old_file, 'ppo_nchw', 'train', ['env.max_frame=512'], tmp_path / 'straight')
+    del spec['agent']['net']['memory_format']
+    users_file = spec_file_in(tmp_path, 'ppo_nchw', spec)
+    assert train_one(users_file, 'ppo_nchw', 'train@latest', ['env.max_frame=512'], tmp_path / 'old') == old
+    record = json.loads((old / 'ppo_nchw_resumes.json').read_text())[-1]
+    assert record['spec_diff'] == [{'key': 'env.max_frame', 'old': 256, 'new': 512}]  # not an edit
+    assert saved_values(old, 'ppo_nchw', 'agent.net.memory_format') == ['contiguous'] * 3
+    assert_same_run(old, straight, 'ppo_nchw')

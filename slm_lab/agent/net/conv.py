@@ -14,6 +14,8 @@ from slm_lab.lib.schema import Field, accepts, not_available
 
 # the convolutional layers of the DQN of Mnih et al. 2015, which SLM-Lab's Atari specs use
 NATURE_CONV = [[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]]
+# how a conv net lays out its weights and images in memory (agent.net.memory_format)
+MEMORY_FORMATS = ('channels_last', 'contiguous')
 
 
 def _is_size(value) -> bool:
@@ -57,6 +59,11 @@ CONV_SCHEMA = {
     'normalize': Field((bool,), False, doc='divide the input by 255 (pixel values to [0, 1]), on the batch'),
     'batch_norm': Field((bool,), True, doc='BatchNorm2d after the activation of every conv layer but the first, '
                                            "as SLM-Lab's ConvNet (its default: true)"),
+    'memory_format': Field((str,), 'channels_last', choices=MEMORY_FORMATS,
+                           doc='layout of the conv weights and activations in memory: "channels_last" (NHWC, the '
+                               "fast path of torch's CPU convolutions: 1.3-1.6x the Nature CNN's forward+backward, "
+                               'docs/BENCHMARKS.md) or "contiguous" (NCHW, the layout of runs saved before this key '
+                               'existed); the same maths in another summation order, so the numbers differ in rounding'),
 }
 DUELING_CONV_SCHEMA = {**CONV_SCHEMA, 'type': Field((str,), doc='network class: DuelingConvNet'),
                        'batch_norm': Field((bool,), False, doc="as ConvNet's (SLM-Lab's default here: false)")}
@@ -117,18 +124,31 @@ class ConvNet(net_util.HeadedNet):
                 raise SpecError(f'agent.net.conv_hid_layers: these layers do not fit an observation of shape '
                                 f'{self.in_shape} ({str(e).splitlines()[0]}); use smaller kernels or strides') from None
         self.conv.train()
+        # channels_last: the conv weights in NHWC order here, the images in prepare; the flattened
+        # features keep NCHW's order (flatten copies), so the dense layers and checkpoints are the same
+        self.channels_last = net_spec.get('memory_format', 'channels_last') == 'channels_last'
+        if self.channels_last:
+            self.conv.to(memory_format=torch.channels_last)
         self.extra_dim = extra_dim
         self.fc, dim = net_util.dense_layers(flat + extra_dim, net_spec['fc_hid_layers'], net_spec['init_fn'], activation)
         self.add_heads(net_spec, dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
-        """Frames (B, C, H, W) or (B, H, W) of any dtype as float32, divided by 255 when normalize."""
-        x = x.float()
-        return x / 255.0 if self.normalize else x
+        """Frames (B, C, H, W) or (B, H, W) of any dtype as float32 (B, C, H, W), divided by 255 when
+        normalize, laid out as memory_format says (the layout changes before the cast: uint8 frames
+        are a quarter of the bytes to move)."""
+        if x.dim() == 3:  # (B, H, W): one channel
+            x = x.unsqueeze(1)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        if x.dtype == torch.float32:  # not a copy: divide into a new tensor
+            return x / 255.0 if self.normalize else x
+        x = x.float()  # a new tensor: divided in place (a fresh output costs more than the division)
+        return x.div_(255.0) if self.normalize else x
 
     def features(self, x: torch.Tensor, extra: torch.Tensor | None = None) -> torch.Tensor:
         """The dense layers' output (B, dim) for a prepared batch x."""
-        if x.dim() == 3:  # (B, H, W): one channel
+        if x.dim() == 3:  # (B, H, W): one channel (a batch that did not come through prepare)
             x = x.unsqueeze(1)
         h = self.conv(x).flatten(start_dim=1)
         if self.extra_dim:  # a critic's action (B, extra_dim), joined to the image's features

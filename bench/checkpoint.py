@@ -235,7 +235,7 @@ def write_twice(write, remove) -> tuple[float, float]:
 
 
 def phase_snapshot_save(work: Path, size: int) -> dict:
-    from slm_lab.persistence import snapshot as checkpoint
+    from slm_lab.persistence import arrays, snapshot as checkpoint
     from slm_lab.lib.version import git_sha
     replay = make_replay(size, fill=True)
     state = {'memory': replay.state_dict()}
@@ -251,8 +251,8 @@ def phase_snapshot_save(work: Path, size: int) -> dict:
     for key in replay.ARRAY_KEYS:
         flat = np.ascontiguousarray(getattr(replay, key)).reshape(-1).view(np.uint8)
         crc = 0
-        for start in range(0, flat.size, checkpoint.CRC_CHUNK):
-            crc = zlib.crc32(flat[start:start + checkpoint.CRC_CHUNK], crc)
+        for start in range(0, flat.size, arrays.CRC_CHUNK):
+            crc = zlib.crc32(flat[start:start + arrays.CRC_CHUNK], crc)
     crc_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     git_sha()
@@ -382,7 +382,7 @@ def phase_verify_steps(work: Path, size: int, path: str, mode: str, steps: int) 
     verify_arrays=True: a full read before the first step). A step is one replay.sample() and an
     Adam update of a small MLP on it, as a DQN step does."""
     import torch
-    from slm_lab.persistence import snapshot as checkpoint
+    from slm_lab.persistence import arrays, snapshot as checkpoint
     torch.manual_seed(0)
     path = Path(path)
     replay = make_replay(size, fill=False)
@@ -394,7 +394,7 @@ def phase_verify_steps(work: Path, size: int, path: str, mode: str, steps: int) 
     t0 = time.perf_counter()
     state, manifest = checkpoint.load_snapshot(path, verify_arrays=(mode == 'upfront'))
     replay.load_state_dict(state['memory'])
-    verifier = checkpoint.verify_arrays_async(path, manifest) if mode == 'background' else None
+    verifier = arrays.verify_arrays_async(path, manifest) if mode == 'background' else None
     for step in range(1, steps + 1):
         batch = replay.sample()
         q = net(torch.from_numpy(np.asarray(batch.states)))

@@ -19,7 +19,7 @@ import torch
 
 from conftest import tmpfs
 
-from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
+from slm_lab.persistence import arrays, snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.lib.errors import DiskFullError, ResumeError
 from slm_lab.lib.io import atomic_write_bytes, atomic_write_with, tmp_file_pid
 
@@ -52,7 +52,7 @@ def test_background_check_finds_a_flipped_array_byte(tmp_path):
     (snap,) = saved(tmp_path)
     flip_byte(snap / 'memory.states.npy')
     state, manifest = checkpoint.load_snapshot(snap)  # arrays are checked by size only: it loads
-    verifier = checkpoint.verify_arrays_async(snap, manifest)
+    verifier = arrays.verify_arrays_async(snap, manifest)
     error = verifier.result(timeout=60)
     assert verifier.done()
     assert isinstance(error, ResumeError)
@@ -62,7 +62,7 @@ def test_background_check_finds_a_flipped_array_byte(tmp_path):
 def test_background_check_passes_an_intact_snapshot(tmp_path):
     (snap,) = saved(tmp_path)
     state, manifest = checkpoint.load_snapshot(snap)
-    verifier = checkpoint.verify_arrays_async(snap, manifest)
+    verifier = arrays.verify_arrays_async(snap, manifest)
     assert verifier.result(timeout=60) is None
     assert verifier.nbytes == manifest['files']['memory.states.npy']['size'] and verifier.seconds >= 0
     # and the next save, which reads the mapped array, writes an intact snapshot
@@ -81,7 +81,7 @@ def test_damaged_mapped_array_is_never_saved_again(tmp_path, with_verifier):
     state['memory']['states'] = state['memory']['states'][:BIG // 2]  # a view of the mapping, as Replay saves
     with pytest.raises(ResumeError, match='memory.states.npy fails its checksum'):
         if with_verifier:
-            verifier = checkpoint.verify_arrays_async(snap, manifest)
+            verifier = arrays.verify_arrays_async(snap, manifest)
             checkpoint.save_snapshot(tmp_path / 'ckpt', 200, state, SPEC, verifier=verifier)
         else:  # the check happens at the save even when no verifier was started
             checkpoint.save_snapshot(tmp_path / 'ckpt', 200, state, SPEC)
@@ -176,7 +176,7 @@ def test_state_file_that_is_not_a_state_is_damage(tmp_path):
     old, new = saved(tmp_path, frames=(100, 200))
     (new / checkpoint.STATE_FILE).write_bytes(b'not a torch file')
     manifest = json.loads((new / checkpoint.MANIFEST).read_text())
-    manifest['files']['state.pt'] = {'size': 16, 'crc32': checkpoint._crc_file(new / checkpoint.STATE_FILE)}
+    manifest['files']['state.pt'] = {'size': 16, 'crc32': arrays._crc_file(new / checkpoint.STATE_FILE)}
     (new / checkpoint.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ResumeError, match='state.pt cannot be read'):
         checkpoint.load_snapshot(new)

@@ -8,6 +8,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import time
 import traceback
 import types
 from queue import Empty
@@ -15,14 +16,13 @@ from typing import NamedTuple
 
 from slm_lab import resources
 from slm_lab.experiment import viz
-from slm_lab.experiment.session import Session, continue_mode
+from slm_lab.experiment.session import Session, Start, continue_mode
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import errors as lab_errors_module
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, Preempted, SessionKilled
-from slm_lab.persistence.fallback import continue_from_newest
-from slm_lab.persistence.lineage import load_warm_start
 from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.snapshots import DamagedSnapshot, IntactSnapshots
 from slm_lab.persistence.state import Portable, Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
@@ -46,65 +46,45 @@ def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int
     """Run one session with its own log file (in-process, or as a child process). With `resume`,
     continue from the session's newest intact snapshot (a session without one starts fresh: the
     lab has checked that it recorded nothing): `resume_point`'s when the lab read it already (the
-    snapshot is then not read again, and its session, when given, not built again), else read
-    here (a session in a child process reads its snapshot itself: its replay arrays are memory-
-    mapped from the files, not sent through a pipe). When a snapshot's arrays turn out damaged
-    before anything was written, the session starts again from the next older intact snapshot
-    (persistence.fallback). `global_nets`: the trial's shared nets of meta.distributed, which the
-    session trains. `on_first_write`: called once, just before the session first writes to the
-    run (a resumed session's snapshot has then passed its checks)."""
+    snapshot is then not read again, and its session, when given, not built again: it was built
+    with this `stop`), else read here (a session in a child process reads its snapshot itself:
+    its replay arrays are memory-mapped from the files, not sent through a pipe). When a
+    snapshot's arrays turn out damaged before anything was written, the session starts again
+    from the next older intact snapshot (persistence.snapshots.IntactSnapshots). `global_nets`:
+    the trial's shared nets of meta.distributed, which the session trains. `on_first_write`:
+    called once, just before the session first writes to the run (a resumed session's snapshot
+    has then passed its checks)."""
     lab_logger.setup_console(log_level)
     handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
     own_stop = stop is None
     stop = (stop or StopSignal()).install() if own_stop else stop
-    pending = [resume_point]  # the first session built is the one the lab built, if any
-
-    def build() -> Session:
-        point, pending[0] = pending[0], None
-        if point is not None and point.session is not None:
-            sess = point.session
-            sess.stop = stop
-        else:
-            sess = Session(spec, run_dir, mode, trial, session, stop=stop)
-        sess.on_first_write = on_first_write
-        return sess
-
-    def attempt(sess: Session, snapshot: Snapshot | None, skipped: list[dict], t0: float) -> dict:
-        if snapshot is None:
-            if resume:
-                logger.info(f'{sess.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
-            if (spec['meta'].get('lineage') or {}).get('kind') == 'warm_start':  # nets from the parent's weights
-                path = run_dir.model_path(trial, session, 'warm_start')
-                load_warm_start(path, sess.agent.algorithm.nets())
-                logger.info(f'{sess.prename}: nets warm-started from {path.name}')
-            if global_nets is not None:
-                sess.attach_global_nets(global_nets)
-            return sess.run()
-        approximate = None
-        if resume_point is not None and snapshot is resume_point.snapshot:
-            t0 -= resume_point.seconds  # read and loaded by the lab
-            approximate = resume_point.approximate if sess is resume_point.session else None
-        sess.resume_t0 = t0
-        sess.resume_from(snapshot, approximate)
-        if global_nets is not None:
-            sess.attach_global_nets(global_nets)
-            if global_nets.restored_from is not None:
-                sess.resume_record['global_nets_from'] = global_nets.restored_from
-        if skipped:  # damaged snapshots passed over (set aside): which, and what was wrong with each
-            sess.resume_record['fell_back_from'] = [d['snapshot'] for d in skipped]
-            sess.resume_record['damaged_skipped'] = skipped
-        return sess.run(resumed=True)
-
+    built = resume_point.session if resume_point is not None else None  # the session the lab built, if any
     try:
         if not resume:
-            sess = build()
+            sess = Session(spec, run_dir, mode, trial, session, stop=stop)
             try:
-                return attempt(sess, None, [], 0.0)
+                return sess.run(Start(global_nets=global_nets, on_first_write=on_first_write))
             finally:
                 sess.close()
-        return continue_from_newest(run_dir.ckpt_dir(trial, session), run_dir.prename(trial, session), build, attempt,
-                                    first=resume_point.snapshot if resume_point is not None else None)
+        first = resume_point.snapshot if resume_point is not None else None
+        candidates = IntactSnapshots(run_dir.ckpt_dir(trial, session), run_dir.prename(trial, session), first)
+        for snapshot, skipped in candidates:
+            t0 = time.perf_counter()
+            sess, built = built or Session(spec, run_dir, mode, trial, session, stop=stop), None
+            approximate = None
+            if snapshot is not None and snapshot is first:
+                t0 -= resume_point.seconds  # read and loaded by the lab
+                approximate = resume_point.approximate if sess is resume_point.session else None
+            try:
+                return sess.run(Start(snapshot, approximate, tuple(skipped), t0, True, global_nets, on_first_write))
+            except DamagedSnapshot as e:
+                candidates.damaged(e)
+            finally:
+                sess.close()
+        raise AssertionError('unreachable: IntactSnapshots ends after a run that did not find damage')
     finally:
+        if built is not None:  # not run (a damaged snapshot stopped it first)
+            built.close()
         if own_stop:
             stop.uninstall()
         lab_logger.remove_handler(handler)

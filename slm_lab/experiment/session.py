@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -28,16 +30,31 @@ from slm_lab.persistence import state as snapshot_parts
 from slm_lab.persistence.arrays import verify_arrays_async
 from slm_lab.persistence.env_state import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
                                            vector_env_state_dict)
-from slm_lab.persistence.fallback import DamagedSnapshot, reconcile_best_model
-from slm_lab.persistence.model_file import save_model_file
+from slm_lab.persistence.lineage import load_warm_start
+from slm_lab.persistence.model_file import reconcile_best_model, save_model_file
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import save_snapshot as write_snapshot
-from slm_lab.persistence.snapshots import prune_snapshots
+from slm_lab.persistence.snapshots import DamagedSnapshot, prune_snapshots
 from slm_lab.persistence.state import Snapshot
 from slm_lab.resources import replay_in_snapshots
 
 logger = lab_logger.get_logger('slm_lab.session')
 GRAPH_INTERVAL_S = 60.0  # redraw graphs during a session at most this often (and always at the end)
+
+
+class Start(NamedTuple):
+    """How Session.run starts: fresh (`snapshot` None) or continuing from a snapshot, and what the
+    trial around the session gives it."""
+
+    snapshot: Snapshot | None = None
+    # why the continuation is approximate, when the lab loaded the snapshot into this very session
+    # already (load_state_dict, quietly); None: run loads it
+    approximate: list[str] | None = None
+    skipped: tuple[dict, ...] = ()  # damaged snapshots passed over (and set aside) to reach it
+    t0: float | None = None  # perf_counter when reading it began: the resume record's load_s counts from it
+    resuming: bool = False  # a resume; without a snapshot: the session had recorded nothing, it starts fresh
+    global_nets: Any = None  # meta.distributed: the trial's shared nets, which the session trains
+    on_first_write: Callable[[], None] | None = None  # called once, just before the session first writes
 
 
 def continue_mode(spec: dict) -> str:
@@ -82,19 +99,17 @@ class Session:
         self.ckpt_dir = run_dir.ckpt_dir(trial, session)
         self.obs = None
         self.resume_record: dict = {}
-        self.resume_t0 = time.perf_counter()
         self.best_model: dict | None = None  # what model_best.pt holds, kept for snapshots
         self.last_snapshot_frame: int | None = None
         self._verifier = None  # background checksum of a resumed snapshot's arrays
-        self._resume_state: dict | None = None
-        # called once, at the session's first write: a resumed trial records its resume only then
+        # called once, at the session's first write (Start.on_first_write): a resumed trial records its resume only then
         self.on_first_write = None
         self.global_nets = None  # meta.distributed: the trial's shared nets (attach_global_nets)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
-        """Everything that shapes what happens next, as plain data (see STYLE: state_dict). A
-        session of a distributed trial adds the global nets as it reads them ('global')."""
+        """Everything that shapes what happens next, as plain data: each component's state_dict.
+        A session of a distributed trial adds the global nets as it reads them ('global')."""
         state = {
             'clock': self.clock.state_dict(),
             'agent': self.agent.state_dict(),
@@ -167,12 +182,13 @@ class Session:
         logger.debug(f'{self.prename}: snapshot {path}')
 
     # --- resuming -------------------------------------------------------------------------------
-    def resume_from(self, snapshot: Snapshot, approximate: list[str] | None = None) -> None:
+    def resume_from(self, snapshot: Snapshot, approximate: list[str] | None = None, t0: float | None = None) -> None:
         """Continue from a snapshot: load its state (unless the caller loaded it already into this
         session, quietly, and passes the `approximate` reasons load_state_dict returned) and check
         its memory-mapped arrays in the background while the first steps run; the resume is
         recorded (and model_best.pt made consistent with it) only once they are verified, at the
-        first write (see before_write)."""
+        first write (see before_write). `t0`: perf_counter when reading the snapshot began."""
+        self._resume_t0 = time.perf_counter() if t0 is None else t0
         state, manifest, path = snapshot
         if approximate is None:
             approximate = self.load_state_dict(state)
@@ -183,7 +199,7 @@ class Session:
         self.last_snapshot_frame = manifest['frame']
         self.resume_record = {'when': time.strftime('%Y-%m-%dT%H:%M:%S'),
                               'snapshot': str(path.relative_to(self.run_dir.root)), 'frame': manifest['frame'],
-                              'load_s': round(time.perf_counter() - self.resume_t0, 3),
+                              'load_s': round(time.perf_counter() - self._resume_t0, 3),
                               'lab_version': manifest.get('lab_version'),
                               'exact': not self.approximate, 'approximate': self.approximate}
         self._resume_path = path
@@ -200,7 +216,7 @@ class Session:
             error = verifier.result()
             if error is not None:
                 raise DamagedSnapshot(self._resume_path, str(error))
-            self.resume_record['verified_s'] = round(time.perf_counter() - self.resume_t0, 3)
+            self.resume_record['verified_s'] = round(time.perf_counter() - self._resume_t0, 3)
             append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), self.resume_record)
             reconcile_best_model(self.run_dir.model_path(self.trial, self.index, 'best'), self.best_model,
                                  self.clock.frame, bool(self.approximate), self.prename)
@@ -209,11 +225,36 @@ class Session:
             callback()
 
     # --- the RL loop ----------------------------------------------------------------------------
-    def run(self, resumed: bool = False) -> dict:
-        """Train until max_frame (continuing the state resume_from loaded when `resumed`); write
-        the records, models, snapshots and graphs. Returns session metrics. On SIGTERM/SIGINT:
-        finish the step, save a snapshot and the records, raise Preempted. A loss or gradient that
-        becomes non-finite raises TrainingDiverged, with nothing of that step saved."""
+    def run(self, start: Start = Start()) -> dict:
+        """Train until max_frame, fresh or from `start.snapshot` (Start); write the records,
+        models, snapshots and graphs. Returns session metrics. On SIGTERM/SIGINT: finish the step,
+        save a snapshot and the records, raise Preempted. A loss or gradient that becomes
+        non-finite raises TrainingDiverged, with nothing of that step saved. DamagedSnapshot when
+        the snapshot's arrays fail their checksums before anything was written (the caller may
+        continue from an older one: persistence.snapshots.IntactSnapshots)."""
+        self.on_first_write = start.on_first_write
+        if start.snapshot is None:
+            if start.resuming:
+                logger.info(f'{self.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
+            if (self.spec['meta'].get('lineage') or {}).get('kind') == 'warm_start':  # the parent's weights
+                path = self.run_dir.model_path(self.trial, self.index, 'warm_start')
+                load_warm_start(path, self.agent.algorithm.nets())
+                logger.info(f'{self.prename}: nets warm-started from {path.name}')
+            if start.global_nets is not None:
+                self.attach_global_nets(start.global_nets)
+            return self._train(resumed=False)
+        self.resume_from(start.snapshot, start.approximate, start.t0)
+        if start.global_nets is not None:
+            self.attach_global_nets(start.global_nets)
+            if start.global_nets.restored_from is not None:
+                self.resume_record['global_nets_from'] = start.global_nets.restored_from
+        if start.skipped:  # damaged snapshots passed over (set aside): which, and what was wrong with each
+            self.resume_record['fell_back_from'] = [d['snapshot'] for d in start.skipped]
+            self.resume_record['damaged_skipped'] = list(start.skipped)
+        return self._train(resumed=True)
+
+    def _train(self, resumed: bool) -> dict:
+        """The RL loop of run(), from the state resume_from loaded when `resumed`."""
         clock, agent, body = self.clock, self.agent, self.body
         if not resumed:
             logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '

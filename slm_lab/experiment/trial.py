@@ -40,6 +40,7 @@ class Trial:
         self._snapshots: dict[int, Snapshot] | None = None  # read by the lab (check_resume)
         self._read: dict[int, tuple[Portable, float]] = {}  # what each session's process continues from
         self._resume_point: ResumePoint | None = None  # a single session's, checked in this process
+        self.stop = StopSignal()  # installed while the trial runs; a session built before (check_resume) holds it
         self.max_session = 1 if mode == 'dev' else spec['meta']['max_session']
         self.log_level = logging.DEBUG if mode == 'dev' else logging.INFO
         # one session alone trains exactly as without meta.distributed: it runs in-process as one
@@ -73,7 +74,7 @@ class Trial:
         """Run every session, then write the trial metrics and graph. Returns trial metrics.
         Raises Preempted when stopped by a signal (after every session saved a snapshot)."""
         specs = [self.session_spec(s) for s in range(self.max_session)]
-        stop = StopSignal().install()
+        stop = self.stop.install()
         try:
             if self.max_session == 1:
                 point, self._resume_point = self._resume_point, None
@@ -111,7 +112,7 @@ class Trial:
         approximate = {}
         for s, snapshot in snapshots.items():
             t0 = time.perf_counter()
-            session = Session(self.session_spec(s), self.run_dir, self.mode, self.index, s)
+            session = Session(self.session_spec(s), self.run_dir, self.mode, self.index, s, stop=self.stop)
             keep = self.max_session == 1 and s == 0
             try:
                 approximate[s] = session.load_state_dict(snapshot.state, quiet=True)

@@ -10,6 +10,7 @@ Files written before the checksum existed load without the check (`verified` Fal
 """
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import atomic_write_with
+
+logger = lab_logger.get_logger('slm_lab.session')  # reconcile_best_model's lines belong to the session's log
 
 CHECKSUM_KEY = 'checksum'
 CHECKSUM_KIND = 'crc32-v1'  # what the digest covers, should it ever change
@@ -105,3 +109,35 @@ def load_model_file(path: Path) -> tuple[dict, bool]:
         raise DamagedModelFile(f'{path} is damaged: its contents fail the checksum recorded when it was written '
                                '(bytes changed on disk)')
     return state, True
+
+
+def reconcile_best_model(path: Path, best_model: dict | None, frame: int, approximate: bool, prename: str) -> None:
+    """Make model_best.pt (`path`) the best weights as of the snapshot a session continues from at
+    `frame` (`best_model`: what the snapshot says it held). After a crash, the file may come from
+    frames past the snapshot (a future that the resume discards); an exact resume will write the
+    same again, an `approximate` one may never, so that file is kept aside."""
+    if best_model is None and not path.exists():
+        return
+    try:
+        disk_frame = load_model_file(path)[0].get('frame') if path.exists() else None
+    except DamagedModelFile as e:  # torn, or its bytes changed: replaced from the snapshot, or kept aside
+        disk_frame = -1
+        if best_model is None:
+            aside = path.with_name(f'{path.stem}_damaged.pt')
+            os.replace(path, aside)
+            logger.warning(f'{prename}: {e}; kept aside as {aside.name} (the snapshot holds no best weights '
+                           'yet, so the next evaluation writes new ones)')
+            return
+        logger.warning(f'{prename}: {e}; written again from the best weights in the snapshot')
+    best_frame = best_model['frame'] if best_model is not None else None
+    if disk_frame == best_frame:
+        return
+    if disk_frame is not None and disk_frame > frame and approximate:
+        aside = path.with_name(f'{path.stem}_discarded_f{disk_frame}.pt')
+        os.replace(path, aside)
+        logger.warning(f'{prename}: {path.name} came from frame {disk_frame}, past the snapshot this resume '
+                       f'continues from (frame {frame}); kept aside as {aside.name}')
+    if best_model is not None:
+        save_model_file(path, best_model)
+    elif path.exists() and disk_frame is not None and disk_frame > frame:
+        os.replace(path, path.with_name(f'{path.stem}_discarded_f{disk_frame}.pt'))

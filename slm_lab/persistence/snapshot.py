@@ -53,11 +53,9 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import _fsync_dir, disk_full_error, is_disk_full, read_json, write_json
 from slm_lab.lib.version import git_sha
-# the array checks and mapping live in arrays.py; their public names are importable from here too
-from slm_lab.persistence.arrays import (ARRAY_KEY, CONTENT_ID_KEY, CRC_CHUNK, PAGE, STATE_FILE,  # noqa: F401
-                                        ArrayVerifier, _crc_array, _crc_file, _crc_stream, _file_check, _FileCheck,
-                                        _is_identified, _mapped_checks, _mapping_of, _MAPPED, identified_array,
-                                        join_chunks, map_arrays, verify_arrays_async)
+from slm_lab.persistence.arrays import (ARRAY_KEY, CONTENT_ID_KEY, PAGE, STATE_FILE, ArrayVerifier, _crc_array,
+                                        _crc_file, _file_check, _FileCheck, _is_identified, _mapped_checks,
+                                        map_arrays)
 
 logger = lab_logger.get_logger('slm_lab.checkpoint')
 FORMAT_VERSION = 1
@@ -322,11 +320,11 @@ def verify_snapshot(path: Path, full: bool = True) -> dict:
         if size != info['size']:
             raise ResumeError(f'snapshot {path}: {name} is missing or has the wrong size')
         if full:
-            _check_crc(path, name, info)
+            check_file_crc(path, name, info)
     return manifest
 
 
-def _check_crc(path: Path, name: str, info: dict) -> None:
+def check_file_crc(path: Path, name: str, info: dict) -> None:
     try:
         crc = _crc_file(path / name)
     except OSError as e:
@@ -376,7 +374,7 @@ def load_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
     return map_arrays(plain, Path(path), manifest['files']), manifest
 
 
-def _scan(ckpt_dir: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+def scan_dirs(ckpt_dir: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
     """(frame, path) of the directories in ckpt_dir whose name matches `pattern` (group 1: the
     frame). Anything else (files, links, odd names) is ignored."""
     try:
@@ -399,4 +397,4 @@ def _scan(ckpt_dir: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
 
 def list_snapshots(ckpt_dir: Path) -> list[Path]:
     """Snapshot directories (f<frame>), newest (highest frame) first, whether intact or not."""
-    return [path for _, path in sorted(_scan(Path(ckpt_dir), SNAPSHOT_DIR), key=lambda x: x[0], reverse=True)]
+    return [path for _, path in sorted(scan_dirs(Path(ckpt_dir), SNAPSHOT_DIR), key=lambda x: x[0], reverse=True)]

@@ -1,5 +1,6 @@
-"""The snapshots of one session (`ckpt/{prename}/`): the newest intact one, damaged ones set
-aside, and pruning to the newest few."""
+"""The snapshots of one session (`ckpt/{prename}/`): the newest intact one, the ones a session
+can continue from in turn (IntactSnapshots), damaged ones set aside, and pruning to the newest
+few. The format of one snapshot is snapshot.py's; the Snapshot class and its parts are state.py's."""
 from __future__ import annotations
 
 import os
@@ -7,13 +8,94 @@ import shutil
 from collections.abc import Collection
 from pathlib import Path
 
+from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import _fsync_dir
-from slm_lab.persistence.snapshot import (SET_ASIDE_DIR, SNAPSHOT_DIR, STATE_FILE, UnknownSnapshotFormat, _check_crc,
-                                          _scan, list_snapshots, logger, map_arrays, read_snapshot,
-                                          verify_snapshot)
+from slm_lab.persistence.arrays import map_arrays
+from slm_lab.persistence.snapshot import (SET_ASIDE_DIR, SNAPSHOT_DIR, STATE_FILE, UnknownSnapshotFormat,
+                                          check_file_crc, list_snapshots, read_snapshot, scan_dirs, verify_snapshot)
 from slm_lab.persistence.state import PassedOver, Snapshot
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
+
+logger = lab_logger.get_logger('slm_lab.checkpoint')
+session_logger = lab_logger.get_logger('slm_lab.session')  # a resume's lines belong to the session's log
+
+
+class DamagedSnapshot(Exception):
+    """A resumed snapshot's memory-mapped arrays failed their checksum before anything was written."""
+
+    def __init__(self, path, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+class IntactSnapshots:
+    """The snapshots a session can continue from, newest intact first: iterating yields
+    (snapshot, skipped), `first` (a snapshot the caller read already) before the ones read here;
+    (None, []) when the session has none (a fresh start: the lab has checked that it recorded
+    nothing). After each yield the caller runs the session from that snapshot; when the run finds
+    the snapshot's arrays damaged before anything was written (DamagedSnapshot), it reports that
+    with `damaged(error)` and the iteration goes on to the next older intact snapshot; otherwise
+    the iteration ends. Every damaged snapshot passed over (its files damaged, its manifest
+    damaged or missing, or its arrays failing their checksums) is said in a warning and set aside
+    as f{frame}.damaged (never deleted, and so never overwritten by a later save of that frame)
+    once an older intact snapshot is found; `skipped` lists them ({'snapshot', 'problem',
+    'kept_as'}) for the session's resume record. ResumeError when array-damaged snapshots leave
+    none intact.
+
+        candidates = IntactSnapshots(ckpt_dir, prename)
+        for snapshot, skipped in candidates:
+            try:
+                return run_from(snapshot, skipped)
+            except DamagedSnapshot as e:
+                candidates.damaged(e)
+    """
+
+    def __init__(self, ckpt_dir: Path, prename: str, first: Snapshot | None = None):
+        self.ckpt_dir, self.prename, self.first = Path(ckpt_dir), prename, first
+        self._array_damaged: list[Path] = []  # snapshots whose arrays failed their checksums, newest last
+        self._to_set_aside: dict[Path, str] = {}  # damaged snapshots passed over, not yet set aside: what is wrong
+        self._skipped: list[dict] = []  # those set aside, for the resume record
+        self._retry = False
+
+    def damaged(self, error: DamagedSnapshot) -> None:
+        """The snapshot last yielded had damaged arrays and nothing was written: go on to the next."""
+        session_logger.warning(f'{self.prename}: {error}; nothing was written: starting again from the previous snapshot')
+        self._array_damaged.append(Path(error.path))
+        self._to_set_aside[Path(error.path)] = problem_of(error.path, error)
+        self._retry = True
+
+    def __iter__(self):
+        snapshot = self.first
+        while True:
+            if snapshot is None:
+                snapshot = load_latest_snapshot(self.ckpt_dir, skip=self._array_damaged, damaged=[])
+            if snapshot is None:
+                if self._array_damaged:  # each failed before anything was written, and none is deleted
+                    raise ResumeError(f'{self.prename}: the arrays of snapshot {self._array_damaged[-1]} are damaged '
+                                      'and no older intact snapshot is left; nothing of this session was written or '
+                                      'deleted: start a new run (SPEC_FILE SPEC_NAME train)')
+                yield None, []
+                return
+            self._set_aside_passed_over(snapshot)
+            self._retry = False
+            yield snapshot, list(self._skipped)
+            if not self._retry:
+                return
+            snapshot = None
+
+    def _set_aside_passed_over(self, snapshot: Snapshot) -> None:
+        """An older intact snapshot was found: the damaged ones passed over go aside, newest first."""
+        for path, problem in snapshot.passed_over:
+            self._to_set_aside.setdefault(Path(path), problem)
+        for path in sorted(self._to_set_aside, key=lambda p: p.name, reverse=True):
+            if not path.is_dir():  # another process set it aside meanwhile
+                continue
+            aside = set_aside_damaged(path)
+            session_logger.warning(f'{self.prename}: skipped damaged snapshot {path.name} ({self._to_set_aside[path]}); '
+                                   f'it is kept as {aside.name}; continuing from {Path(snapshot.path).name}')
+            self._skipped.append({'snapshot': path.name, 'problem': self._to_set_aside[path], 'kept_as': aside.name})
+        self._to_set_aside.clear()
 
 
 def load_latest_snapshot(ckpt_dir: Path, skip: Collection = (), verify_arrays: bool = False,
@@ -71,7 +153,7 @@ def _intact(path: Path) -> bool | None:
     its checksum; False when damaged; None for an unknown format version."""
     try:
         manifest = verify_snapshot(path, full=False)
-        _check_crc(path, STATE_FILE, manifest['files'][STATE_FILE])
+        check_file_crc(path, STATE_FILE, manifest['files'][STATE_FILE])
     except UnknownSnapshotFormat:
         return None
     except ResumeError:
@@ -97,7 +179,7 @@ def prune_snapshots(ckpt_dir: Path, keep: int) -> list[Path]:
     keep = max(1, keep)
     kept_intact = 0
     removed = []
-    candidates = _scan(ckpt_dir, SNAPSHOT_DIR) + _scan(ckpt_dir, SET_ASIDE_DIR)
+    candidates = scan_dirs(ckpt_dir, SNAPSHOT_DIR) + scan_dirs(ckpt_dir, SET_ASIDE_DIR)
     for _, path in sorted(candidates, key=lambda x: x[0], reverse=True):
         status = _intact(path) if SNAPSHOT_DIR.fullmatch(path.name) else False
         if status is None:

@@ -4,7 +4,7 @@ From Python: `slm_lab.run(spec, spec_name=None, mode='train', overrides=None)` (
 docs/python-api.md). Importing this package loads nothing heavy: torch and the envs load at the
 first run."""
 
-__version__ = '0.1.0'
+from slm_lab.lib.version import __version__  # noqa: F401 (the package's version)
 
 
 def run(spec, spec_name=None, mode='train', overrides=None, data_dir='data', **options):

@@ -10,16 +10,16 @@ import time
 import warnings
 from pathlib import Path
 
-from slm_lab import __version__, resources
+from slm_lab import resources
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import DataDirError, ModeError, ResumeError, SpecError, begin_writing, defer_stops
 from slm_lab.lib.io import rename_no_replace, write_json
 from slm_lab.lib.schema import FLOAT32_MAX
-from slm_lab.lib.version import git_sha
+from slm_lab.lib.version import __version__, git_sha
 from slm_lab.persistence import edits
 from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, lock_run, new_experiment_ts
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp, pid_is_stale
-from slm_lab.spec import check_spec_name, load_spec, session_max_frame
+from slm_lab.spec import check_frames_reached, check_spec_name, load_spec, session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.lab')
 MODES = ('dev', 'train', 'search')
@@ -350,13 +350,9 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     frames = {s: snapshot.frame for s, snapshot in loaded.items()}
     reached = max(frames.values()) if frames else 0
     n_sessions = spec['meta']['max_session']
+    check_frames_reached(spec, reached, run_dir.root)
     share = session_max_frame(spec)  # each session's frames (a distributed trial's share of env.max_frame)
-    split = bool(spec['meta'].get('distributed')) and n_sessions > 1
-    total = reached * n_sessions if split else reached  # the env.max_frame that frame `reached` stands for
-    if share < reached:
-        shared = f' ({share} frames for each of its {n_sessions} distributed sessions)' if split else ''
-        raise ResumeError(f"env.max_frame {spec['env']['max_frame']}{shared} is below frame {reached} that a session "
-                          f'of {run_dir.root} already reached; use env.max_frame >= {total}')
+    total = reached * n_sessions if spec['meta'].get('distributed') and n_sessions > 1 else reached
     begin_writing()  # a stop signal during the checks ended the command before anything was written
     # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
     resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']),

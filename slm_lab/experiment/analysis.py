@@ -51,9 +51,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slm_lab import __version__
 from slm_lab.lib.errors import DiskFullError
 from slm_lab.lib.io import read_json, write_json
+from slm_lab.lib.version import __version__
 
 SESSION_SCALARS = (
     'final_return_ma', 'strength', 'max_strength', 'final_strength',

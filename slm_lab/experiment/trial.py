@@ -18,7 +18,7 @@ from slm_lab.lib.errors import ResumeError
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshots import load_latest_snapshot
 from slm_lab.persistence.state import Portable, Snapshot
-from slm_lab.spec import session_max_frame
+from slm_lab.spec import check_frames_reached, session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.session')
 
@@ -102,13 +102,9 @@ class Trial:
         processes, each sent what its snapshot's state file held (Snapshot.portable), so none is
         read twice. Returns, per session, why its continuation will be approximate (empty when
         exact)."""
-        n_sessions, share = self.spec['meta']['max_session'], session_max_frame(self.spec)
-        if share != self.spec['env']['max_frame']:  # meta.distributed: each session runs its share of env.max_frame
-            reached = max((snapshot.frame for snapshot in snapshots.values()), default=0)
-            if share < reached:
-                raise ResumeError(f"env.max_frame {self.spec['env']['max_frame']} gives each of the {n_sessions} "
-                                  f'sessions of this meta.distributed run {share} frames, below frame {reached} that '
-                                  f'a session already reached; use env.max_frame >= {reached * n_sessions}')
+        if snapshots:
+            newest = max(snapshots.values(), key=lambda snapshot: snapshot.frame)
+            check_frames_reached(self.spec, newest.frame, f'snapshot {newest.path}')
         approximate = {}
         for s, snapshot in snapshots.items():
             t0 = time.perf_counter()

@@ -1,9 +1,13 @@
-"""Where the running lab's code comes from: its git commit, looked up once per process."""
+"""Where the running lab's code comes from: its version (slm_lab.__version__, read by
+pyproject.toml) and its git commit, looked up once per process. The lab's modules import the
+version from here, not from the package, whose lazy `run` leads back into them."""
 from __future__ import annotations
 
 import functools
 import os
 import subprocess
+
+__version__ = '0.1.0'
 
 
 @functools.lru_cache(maxsize=1)

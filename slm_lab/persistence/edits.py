@@ -6,10 +6,9 @@ from __future__ import annotations
 import math
 import re
 
-from slm_lab import __version__
 from slm_lab.lib.decay import Schedule
 from slm_lab.lib.errors import ResumeError, SpecError
-from slm_lab.lib.version import git_sha
+from slm_lab.lib.version import __version__, git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, validate_spec
 from slm_lab.spec.validate import WANDB_KEYS, fill_fused
 

@@ -18,7 +18,7 @@ from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.actor_critic import (
-    ReturnNormalizer, actor_critic_policy_loss, episode_returns, gae, nstep_returns, standardize)
+    ReturnNormalizer, actor_critic_policy_loss, episode_returns, nstep_returns, standardize)
 from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
@@ -146,11 +146,6 @@ def test_episode_returns_stop_at_termination_bootstrap_truncation_and_cut_at_the
     dones = t([[0, 1], [1, 0], [0, 0]])
     torch.testing.assert_close(episode_returns(rewards, next_values, terminateds, dones, 0.5),
                                t([[2, 5], [2, 1.5], [4, 1]]))
-
-
-def test_gae_is_the_one_ppo_uses():
-    from slm_lab.agent.algorithm import ppo
-    assert ppo.gae is gae
 
 
 # --- losses -------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from slm_lab.agent.algorithm.actor_critic import ActorCritic, gae  # noqa: F401 (gae: PPO's maths, tested here)
+from slm_lab.agent.algorithm.actor_critic import ActorCritic
 from slm_lab.agent.algorithm.base import BASE_SCHEMA
 from slm_lab.agent.algorithm.maths import symlog
 from slm_lab.agent.memory.onpolicy import EpisodeBatch, OnPolicyBatchReplay, RolloutBatch

@@ -94,3 +94,22 @@ class Schedule:
             unit = v0 - v1
             return max(v1 * 0.5 * unit * (1 + math.cos(x) * (1 - x / PERIODIC_DECAY_PERIODS)), v1)
         raise ValueError(f'unknown decay {self.name}')
+
+
+# --- LinearToZero: the learning-rate schedule of agent.net.lr_scheduler_spec ---------------------
+# Its one home: the nets' scheduler (agent/net/net_util.py), moving its end on resume
+# (agent/algorithm/base.py) and the schedule changes a resume reports (persistence/edits.py).
+def linear_to_zero_end(lr_scheduler_spec: dict, max_frame: int) -> float:
+    """The frame at which LinearToZero reaches 0: its `frame` (SLM-Lab's key), else env.max_frame."""
+    frame = lr_scheduler_spec.get('frame')
+    return float(frame) if frame is not None else float(max_frame)
+
+
+def linear_to_zero_factor(frame: float, end: float) -> float:
+    """LinearToZero's factor on the base learning rate at `frame`: 1 - frame / end, down to 0."""
+    return max(0.0, 1.0 - frame / end)
+
+
+def linear_to_zero_frame(lr: float, base: float, end: float) -> float:
+    """The frame at which LinearToZero with this `end` set `lr` from `base` (the factor's inverse)."""
+    return end * (1.0 - lr / base)

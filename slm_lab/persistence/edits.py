@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from slm_lab.lib.decay import Schedule
+from slm_lab.lib.decay import Schedule, linear_to_zero_end, linear_to_zero_factor
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import __version__, git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, validate_spec
@@ -118,10 +118,9 @@ def _schedules(spec: dict) -> dict[str, tuple]:
 
 
 def _schedule_value(kind: str, piece, frame: int, max_frame: int) -> float:
-    if kind == 'linear_to_zero':  # see net_util.make_lr_scheduler
-        from slm_lab.agent.net.net_util import linear_to_zero_end  # imports torch: checking edits does not
+    if kind == 'linear_to_zero':
         lr, lr_spec = piece
-        return float(lr) * max(0.0, 1.0 - frame / linear_to_zero_end(lr_spec, max_frame))
+        return float(lr) * linear_to_zero_factor(frame, linear_to_zero_end(lr_spec, max_frame))
     return Schedule(piece).value(frame)
 
 

@@ -8,7 +8,7 @@ import torch
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.net import kernels, net_util
 from slm_lab.agent.net.optimizers import step_optimizer
-from slm_lab.lib.decay import Schedule, schedule_field
+from slm_lab.lib.decay import Schedule, linear_to_zero_factor, linear_to_zero_frame, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, not_available
 
@@ -288,8 +288,8 @@ def _move_linear_to_zero(sched, new_end: float) -> None:
         base = sched.base_lrs[i]
         if not base:
             continue
-        frame = old_end * (1.0 - group['lr'] / base)  # the frame of the last scheduler step
-        group['lr'] = base * max(0.0, 1.0 - frame / new_end)
+        frame = linear_to_zero_frame(group['lr'], base, old_end)  # the frame of the last scheduler step
+        group['lr'] = base * linear_to_zero_factor(frame, new_end)
         sched._last_lr[i] = group['lr']
 
 

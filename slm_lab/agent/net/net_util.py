@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from slm_lab.agent.net import optimizers
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d
+from slm_lab.lib.decay import linear_to_zero_end, linear_to_zero_factor
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, Field, check_torch_kwargs, suggest
 
@@ -205,7 +206,7 @@ def make_lr_scheduler(optimizer, lr_scheduler_spec: dict | None, clock):
     name = lr_scheduler_spec['name']
     if name == 'LinearToZero':
         end = linear_to_zero_end(lr_scheduler_spec, clock.max_frame)
-        sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: max(0.0, 1.0 - clock.frame / end))
+        sched = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: linear_to_zero_factor(clock.frame, end))
         sched.linear_to_zero_end = end  # saved with the algorithm: a resume may move it (a longer run)
         return sched
     kwargs = {k: v for k, v in lr_scheduler_spec.items() if k != 'name'}
@@ -238,12 +239,6 @@ def step_lr_scheduler(sched, frame: int) -> None:
         for group, lr in zip(sched.optimizer.param_groups, sched._get_closed_form_lr(), strict=True):
             group['lr'] = lr
         sched._last_lr = [group['lr'] for group in sched.optimizer.param_groups]
-
-
-def linear_to_zero_end(lr_scheduler_spec: dict, max_frame: int) -> float:
-    """The frame at which LinearToZero reaches 0: its `frame` (SLM-Lab's key), else env.max_frame."""
-    frame = lr_scheduler_spec.get('frame')
-    return float(frame) if frame is not None else float(max_frame)
 
 
 def get_device(gpu, cuda_id: int | None = None) -> torch.device:

@@ -1,0 +1,241 @@
+"""A benchmark's report, written into its directory and printed: per row the mean and 95% bootstrap
+interval of the score over its seeds, each seed's score, the references with their source, budget
+and definition, and a verdict per reference; a learning-curve graph per row; the aggregate over
+rows as rliable computes it (stats.py).
+
+    benchmark/report.md    the tables (the row table is what tools/benchmark_table.py puts in docs)
+    benchmark/report.csv   one line per row and reference (the row table's data)
+    benchmark/scores.csv   one line per row-seed: its trial, seed, frames reached, score
+    graph/{suite}_{row}_benchmark_graph.html   the row's curve over its seeds"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from slm_lab.experiment.benchmark import stats
+from slm_lab.experiment.benchmark.scores import read_rows, score
+from slm_lab.experiment.benchmark.suite import SCORES, Row, Suite
+from slm_lab.lib.io import atomic_write_text
+from slm_lab.persistence.run_dir import RunDir
+
+ROW_COLUMNS = ('row', 'env', 'algorithm', 'spec_name', 'max_frame', 'score', 'seeds', 'seed_scores', 'mean',
+               'ci95_low', 'ci95_high', 'reference', 'reference_source', 'reference_max_frame', 'reference_score',
+               'reference_seeds', 'verdict')
+SEED_COLUMNS = ('row', 'seed', 'trial', 'frame', 'finished', 'score')
+
+
+def seed_results(run_dir: RunDir, suite: Suite, plan: list[dict]) -> list[dict]:
+    """Per row-seed: its trial, the frame its records reached, whether it finished, its score
+    under its row's definition (None before the first log row)."""
+    out = []
+    for entry in plan:
+        row, i = suite.row(entry['row']), entry['trial']
+        train = run_dir.session_df_path(i, 0, 'train')
+        rows = read_rows(train)
+        out.append({'row': row.id, 'seed': entry['seed'], 'trial': i,
+                    'frame': int(rows[-1]['frame']) if rows else 0,
+                    'finished': run_dir.trial_metrics_path(i).exists(),
+                    'score': score(row.score, train, run_dir.session_df_path(i, 0, 'eval'))})
+    return out
+
+
+def row_results(suite: Suite, seeds: list[dict]) -> list[dict]:
+    """Per row: its seeds' scores (finished seeds only), their summary, and per reference the
+    verdict."""
+    out = []
+    for row in suite.rows:
+        mine = [s for s in seeds if s['row'] == row.id]
+        scores = [s['score'] if s['finished'] else None for s in mine]
+        summary = stats.row_summary(scores)
+        out.append({'row': row, 'scores': scores, 'unfinished': sum(not s['finished'] for s in mine), **summary,
+                    'verdicts': [stats.verdict(ref.value, summary['low'], summary['high'])
+                                 for ref in row.references]})
+    return out
+
+
+def aggregate(results: list[dict]) -> dict | None:
+    """The IQM of the normalised per-seed scores of the rows that can be normalised (a random_score
+    and a first reference that differ, two or more finished seeds) with its stratified bootstrap
+    interval; None when no row can."""
+    used, normalised = [], []
+    for r in results:
+        row: Row = r['row']
+        kept = [v for v in r['scores'] if v is not None and math.isfinite(v)]
+        if row.random_score is None or not row.references or row.references[0].value == row.random_score or \
+                len(kept) < 2:
+            continue
+        used.append(row.id)
+        normalised.append([stats.normalise(v, row.random_score, row.references[0].value) for v in kept])
+    if not used:
+        return None
+    low, high = stats.stratified_bootstrap_interval(normalised)
+    return {'rows': used, 'iqm': stats.iqm(np.concatenate([np.asarray(n) for n in normalised])), 'low': low,
+            'high': high, 'runs': sum(len(n) for n in normalised)}
+
+
+def _f(value, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return 'n/a'
+    return f'{value:,.{digits}f}'
+
+
+def _frames(n: int | None) -> str:
+    if n is None:
+        return 'n/a'
+    if n >= 1_000_000 and n % 100_000 == 0:
+        return f'{n / 1e6:g}M'
+    if n >= 1000 and n % 1000 == 0:
+        return f'{n // 1000}k'
+    return f'{n:,}'
+
+
+VERDICT_WORDS = {stats.ABOVE: 'reference above the interval', stats.INSIDE: 'reference inside the interval',
+                 stats.BELOW: 'reference below the interval', None: 'n/a (fewer than 2 seeds)'}
+
+
+def row_table(results: list[dict]) -> str:
+    """The Markdown table of the rows: one line per row and reference (a row without references
+    has one line, its verdict n/a)."""
+    head = ['env', 'algorithm', 'row', 'frames', 'score', 'per seed', 'mean', '95% CI', 'reference', 'source',
+            'ref. frames', 'ref. score', 'verdict']
+    lines = ['| ' + ' | '.join(head) + ' |', '|' + '|'.join(['---'] * 3 + ['---:'] + ['---'] * 2 + ['---:'] * 3 +
+                                                          ['---', '---:', '---', '---']) + '|']
+    for r in results:
+        row: Row = r['row']
+        per_seed = ', '.join(_f(v) if v is not None else '-' for v in r['scores'])
+        if r['unfinished']:
+            per_seed += f' ({r["unfinished"]} unfinished)'
+        ci = f'[{_f(r["low"])}, {_f(r["high"])}]' if r['low'] is not None else 'n/a'
+        base = [row.env, row.algorithm, f'`{row.id}`', _frames(row.max_frame), row.score, per_seed, _f(r['mean']), ci]
+        refs = list(zip(row.references, r['verdicts'])) or [(None, None)]
+        for ref, verdict in refs:
+            if ref is None:
+                lines.append('| ' + ' | '.join(base + ['none', row.note or '', '', '', 'n/a']) + ' |')
+                continue
+            same = (ref.max_frame in (None, row.max_frame)) and (ref.score in (None, row.score))
+            word = VERDICT_WORDS[verdict] if verdict is not None else VERDICT_WORDS[None]
+            lines.append('| ' + ' | '.join(base + [
+                _f(ref.value), ref.source + (f' ({ref.note})' if ref.note else ''), _frames(ref.max_frame),
+                (ref.score or 'not stated') + (f', {ref.seeds} seeds' if ref.seeds else ''),
+                word + ('' if same else ' (a different budget or definition)')]) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def markdown(suite: Suite, results: list[dict], agg: dict | None, run_dir: RunDir | None = None) -> str:
+    """The whole report in Markdown."""
+    parts = [f'# Benchmark {suite.name}\n']
+    if suite.description:
+        parts.append(suite.description.strip() + '\n')
+    if run_dir is not None:
+        parts.append(f'Directory: `{run_dir.root}`\n')
+    parts.append(row_table(results))
+    parts.append('A row\'s interval is the 95% percentile bootstrap interval of the mean over its seeds (10,000 '
+                 'resamples); a verdict says where the reference lies against it.\n')
+    used = sorted({r['row'].score for r in results})
+    parts.append('Scores:\n' + ''.join(f'- `{name}`: {SCORES[name]}\n' for name in used))
+    if agg is None:
+        parts.append('Aggregate: none (no row has a random_score, a reference and two finished seeds).\n')
+    else:
+        parts.append(f"Aggregate over {len(agg['rows'])} row(s), {agg['runs']} runs: interquartile mean of the "
+                     f"normalised scores (score - random) / (reference - random), as rliable computes it: "
+                     f"**{_f(agg['iqm'], 3)}** (95% stratified bootstrap interval [{_f(agg['low'], 3)}, "
+                     f"{_f(agg['high'], 3)}]); 1 is the references' level, 0 a random policy's. Rows: "
+                     f"{', '.join(agg['rows'])}.\n")
+    return '\n'.join(parts)
+
+
+def rows_csv(results: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=ROW_COLUMNS, lineterminator='\n')
+    writer.writeheader()
+    for r in results:
+        row: Row = r['row']
+        base = {'row': row.id, 'env': row.env, 'algorithm': row.algorithm, 'spec_name': row.spec_name,
+                'max_frame': row.max_frame, 'score': row.score, 'seeds': len(r['scores']),
+                'seed_scores': ' '.join('' if v is None else repr(v) for v in r['scores']),
+                'mean': r['mean'], 'ci95_low': r['low'], 'ci95_high': r['high']}
+        refs = list(zip(row.references, r['verdicts'])) or [(None, None)]
+        for ref, verdict in refs:
+            writer.writerow({**base, **({} if ref is None else {
+                'reference': ref.value, 'reference_source': ref.source, 'reference_max_frame': ref.max_frame,
+                'reference_score': ref.score, 'reference_seeds': ref.seeds, 'verdict': verdict})})
+    return out.getvalue()
+
+
+def seeds_csv(seeds: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=SEED_COLUMNS, lineterminator='\n')
+    writer.writeheader()
+    for s in seeds:
+        writer.writerow({**s, 'score': '' if s['score'] is None else repr(s['score'])})
+    return out.getvalue()
+
+
+def curve_band(aligned: np.ndarray, confidence: float = stats.CONFIDENCE, resamples: int = 1000,
+               seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame, the mean over seeds (rows of `aligned`, NaN where a seed has no value) and the
+    percentile bootstrap interval of that mean (one seed: the band is the line)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # an all-NaN column gives NaN, as wanted
+        mean = np.nanmean(aligned, axis=0)
+        if aligned.shape[0] < 2:
+            return mean, mean, mean
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, aligned.shape[0], size=(resamples, aligned.shape[0]))
+        means = np.nanmean(aligned[idx], axis=1)  # (resamples, frames)
+        low, high = np.nanquantile(means, [(1 - confidence) / 2, (1 + confidence) / 2], axis=0)
+    return mean, low, high
+
+
+def plot_row(run_dir: RunDir, result: dict, seeds: list[dict]) -> list[str]:
+    """graph/{suite}_{row}_benchmark_graph.html: each seed's total_reward_ma (thin), their mean
+    (bold) with its 95% bootstrap band, each reference as a horizontal line."""
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from slm_lab.experiment import viz  # plotly: only the graphs need it
+    row: Row = result['row']
+    mine = [s for s in seeds if s['row'] == row.id]
+    dfs = [pd.DataFrame(read_rows(run_dir.session_df_path(s['trial'], 0, 'train'))) for s in mine]
+    frame, aligned = viz._align_return_ma(dfs)
+    mean, low, high = curve_band(aligned) if len(frame) else (frame, frame, frame)
+    fig = go.Figure()
+    for s, values in zip(mine, aligned):
+        fig.add_trace(go.Scatter(x=frame, y=values, mode='lines', name=f"seed {s['seed']}",
+                                 line={'width': 1, 'color': viz.SESSION_COLORS[s['seed'] % len(viz.SESSION_COLORS)]}))
+    fig.add_trace(go.Scatter(x=frame, y=high, mode='lines', line={'width': 0}, hoverinfo='skip', showlegend=False))
+    fig.add_trace(go.Scatter(x=frame, y=low, mode='lines', line={'width': 0}, fill='tonexty',
+                             fillcolor=viz._rgba(viz.REWARD_COLOR, 0.2), hoverinfo='skip',
+                             name=f'95% bootstrap interval of the mean ({len(mine)} seeds)'))
+    fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name='mean over seeds',
+                             line={'color': viz.REWARD_COLOR, 'width': 3}))
+    for ref in row.references:
+        fig.add_hline(y=ref.value, line_dash='dash', annotation_text=f'{ref.source}: {ref.value:g}',
+                      annotation_position='top left')
+    fig.update_layout(title={'text': f'{row.id}: {row.env or row.spec_name} ({row.algorithm or row.spec_name})'},
+                      template='plotly_white', xaxis_title='frame', yaxis_title='total_reward_ma',
+                      legend={'orientation': 'h', 'y': -0.15})
+    return viz._write_fig(fig, str(run_dir.root / 'graph' / f'{run_dir.spec_name}_{row.id}_benchmark_graph'), False)
+
+
+def write_report(run_dir: RunDir, suite: Suite, plan: list[dict], graphs: bool = True) -> tuple[str, list[Path]]:
+    """Compute the report of a benchmark directory and write it there; (its Markdown, the files)."""
+    seeds = seed_results(run_dir, suite, plan)
+    results = row_results(suite, seeds)
+    agg = aggregate(results)
+    text = markdown(suite, results, agg, run_dir)
+    folder = run_dir.root / 'benchmark'
+    files = [folder / 'report.md', folder / 'report.csv', folder / 'scores.csv']
+    atomic_write_text(files[0], text)
+    atomic_write_text(files[1], rows_csv(results))
+    atomic_write_text(files[2], seeds_csv(seeds))
+    if graphs:
+        (run_dir.root / 'graph').mkdir(exist_ok=True)
+        for r in results:
+            files += [Path(p) for p in plot_row(run_dir, r, seeds)]
+    return text, files

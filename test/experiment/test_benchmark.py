@@ -148,17 +148,28 @@ def test_bad_benchmark_input_exits_2_with_one_line_and_never_touches_a_run(tmp_p
     missing_spec = tmp_path / 'missing.json'
     missing_spec.write_text(Path(suite).read_text().replace('"spec_name": "ppo_tiny", "max_frame": 400',
                                                             '"spec_name": "ppo_tinny", "max_frame": 400'))
-    cases = [
-        ([str(bad), 'benchmark'], r'suite file .*bad\.json: rows\[0\]\.max_frame: expected a positive integer, got -1'),
-        ([str(missing_spec), 'benchmark'], r'suite file .*: row ppo_b \(.*ppo_tiny\.json ppo_tinny\): .*ppo_tinny'),
-        ([suite, f'benchmark@{run}'], r'benchmark@.*: .* is not a benchmark directory'),
-        ([suite, 'benchmark', '--rows', 'nope'], r'--rows nope: no row of'),
-        ([suite, 'benchmark@latest', '--seeds', '3'], r'--rows and --seeds choose the rows and seeds of a new'),
-        ([suite, 'benchmark', '-s', 'env.max_frame=5'], r"-s/--set does not apply to benchmark"),
-        ([str(tmp_path / 'none.json'), 'benchmark'], r'suite file .*none\.json not found'),
-    ]
     import re
-    for args, message in cases:
+
+    import slm_lab
+    from slm_lab.lib.errors import LabError
+    data = str(tmp_path / 'data')
+    # from Python: the same checks, raised (nothing of Ray is imported before they pass)
+    for args, kwargs, message in [
+        ((str(missing_spec),), {}, r'^suite file .*: row ppo_b \(.*ppo_tiny\.json ppo_tinny\): .*ppo_tinny'),
+        ((suite, f'benchmark@{run}'), {}, r'^benchmark@.*: .* is not a benchmark directory'),
+        ((suite,), {'rows': ['nope']}, r'^--rows nope: no row of'),
+        ((suite, 'benchmark@latest'), {'seeds': 3}, r'^--rows and --seeds choose the rows and seeds of a new'),
+        ((str(tmp_path / 'none.json'),), {}, r'^suite file .*none\.json not found'),
+    ]:
+        with pytest.raises(LabError) as e:
+            slm_lab.benchmark(*args, data_dir=data, **kwargs)
+        assert '\n' not in str(e.value) and re.search(message, str(e.value)), (args, str(e.value))
+    # the command line: one line, exit 2
+    for args, message in [
+        ([str(bad), 'benchmark'], r'^error: suite file .*bad\.json: rows\[0\]\.max_frame: expected a positive integer, '
+                                  r'got -1'),
+        ([suite, 'benchmark', '-s', 'env.max_frame=5'], r"^error: -s/--set does not apply to benchmark"),
+    ]:
         result = cli(args, tmp_path)
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), (args, result.stderr)
@@ -308,3 +319,53 @@ def test_slm_lab_benchmark_spells_the_same_command(tmp_path, capsys):
         parse_run_args([suite, 'ppo', 'train', '--seeds', '2'])
     assert e.value.code == 2 and '--seeds only applies to benchmark mode' in capsys.readouterr().err
     os.environ.pop('SLM_LAB_NEVER_SET', None)
+
+
+@pytest.mark.ray
+@needs_ray
+def test_the_docs_table_is_generated_from_a_report_as_the_report_draws_it(straight, tmp_path):
+    from tools import benchmark_table
+    table = ''.join(line + '\n' for line in straight.report.splitlines() if line.startswith('|'))
+    doc = tmp_path / 'BENCHMARKS.md'
+    doc.write_text('before\n<!-- benchmark-table: tiny -->\nold\n<!-- /benchmark-table: tiny -->\nafter\n')
+    assert benchmark_table.main([str(straight.run_dir), '--doc', str(doc), '--check']) == 1
+    assert benchmark_table.main([str(straight.run_dir), '--doc', str(doc), '--write']) == 0
+    assert doc.read_text() == f'before\n<!-- benchmark-table: tiny -->\n{table}<!-- /benchmark-table: tiny -->\nafter\n'
+    csv_copy = tmp_path / 'report.csv'  # a copy kept under docs/benchmarks/ gives the same table
+    csv_copy.write_text((straight.run_dir / 'benchmark' / 'report.csv').read_text())
+    assert benchmark_table.main([str(csv_copy), '--suite', 'tiny', '--doc', str(doc), '--check']) == 0
+
+
+SUITES = sorted((ROOT / 'spec' / 'benchmark' / 'suites').glob('*.json'))
+
+
+@pytest.mark.parametrize('path', SUITES, ids=[p.stem for p in SUITES])
+def test_every_shipped_suite_reads_and_each_row_loads_at_its_budget(path, monkeypatch):
+    from slm_lab.spec import load_spec
+    monkeypatch.chdir(ROOT)  # the suites name spec files from the repository root
+    suite = read_suite(str(path))
+    assert all(row.seeds == 4 for row in suite.rows)
+    for row in suite.rows:
+        spec = load_spec(row.spec_file, row.spec_name, row.overrides(3))
+        assert spec['env']['max_frame'] == row.max_frame and spec['meta']['random_seed'] == 3
+        assert not row.env or spec['env']['name'] == row.env or row.env.endswith('Continuous-v3')
+
+
+def test_ppo_pong_has_the_settings_of_slm_labs_published_pong_figure(monkeypatch):
+    """SLM-Lab v5's Pong figure (16.69 at 10M frames) came from its ppo_atari_lam85_arc spec:
+    the keys that differ from its ppo_atari_arc, and those that shape learning, key by key."""
+    from slm_lab.spec import load_spec
+    monkeypatch.chdir(ROOT)
+    spec = load_spec('spec/benchmark/atari/atari_slm_lab_v5.json', 'ppo_pong')
+    algorithm, net, env = spec['agent']['algorithm'], spec['agent']['net'], spec['env']
+    assert (algorithm['lam'], algorithm['gamma'], algorithm['time_horizon'], algorithm['minibatch_size'],
+            algorithm['training_epoch'], algorithm['clip_vloss'], algorithm['val_loss_coef']) == \
+        (0.85, 0.99, 128, 256, 4, True, 0.5)
+    assert algorithm['clip_eps_spec']['start_val'] == algorithm['clip_eps_spec']['end_val'] == 0.1
+    assert algorithm['entropy_coef_spec']['start_val'] == algorithm['entropy_coef_spec']['end_val'] == 0.01
+    assert net['conv_hid_layers'] == [[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]] and net['fc_hid_layers'] == [512]
+    assert (net['shared'], net['use_same_optim'], net['normalize'], net['init_fn'], net['clip_grad_val']) == \
+        (True, True, True, 'orthogonal_', 0.5)
+    assert (net['optim_spec']['name'], net['optim_spec']['lr'], net['optim_spec']['eps']) == ('AdamW', 2.5e-4, 1e-5)
+    assert (net['lr_scheduler_spec']['name'], net['lr_scheduler_spec']['frame']) == ('LinearToZero', 1e7)
+    assert (env['name'], env['num_envs'], env['max_frame'], env['life_loss_info']) == ('ALE/Pong-v5', 16, 1e7, True)

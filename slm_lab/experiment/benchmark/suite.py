@@ -18,6 +18,7 @@ A suite file is JSON (trailing commas accepted) or YAML, as spec files are:
         "resources": {"cpu": 1, "gpu": 0.25},  optional, else the suite's
         "random_score": -500,                  optional: a random policy's score, which with the
                                                first reference normalises the row for the aggregate
+                                               (default: the lab's random baseline of the row's env)
         "references": [{"value": -81.28, "source": "SLM-Lab v5 docs/BENCHMARKS.md at 96be393",
                         "max_frame": 300000, "score": "slm_ma", "seeds": 4, "note": "..."}]}]}
 

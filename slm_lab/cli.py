@@ -180,7 +180,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
                          f'so drop the spec file and name: {cmd} {enjoy_target}')
         args.spec_file, args.spec_name, args.mode = None, None, enjoy_target
     elif len(given) < 3:
-        parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or no arguments for the demo')
+        parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or SUITE_FILE benchmark, or no arguments '
+                     'for the demo')
     if args.mode.startswith('enjoy@'):
         for option, value in (('-s/--set', args.overrides), ('--force', args.force), ('--track', args.track)):
             if value:

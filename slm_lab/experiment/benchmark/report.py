@@ -245,34 +245,19 @@ def curve_band(aligned: np.ndarray, confidence: float = stats.CONFIDENCE, resamp
 
 
 def plot_row(run_dir: RunDir, result: dict, seeds: list[dict]) -> list[str]:
-    """graph/{suite}_{row}_benchmark_graph.html: each seed's total_reward_ma (thin), their mean
-    (bold) with its 95% bootstrap band, each reference as a horizontal line."""
+    """graph/{suite}_{row}_benchmark_graph.html: each seed's total_reward_ma, their mean with its 95%
+    bootstrap band (curve_band), each reference as a horizontal line."""
     import pandas as pd
-    import plotly.graph_objects as go
 
     from slm_lab.experiment import viz  # plotly: only the graphs need it
     row: Row = result['row']
     mine = [s for s in seeds if s['row'] == row.id]
     dfs = [pd.DataFrame(read_rows(run_dir.session_df_path(s['trial'], 0, 'train'))) for s in mine]
-    frame, aligned = viz._align_return_ma(dfs)
-    mean, low, high = curve_band(aligned) if len(frame) else (frame, frame, frame)
-    fig = go.Figure()
-    for s, values in zip(mine, aligned):
-        fig.add_trace(go.Scatter(x=frame, y=values, mode='lines', name=f"seed {s['seed']}",
-                                 line={'width': 1, 'color': viz.SESSION_COLORS[s['seed'] % len(viz.SESSION_COLORS)]}))
-    fig.add_trace(go.Scatter(x=frame, y=high, mode='lines', line={'width': 0}, hoverinfo='skip', showlegend=False))
-    fig.add_trace(go.Scatter(x=frame, y=low, mode='lines', line={'width': 0}, fill='tonexty',
-                             fillcolor=viz._rgba(viz.REWARD_COLOR, 0.2), hoverinfo='skip',
-                             name=f'95% bootstrap interval of the mean ({len(mine)} seeds)'))
-    fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name='mean over seeds',
-                             line={'color': viz.REWARD_COLOR, 'width': 3}))
-    for ref in row.references:
-        fig.add_hline(y=ref.value, line_dash='dash', annotation_text=f'{ref.source}: {ref.value:g}',
-                      annotation_position='top left')
-    fig.update_layout(title={'text': f'{row.id}: {row.env or row.spec_name} ({row.algorithm or row.spec_name})'},
-                      template='plotly_white', xaxis_title='frame', yaxis_title='total_reward_ma',
-                      legend={'orientation': 'h', 'y': -0.15})
-    return viz._write_fig(fig, str(run_dir.root / 'graph' / f'{run_dir.spec_name}_{row.id}_benchmark_graph'), False)
+    return viz.plot_seeds_band(
+        dfs, [f"seed {s['seed']}" for s in mine], curve_band, [(ref.source, ref.value) for ref in row.references],
+        f'{row.id}: {row.env or row.spec_name} ({row.algorithm or row.spec_name})',
+        str(run_dir.root / 'graph' / f'{run_dir.spec_name}_{row.id}_benchmark_graph'),
+        f'95% bootstrap interval of the mean ({len(mine)} seeds)')
 
 
 def write_report(run_dir: RunDir, suite: Suite, plan: list[dict], graphs: bool = True) -> tuple[str, list[Path]]:

@@ -72,7 +72,8 @@ CPU_SUITE = REPO_ROOT / 'spec' / 'benchmark' / 'suites' / 'slm_lab_v5_cpu.json'
 
 def _targets() -> list[tuple]:
     from slm_lab.experiment.benchmark.suite import read_suite
-    return [(r.env, r.algorithm, r.spec_file, r.spec_name, r.references[0].value) for r in read_suite(str(CPU_SUITE)).rows]
+    rows = read_suite(str(CPU_SUITE)).rows
+    return [(r.env, r.algorithm, r.spec_file, r.spec_name, r.references[0].value) for r in rows]
 
 
 SLM_LAB_TARGETS = _targets()

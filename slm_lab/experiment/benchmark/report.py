@@ -127,14 +127,15 @@ def row_records(results: list[dict]) -> list[dict]:
         row: Row = r['row']
         base = {'row': row.id, 'env': row.env, 'algorithm': row.algorithm, 'spec_name': row.spec_name,
                 'max_frame': row.max_frame, 'score': row.score, 'seeds': len(r['scores']),
-                'unfinished': r['unfinished'], 'seed_scores': ' '.join('-' if v is None else repr(v) for v in r['scores']),
+                'unfinished': r['unfinished'],
+                'seed_scores': ' '.join('-' if v is None else repr(v) for v in r['scores']),
                 'mean': r['mean'], 'ci95_low': r['low'], 'ci95_high': r['high'], 'note': row.note}
         refs = list(zip(row.references, r['verdicts'])) or [(None, None)]
         for ref, verdict in refs:
-            out.append({**base, **({key: None for key in ROW_COLUMNS if key.startswith('reference')} if ref is None else {
+            reference = {key: None for key in ROW_COLUMNS if key.startswith('reference')} if ref is None else {
                 'reference': ref.value, 'reference_source': ref.source, 'reference_max_frame': ref.max_frame,
-                'reference_score': ref.score, 'reference_seeds': ref.seeds, 'reference_note': ref.note}),
-                'verdict': verdict})
+                'reference_score': ref.score, 'reference_seeds': ref.seeds, 'reference_note': ref.note}
+            out.append({**base, **reference, 'verdict': verdict})
     return out
 
 

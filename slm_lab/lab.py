@@ -467,7 +467,7 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
     if not is_benchmark_mode(mode):
         raise ModeError(f"unknown mode '{mode}' for a suite file; use benchmark, benchmark@latest or "
                         'benchmark@<benchmark dir>')
-    search_lib.check_installed()
+    search_lib.check_installed('benchmark')
     if ray_address is None:
         ray_address = os.environ.get('RAY_ADDRESS') or None
     if ray_address:

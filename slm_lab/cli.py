@@ -87,6 +87,22 @@ examples:
 {EXIT_HELP}"""
 
 
+BENCHMARK_HELP = f"""\
+Run every row x seed of a suite file as a trial on Ray Tune (locally, or on a Ray cluster with
+--ray-address), then report per row each seed's score, the mean and its 95% bootstrap interval,
+where each published reference lies against it, a learning-curve graph, and the interquartile
+mean over rows. The same as python run_lab.py SUITE_FILE MODE (docs/benchmark.md).
+
+usage: slm-lab benchmark SUITE_FILE [benchmark | benchmark@latest | benchmark@<dir>] [--rows ID,...]
+                         [--seeds N] [--ray-address HOST:PORT]
+
+examples:
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json --rows ppo_acrobot,sac_pendulum --seeds 4
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json benchmark@latest      (after a stop)
+
+{EXIT_HELP}"""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Command-line mistakes are user errors too: one line, exit code 2."""
 
@@ -99,7 +115,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     """The arguments of a run (`python run_lab.py ...` or `slm-lab run ...`), checked: a usage
     mistake exits with one line and code 2."""
     cmd = 'python run_lab.py' if prog == 'run_lab.py' else prog
-    parser = OneLineParser(prog=prog, description=run_help(cmd), formatter_class=argparse.RawDescriptionHelpFormatter)
+    description = BENCHMARK_HELP if prog == 'slm-lab benchmark' else run_help(cmd)
+    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('spec_file', nargs='?',
                         help='path of a JSON or YAML (.yaml, .yml) spec file, or of a spec a run saved')
     parser.add_argument('spec_name', nargs='?', help='name of a spec in that file')

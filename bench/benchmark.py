@@ -12,7 +12,8 @@ one session on one core (meta.torch_num_threads of the spec, 1 by default). Runs
 directory that is deleted at the end, unless --data-dir names one to keep.
 
 --targets trains the specs of spec/benchmark/*/*_slm_lab_v5.json, which carry the hyperparameters of
-the SLM-Lab v5 benchmark specs behind SLM-Lab's published moving averages (SLM_LAB_TARGETS below), and
+the SLM-Lab v5 benchmark specs behind SLM-Lab's published moving averages (SLM_LAB_TARGETS: the rows of
+spec/benchmark/suites/slm_lab_v5_cpu.json, which `slm-lab benchmark` runs with 4 seeds and intervals), and
 prints per row, per seed, final_ma and slm_ma (below), and the median slm_ma over the seeds next to
 SLM-Lab's figure: met when that median is at or above it. SLM-Lab's figure is its trial's
 total_reward_ma, the mean over its sessions of each session's slm_ma (its analysis takes the mean of

@@ -12,7 +12,8 @@ one session on one core (meta.torch_num_threads of the spec, 1 by default). Runs
 directory that is deleted at the end, unless --data-dir names one to keep.
 
 --targets trains the specs of spec/benchmark/*/*_slm_lab_v5.json, which carry the hyperparameters of
-the SLM-Lab v5 benchmark specs behind SLM-Lab's published moving averages (SLM_LAB_TARGETS below), and
+the SLM-Lab v5 benchmark specs behind SLM-Lab's published moving averages (SLM_LAB_TARGETS: the rows of
+spec/benchmark/suites/slm_lab_v5_cpu.json, which `slm-lab benchmark` runs with 4 seeds and intervals), and
 prints per row, per seed, final_ma and slm_ma (below), and the median slm_ma over the seeds next to
 SLM-Lab's figure: met when that median is at or above it. SLM-Lab's figure is its trial's
 total_reward_ma, the mean over its sessions of each session's slm_ma (its analysis takes the mean of
@@ -65,34 +66,18 @@ class RunResult:
     wall_s: float
 
 
-# (env, algorithm, spec file, spec name, SLM-Lab v5's published final moving average)
-_V5 = 'spec/benchmark/{0}/{0}_slm_lab_v5.json'
-SLM_LAB_TARGETS = [
-    ('CartPole-v1', 'SARSA', _V5.format('sarsa'), 'sarsa_boltzmann_cartpole', 430.95),
-    ('CartPole-v1', 'A2C', _V5.format('a2c'), 'a2c_gae_cartpole', 496.68),
-    ('CartPole-v1', 'SAC', _V5.format('sac'), 'sac_cartpole', 406.09),
-    ('CartPole-v1', 'CrossQ', _V5.format('crossq'), 'crossq_cartpole', 334.59),
-    ('CartPole-v1', 'DDQN+PER', _V5.format('dqn'), 'ddqn_per_boltzmann_cartpole', 451.51),
-    ('Acrobot-v1', 'DQN', _V5.format('dqn'), 'dqn_boltzmann_acrobot', -94.17),
-    ('Acrobot-v1', 'DDQN+PER', _V5.format('dqn'), 'ddqn_per_acrobot', -83.92),
-    ('Acrobot-v1', 'A2C', _V5.format('a2c'), 'a2c_gae_acrobot', -83.99),
-    ('Acrobot-v1', 'PPO', _V5.format('ppo'), 'ppo_acrobot', -81.28),
-    ('Acrobot-v1', 'SAC', _V5.format('sac'), 'sac_acrobot', -92.60),
-    ('Pendulum-v1', 'A2C', _V5.format('a2c'), 'a2c_gae_pendulum', -820.74),
-    ('Pendulum-v1', 'PPO', _V5.format('ppo'), 'ppo_pendulum', -174.87),
-    ('Pendulum-v1', 'SAC', _V5.format('sac'), 'sac_pendulum', -150.97),
-    ('Pendulum-v1', 'CrossQ', _V5.format('crossq'), 'crossq_pendulum', -145.66),
-    ('LunarLander-v3', 'DQN', _V5.format('dqn'), 'dqn_concat_lunar', 195.21),
-    ('LunarLander-v3', 'DDQN+PER', _V5.format('dqn'), 'ddqn_per_concat_lunar', 265.90),
-    ('LunarLander-v3', 'A2C', _V5.format('a2c'), 'a2c_gae_lunar', 27.38),
-    ('LunarLander-v3', 'PPO', _V5.format('ppo'), 'ppo_lunar', 183.30),
-    ('LunarLander-v3', 'SAC', _V5.format('sac'), 'sac_lunar', 106.17),
-    ('LunarLander-v3', 'CrossQ', _V5.format('crossq'), 'crossq_lunar', 139.21),
-    ('LunarLanderContinuous-v3', 'A2C', _V5.format('a2c'), 'a2c_gae_lunar_continuous', -76.81),
-    ('LunarLanderContinuous-v3', 'PPO', _V5.format('ppo'), 'ppo_lunar_continuous', 132.58),
-    ('LunarLanderContinuous-v3', 'SAC', _V5.format('sac'), 'sac_lunar_continuous', 125.00),
-    ('LunarLanderContinuous-v3', 'CrossQ', _V5.format('crossq'), 'crossq_lunar_continuous', 268.91),
-]
+# (env, algorithm, spec file, spec name, SLM-Lab v5's published final moving average): the rows and
+# references of the CPU tier's suite file, their one home (slm-lab benchmark runs the same file)
+CPU_SUITE = REPO_ROOT / 'spec' / 'benchmark' / 'suites' / 'slm_lab_v5_cpu.json'
+
+
+def _targets() -> list[tuple]:
+    from slm_lab.experiment.benchmark.suite import read_suite
+    rows = read_suite(str(CPU_SUITE)).rows
+    return [(r.env, r.algorithm, r.spec_file, r.spec_name, r.references[0].value) for r in rows]
+
+
+SLM_LAB_TARGETS = _targets()
 
 
 def target_rows(filters: list[str]) -> list[tuple]:
@@ -183,14 +168,13 @@ def score_runs(dirs: list[str]) -> str:
     return '\n'.join(lines)
 
 
-SLM_LAB_ROWS = 100  # rows SLM-Lab's session analysis averages (its viz.PLOT_MA_WINDOW)
-
-
 def slm_lab_ma(rows: list[dict]) -> float:
     """SLM-Lab's score of one session: the mean total_reward_ma of its last 100 rows (empty cells,
-    before the first episode ends, left out as pandas' mean leaves them out)."""
-    values = [r['total_reward_ma'] for r in rows[-SLM_LAB_ROWS:] if not math.isnan(r['total_reward_ma'])]
-    return statistics.fmean(values) if values else math.nan
+    before the first episode ends, left out as pandas' mean leaves them out); the benchmark
+    command's `slm_ma` (slm_lab/experiment/benchmark/scores.py), NaN without a value."""
+    from slm_lab.experiment.benchmark.scores import slm_ma
+    value = slm_ma(rows)
+    return math.nan if value is None else value
 
 
 def summarize(spec_name: str, seed: int, rows: list[dict], wall_s: float, threshold: float) -> RunResult:

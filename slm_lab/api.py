@@ -189,3 +189,41 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
                               ray_address=ray_address, keep=keep, on_run_dir=found.append,
                               run_dir=None if run_dir is None else os.fspath(run_dir))
     return RunResult(run_dir=Path(found[-1].root), metrics=metrics)
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    """What `slm_lab.benchmark` returns.
+
+    run_dir: the benchmark directory (data/{suite}_{timestamp}; docs/benchmark.md).
+    report: the report in Markdown (as benchmark/report.md holds it).
+    files: the report's files: report.md, report.csv, scores.csv and the rows' graphs.
+    """
+
+    run_dir: Path
+    report: str
+    files: list
+
+
+def benchmark(suite_file: str | os.PathLike, mode: str = 'benchmark', rows: list[str] | None = None,
+              seeds: int | None = None, data_dir: str = 'data', *, ray_address: str | None = None,
+              graphs: bool = True) -> BenchmarkResult:
+    """Run a suite file as `slm-lab benchmark SUITE_FILE [MODE] --rows ... --seeds N` does.
+
+    mode: benchmark (a new one), benchmark@latest (continue the newest of this suite in data_dir)
+        or benchmark@<benchmark dir>.
+    rows: row ids (or env / algorithm labels) to run, default all; seeds: seeds per row, default
+        each row's. Both for a new benchmark only.
+    ray_address: a Ray cluster's HOST:PORT (default RAY_ADDRESS, else a local Ray).
+    graphs: draw each row's learning-curve graph (HTML).
+
+    Raises SuiteError (a LabError) for a suite that cannot run, before anything is written;
+    Preempted when a signal stopped it (its running trials saved snapshots: continue with
+    benchmark@latest); a LabError naming the row-seeds that failed, after the report is written."""
+    if isinstance(rows, str):  # 'a,b' as --rows takes it
+        rows = [r.strip() for r in rows.split(',') if r.strip()]
+    check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
+    from slm_lab import lab  # the lab's modules: imported at the first run, so that import slm_lab stays cheap
+    done = lab.benchmark(os.fspath(suite_file), mode, rows, seeds, data_dir=data_dir, ray_address=ray_address,
+                         graphs=graphs)
+    return BenchmarkResult(run_dir=Path(done['run_dir']), report=done['report'], files=done['files'])

@@ -15,7 +15,7 @@ import sys
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import (LabError, ModeError, Preempted, Terminated, begin_writing, catch_stops,
                                 clear_stops, set_stop_mode, stopped_line)
-from slm_lab.options import check_run_options
+from slm_lab.options import check_run_options, is_benchmark_mode
 
 DEMO = ('spec/demo.json', 'ppo_cartpole', 'train')
 EXIT_INTERRUPTED = 130
@@ -46,6 +46,14 @@ modes:
                     model files of the N best trials only (needs the search extra)
   search@latest     continue the newest search of this spec (data/{spec_name}_*): finished
   search@<run dir>  trials are kept, running ones continue from their snapshots
+
+SUITE_FILE benchmark [--rows ID,...] [--seeds N] [--ray-address HOST:PORT]
+                    every row x seed of a suite file as a trial on Ray Tune, then a report
+                    (mean, 95% interval, verdict against published references, curves);
+                    writes data/{suite}_{timestamp}/ (docs/benchmark.md)
+SUITE_FILE benchmark@latest | benchmark@<dir>
+                    continue a stopped benchmark: finished row-seeds are kept, the others
+                    continue from their snapshots; a finished one writes its report again
 """
 
 EXIT_HELP = """\
@@ -79,6 +87,22 @@ examples:
 {EXIT_HELP}"""
 
 
+BENCHMARK_HELP = f"""\
+Run every row x seed of a suite file as a trial on Ray Tune (locally, or on a Ray cluster with
+--ray-address), then report per row each seed's score, the mean and its 95% bootstrap interval,
+where each published reference lies against it, a learning-curve graph, and the interquartile
+mean over rows. The same as python run_lab.py SUITE_FILE MODE (docs/benchmark.md).
+
+usage: slm-lab benchmark SUITE_FILE [benchmark | benchmark@latest | benchmark@<dir>] [--rows ID,...]
+                         [--seeds N] [--ray-address HOST:PORT]
+
+examples:
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json --rows ppo_acrobot,sac_pendulum --seeds 4
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json benchmark@latest      (after a stop)
+
+{EXIT_HELP}"""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """Command-line mistakes are user errors too: one line, exit code 2."""
 
@@ -91,12 +115,14 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     """The arguments of a run (`python run_lab.py ...` or `slm-lab run ...`), checked: a usage
     mistake exits with one line and code 2."""
     cmd = 'python run_lab.py' if prog == 'run_lab.py' else prog
-    parser = OneLineParser(prog=prog, description=run_help(cmd), formatter_class=argparse.RawDescriptionHelpFormatter)
+    description = BENCHMARK_HELP if prog == 'slm-lab benchmark' else run_help(cmd)
+    parser = OneLineParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('spec_file', nargs='?',
                         help='path of a JSON or YAML (.yaml, .yml) spec file, or of a spec a run saved')
     parser.add_argument('spec_name', nargs='?', help='name of a spec in that file')
     parser.add_argument('mode', nargs='?', help='dev | train | train@latest | train@<run dir> | '
-                        'enjoy@<session spec> | search | search@latest | search@<run dir> (see modes above)')
+                        'enjoy@<session spec> | search | search@latest | search@<run dir> (see modes above); '
+                        'after a suite file: benchmark | benchmark@latest | benchmark@<dir>')
     parser.add_argument('-s', '--set', dest='overrides', action='append', default=[], metavar='KEY=VALUE',
                         help='override a spec value by dotted path (env.max_frame=20000), or fill a ${KEY} '
                              'placeholder of the spec; repeatable; recorded in the saved spec')
@@ -122,6 +148,10 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     search.add_argument('--ray-address', metavar='HOST:PORT',
                         help='run the trials on this Ray cluster (default: RAY_ADDRESS, else a local Ray)')
     search.add_argument('--keep', type=int, metavar='N', help='keep the model files of the N best trials only')
+    bench = parser.add_argument_group('benchmark (SUITE_FILE benchmark; --ray-address too)')
+    bench.add_argument('--rows', metavar='ID[,ID...]',
+                       help="run these rows of the suite only (row ids, or env / algorithm labels)")
+    bench.add_argument('--seeds', type=int, metavar='N', help="seeds per row (default: each row's, 4 unless it says)")
     # enjoy@'s options default to None so that giving one to another mode can be refused
     enjoy = parser.add_argument_group('enjoy@ (replay)')
     enjoy.add_argument('--episodes', type=int, help=f'episodes to play (default {ENJOY_DEFAULTS["episodes"]})')
@@ -134,6 +164,31 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     args = parser.parse_args(argv)
     given = [a for a in (args.spec_file, args.spec_name, args.mode) if a is not None]
     enjoy_target = next((a for a in given if a.startswith('enjoy@')), None)
+    if prog == 'slm-lab benchmark' and len(given) == 1:
+        given.append('benchmark')  # slm-lab benchmark SUITE_FILE: a new benchmark
+    if len(given) == 2 and given[1].startswith('benchmark'):  # SUITE_FILE MODE: no spec name
+        args.spec_file, args.spec_name, args.mode = given[0], None, given[1]
+        rows = [r.strip() for r in args.rows.split(',') if r.strip()] if args.rows is not None else None
+        try:
+            check_run_options(args.mode, force=args.force, fork=args.fork, frame=args.frame,
+                              warm_start=args.warm_start, ray_address=args.ray_address, keep=args.keep,
+                              run_dir=args.run_dir, rows=rows, seeds=args.seeds, ckpt=args.ckpt)
+        except ModeError as e:
+            parser.error(str(e))
+        if not is_benchmark_mode(args.mode):
+            parser.error(f"unknown mode '{args.mode}' after a suite file; use benchmark, benchmark@latest or "
+                         'benchmark@<benchmark dir>')
+        for option, value in (('-s/--set', args.overrides), ('--track', args.track)):
+            if value:
+                parser.error(f"{option} does not apply to {args.mode}: a row's overrides go in the suite file "
+                             "(rows[].set)")
+        extra = [f'--{key}' for key in ENJOY_DEFAULTS if key != 'ckpt' and getattr(args, key) is not None]
+        if extra:
+            parser.error(f'{", ".join(extra)} only apply to enjoy@<session spec>, not to mode {args.mode!r}')
+        args.rows = rows
+        return args
+    if prog == 'slm-lab benchmark':
+        parser.error('give SUITE_FILE [benchmark | benchmark@latest | benchmark@<dir>]')
     if not given:
         args.spec_file, args.spec_name, args.mode = DEMO
     elif enjoy_target is not None:
@@ -142,7 +197,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
                          f'so drop the spec file and name: {cmd} {enjoy_target}')
         args.spec_file, args.spec_name, args.mode = None, None, enjoy_target
     elif len(given) < 3:
-        parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or no arguments for the demo')
+        parser.error('give SPEC_FILE SPEC_NAME MODE, or enjoy@<session spec>, or SUITE_FILE benchmark, or no arguments '
+                     'for the demo')
     if args.mode.startswith('enjoy@'):
         for option, value in (('-s/--set', args.overrides), ('--force', args.force), ('--track', args.track)):
             if value:
@@ -155,7 +211,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
             parser.error('--episodes must be at least 1')
     try:  # the rules between options, shared with the Python API (slm_lab/options.py)
         check_run_options(args.mode, force=args.force, fork=args.fork, frame=args.frame, warm_start=args.warm_start,
-                          ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
+                          ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir,
+                          rows=None if args.rows is None else [args.rows], seeds=args.seeds)
     except ModeError as e:
         parser.error(str(e))
     if not args.mode.startswith('enjoy@'):
@@ -179,7 +236,7 @@ def report(error: BaseException, mode: str | None) -> int:
         print(f'error: {error}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Preempted):
-        again = 'search@latest' if (mode or '').startswith('search') else 'train@latest'
+        again = next((f'{m}@latest' for m in ('search', 'benchmark') if (mode or '').startswith(m)), 'train@latest')
         print(f'stopped: {error}; continue with {again}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Terminated):
@@ -211,6 +268,8 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
                 if args.record:
                     begin_writing()  # a stop closes the video being written on the way out
                 enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
+            elif is_benchmark_mode(args.mode):
+                lab.benchmark(args.spec_file, args.mode, args.rows, args.seeds, ray_address=args.ray_address)
             elif args.fork is not None or args.warm_start is not None:
                 from slm_lab import branch  # imports lab (gymnasium): only once the arguments are valid
                 branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
@@ -241,7 +300,7 @@ def _ended(own_process: bool) -> None:
 def exit_process(code: int, mode: str | None) -> None:
     """End this process with `code`. A search's driver is done with Ray, torch and its files (each
     written atomically, closed): the interpreter's teardown of those modules (about 0.8 s) is skipped."""
-    if mode is not None and mode.startswith('search'):
+    if mode is not None and mode.startswith(('search', 'benchmark')):
         import logging
         logging.shutdown()
         sys.stdout.flush()
@@ -264,6 +323,9 @@ commands:
   report RUN_DIR[,RUN_DIR...] [-o OUT.md]
                     a table of each run's final score per seed, mean and 95% interval
                     (slm-lab report --help)
+  benchmark SUITE_FILE [benchmark@latest | benchmark@<dir>] [--rows ID,...] [--seeds N]
+                    every row x seed of a suite file on Ray Tune, then its report against
+                    published references (slm-lab benchmark --help; docs/benchmark.md)
 
 {MODES_HELP}
 examples:
@@ -271,6 +333,8 @@ examples:
   slm-lab run spec/demo.json ppo_cartpole train@latest --set env.max_frame=200000
   slm-lab plot -f data/ppo_cartpole_2026_01_01_120000,data/dqn_cartpole_2026_01_01_130000 -l PPO,DQN
   slm-lab report data/ppo_cartpole_2026_01_01_120000,data/dqn_cartpole_2026_01_01_130000
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json --rows ppo_acrobot --seeds 4
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json benchmark@latest
 """
 
 
@@ -284,13 +348,16 @@ def main(argv: list[str] | None = None) -> int:
     if command == 'run':
         code, mode = run_main(rest, prog='slm-lab run')
         exit_process(code, mode)
+    if command == 'benchmark':
+        code, mode = run_main(rest, prog='slm-lab benchmark')
+        exit_process(code, mode)
     if command == 'plot':
         from slm_lab.experiment.compare import plot_main  # pandas and plotly: only plot needs them
         return plot_main(rest)
     if command == 'report':
         from slm_lab.experiment.report import report_main  # numpy: only a report needs it
         return report_main(rest)
-    print(f"error: unknown command {command!r}; the commands are run, plot and report (see slm-lab --help)",
+    print(f"error: unknown command {command!r}; the commands are run, plot, report and benchmark (see slm-lab --help)",
           file=sys.stderr)
     return 2
 

@@ -19,9 +19,14 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_benchmark_mode(mode: Any) -> bool:
+    """benchmark, benchmark@latest, benchmark@<dir>: the modes that take a suite file."""
+    return isinstance(mode, str) and (mode == 'benchmark' or (mode.startswith('benchmark@') and len(mode) > 10))
+
+
 def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame: Any = None,
                       warm_start: Any = None, ckpt: Any = None, ray_address: Any = None, keep: Any = None,
-                      run_dir: Any = None) -> None:
+                      run_dir: Any = None, rows: Any = None, seeds: Any = None) -> None:
     """ModeError naming the first option that is of the wrong type, or that does not go with the
     mode or the other options; the message is the command line's (its options' spelling)."""
     if not isinstance(mode, str):
@@ -40,10 +45,34 @@ def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame:
         raise ModeError(f'--frame {frame!r}: give the frame of a snapshot (an int >= 0)')
     if ckpt is not None and ckpt not in ('best', 'latest'):
         raise ModeError(f'--ckpt {ckpt!r}: use best or latest')
+    if rows is not None and not (isinstance(rows, (list, tuple)) and rows and all(isinstance(r, str) and r
+                                                                               for r in rows)):
+        raise ModeError(f'--rows {rows!r}: give row ids (or env / algorithm labels) of the suite, e.g. '
+                        'ppo_acrobot,sac_pendulum')
+    if seeds is not None and not (_is_count(seeds) and seeds >= 1):
+        raise ModeError(f'--seeds {seeds!r}: give the number of seeds per row (an int >= 1)')
+    if is_benchmark_mode(mode):
+        if mode != 'benchmark' and (rows is not None or seeds is not None):
+            raise ModeError(f'--rows and --seeds choose the rows and seeds of a new benchmark; {mode} continues the '
+                            'ones it was started with: drop them')
+        for option, value in (('--keep', keep), ('--fork', fork), ('--warm-start', warm_start),
+                              ('--run-dir', run_dir), ('--frame', frame), ('--ckpt', ckpt)):
+            if value is not None:
+                raise ModeError(f'{option} does not apply to {mode}, which runs a suite file\'s rows')
+        if force:
+            raise ModeError(f'--force does not apply to {mode}: a benchmark continues with the specs it saved')
+        return
+    if mode.startswith('benchmark'):
+        raise ModeError(f"unknown mode '{mode}'; a suite file runs with benchmark, benchmark@latest or "
+                        'benchmark@<benchmark dir>')
+    for option, value in (('--rows', rows), ('--seeds', seeds)):
+        if value is not None:
+            raise ModeError(f'{option} only applies to benchmark mode (SUITE_FILE benchmark), not to {mode!r}')
     if not mode.startswith('search'):
         for option, value in (('--ray-address', ray_address), ('--keep', keep)):
             if value is not None:
-                raise ModeError(f'{option} only applies to search and search@ modes, not to {mode!r}')
+                also = ' (and benchmark)' if option == '--ray-address' else ''
+                raise ModeError(f'{option} only applies to search and search@ modes{also}, not to {mode!r}')
     if fork is not None or warm_start is not None:
         option = '--fork' if fork is not None else '--warm-start'
         if fork is not None and warm_start is not None:

@@ -261,3 +261,82 @@ def assert_truncated_at(env, ends: list[int], steps: int = 120) -> None:
         assert done[:len(ends)] == ends
     finally:
         env.close()
+
+
+def lab_processes(root: Path) -> list[str]:
+    """Processes of a search or benchmark under `root`: its trial processes (their command names the
+    run) and Ray's (marked through the environment the lab gave them)."""
+    found = []
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f'/proc/{entry}/cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace')
+            env = Path(f'/proc/{entry}/environ').read_bytes()
+        except OSError:
+            continue
+        if str(root) in cmd or (b'SLM_LAB_SEARCH_ID=' in env and str(root).encode() in env):
+            found.append(f'{entry}: {cmd[:120]}')
+    return found
+
+
+def ray_processes() -> set[str]:
+    """Live Ray processes on this machine: gcs_server, raylet, ray::* workers and agents."""
+    found = set()
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            cmd = Path(f'/proc/{pid}/cmdline').read_bytes()
+            state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != 'Z' and (cmd.startswith(b'ray::') or b'gcs_server' in cmd or b'/raylet' in cmd):
+            found.add(pid)
+    return found
+
+
+class TwoNodeRayCluster:
+    """A real Ray cluster on loopback: a head and a second node of one CPU each, started with `ray
+    start` (token authentication, its token in the environment); `address` is its HOST:PORT and
+    `env` the environment to run the lab against it with. On exit every process of it is gone
+    (checked: nothing of it may outlive the test)."""
+
+    def __enter__(self):
+        import secrets
+        import socket
+
+        from slm_lab.experiment.search_reaper import MARKER_VAR
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        self.before = ray_processes()
+        self.marker, self.token = secrets.token_hex(8), secrets.token_hex(32)
+        env = {**os.environ, MARKER_VAR: self.marker, 'RAY_AUTH_MODE': 'token', 'RAY_AUTH_TOKEN': self.token,
+               'PYTHONPATH': str(ROOT)}
+        ray_bin = str(Path(sys.executable).parent / 'ray')
+        self.temp = Path('/tmp') / f'slm_ray_test_{self.marker}'
+        self.address = f'127.0.0.1:{port}'
+        self.env = {k: v for k, v in env.items() if k != MARKER_VAR}
+        try:
+            head = subprocess.run([ray_bin, 'start', '--head', '--node-ip-address=127.0.0.1', f'--port={port}',
+                                   '--num-cpus=1', '--include-dashboard=false', f'--temp-dir={self.temp}',
+                                   '--disable-usage-stats'], env=env, capture_output=True, text=True, timeout=120)
+            assert head.returncode == 0, head.stderr[-2000:]
+            node = subprocess.run([ray_bin, 'start', f'--address={self.address}', '--node-ip-address=127.0.0.1',
+                                   '--num-cpus=1', '--disable-usage-stats'],
+                                  env=env, capture_output=True, text=True, timeout=120)
+            assert node.returncode == 0, node.stderr[-2000:]
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        import shutil
+
+        from slm_lab.experiment.search_reaper import sweep
+        sweep(self.marker, self.token)  # Ray's agents too (their RAY_RAYLET_PID names a marked raylet)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        if exc_type is None:
+            time.sleep(0.5)
+            left = ray_processes() - self.before
+            assert not left, f'processes of the test cluster left behind: {left}'

@@ -271,6 +271,30 @@ def plot_trial(session_dfs: list[pd.DataFrame], title: str, path_prefix: str, *,
     return _write_fig(fig, f'{path_prefix}_trial_graph', png)
 
 
+def plot_seeds_band(session_dfs: list[pd.DataFrame], labels: list[str], band, references: list[tuple[str, float]],
+                    title: str, path_prefix: str, band_name: str) -> list[str]:
+    """One row of a benchmark: each seed's total_reward_ma (thin, labelled), their mean (bold) with
+    the band `band(aligned)` returns ((mean, low, high) per frame from the seeds aligned as
+    plot_trial aligns sessions), and each reference as a dashed horizontal line with its label.
+    Writes `{path_prefix}.html`; returns the paths written."""
+    frame, aligned = _align_return_ma([df if df is not None else pd.DataFrame() for df in session_dfs])
+    mean, low, high = band(aligned) if len(frame) else (frame, frame, frame)
+    fig = go.Figure()
+    for i, (label, values) in enumerate(zip(labels, aligned)):
+        fig.add_trace(go.Scatter(x=frame, y=values, mode='lines', name=label,
+                                 line={'width': 1, 'color': SESSION_COLORS[i % len(SESSION_COLORS)]}))
+    fig.add_trace(go.Scatter(x=frame, y=high, mode='lines', line={'width': 0}, hoverinfo='skip', showlegend=False))
+    fig.add_trace(go.Scatter(x=frame, y=low, mode='lines', line={'width': 0}, fill='tonexty',
+                             fillcolor=_rgba(REWARD_COLOR, 0.2), hoverinfo='skip', name=band_name))
+    fig.add_trace(go.Scatter(x=frame, y=mean, mode='lines', name='mean over seeds',
+                             line={'color': REWARD_COLOR, 'width': 3}))
+    for label, value in references:
+        fig.add_hline(y=value, line_dash='dash', annotation_text=f'{label}: {value:g}', annotation_position='top left')
+    fig.update_layout(title={'text': title}, template='plotly_white', xaxis_title='frame',
+                      yaxis_title='total_reward_ma', legend={'orientation': 'h', 'y': -0.15})
+    return _write_fig(fig, path_prefix, False)
+
+
 def _wrap(text: str, width: int = 80) -> str:
     """A title broken into lines of at most about `width` characters, so it fits the image."""
     lines, line = [], ''

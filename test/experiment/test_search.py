@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import cli
+from lab_helpers import TwoNodeRayCluster, cli, lab_processes
 
 from slm_lab.experiment.search_space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -74,23 +74,6 @@ def search_until(spec_file: str, cwd: Path, trial: int, rows: int, name: str = N
         logged = len(csv[0].read_text().splitlines()) - 1 if csv else 0
         time.sleep(0.05)
     return proc
-
-
-def lab_processes(root: Path) -> list[str]:
-    """Processes of a search under `root`: its trial processes (their command names the run) and
-    Ray's (marked through the environment the search gave them)."""
-    found = []
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            cmd = Path(f'/proc/{entry}/cmdline').read_bytes().replace(b'\0', b' ').decode(errors='replace')
-            env = Path(f'/proc/{entry}/environ').read_bytes()
-        except OSError:
-            continue
-        if str(root) in cmd or (b'SLM_LAB_SEARCH_ID=' in env and str(root).encode() in env):
-            found.append(f'{entry}: {cmd[:120]}')
-    return found
 
 
 # --- the spaces -----------------------------------------------------------------------------------
@@ -479,58 +462,18 @@ def test_a_search_stopped_while_ray_starts_or_in_a_trial_exits_at_once_and_conti
 def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
     """A real Ray cluster on this machine: a head and a second node (one CPU each), started with
     `ray start`; the search runs there with --ray-address and its trials land on both nodes."""
-    import secrets
-    import socket
-
-    from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    def ray_processes() -> set[str]:  # live Ray processes: gcs_server, raylet, ray::* workers and agents
-        found = set()
-        for pid in filter(str.isdigit, os.listdir('/proc')):
-            try:
-                cmd = Path(f'/proc/{pid}/cmdline').read_bytes()
-                state = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[-1].split()[0]
-            except OSError:
-                continue
-            if state != 'Z' and (cmd.startswith(b'ray::') or b'gcs_server' in cmd or b'/raylet' in cmd):
-                found.add(pid)
-        return found
-
-    before = ray_processes()
-    marker, token = secrets.token_hex(8), secrets.token_hex(32)
-    env = {**os.environ, MARKER_VAR: marker, 'RAY_AUTH_MODE': 'token', 'RAY_AUTH_TOKEN': token,
-           'PYTHONPATH': str(ROOT)}
-    ray_bin = str(Path(sys.executable).parent / 'ray')
-    temp = Path('/tmp') / f'slm_ray_test_{marker}'
-    try:
-        head = subprocess.run([ray_bin, 'start', '--head', '--node-ip-address=127.0.0.1', f'--port={port}',
-                               '--num-cpus=1', '--include-dashboard=false', f'--temp-dir={temp}', '--disable-usage-stats'],
-                              env=env, capture_output=True, text=True, timeout=120)
-        assert head.returncode == 0, head.stderr[-2000:]
-        node = subprocess.run([ray_bin, 'start', f'--address=127.0.0.1:{port}', '--node-ip-address=127.0.0.1',
-                               '--num-cpus=1', '--disable-usage-stats'],
-                              env=env, capture_output=True, text=True, timeout=120)
-        assert node.returncode == 0, node.stderr[-2000:]
+    with TwoNodeRayCluster() as cluster:
         spec = search_spec(max_trial=2, max_frame=2000)
         spec['meta']['search_resources'] = {'cpu': 1}
         spec['meta'].pop('search_scheduler')
         spec_file = write(tmp_path, spec)
-        result = lab([spec_file, NAME, 'search', '--ray-address', f'127.0.0.1:{port}'], tmp_path,
-                     env={k: v for k, v in env.items() if k != MARKER_VAR})
+        result = lab([spec_file, NAME, 'search', '--ray-address', cluster.address], tmp_path, env=cluster.env)
         assert result.returncode == 0, result.stderr[-3000:]
         root = run_dir(tmp_path)
         nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(2)}
         assert len(nodes) == 2, nodes  # one CPU per node, one per trial: the two trials ran side by side
         df = experiment_df(tmp_path)
         assert list(df['status']) == ['completed'] * 2
-    finally:
-        sweep(marker, token)  # Ray's agents too, which get no marker (their RAY_RAYLET_PID names a marked raylet)
-        import shutil
-        shutil.rmtree(temp, ignore_errors=True)
-    time.sleep(0.5)
-    assert not ray_processes() - before, f'processes of the test cluster left behind: {ray_processes() - before}'
 
 
 def test_a_grace_period_longer_than_a_trial_runs_every_trial_to_its_end_with_a_warning(caplog):

@@ -59,16 +59,26 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     """Run (or continue) the search in run_dir; returns the experiment dataframe. A stop signal at
     any instant (before Ray is up, while it starts, with trials running) raises Preempted once
     the running trials have saved snapshots and Ray is gone; search@ continues the search."""
-    shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the search's previous run
+    study = run_on_ray(run_dir, ray_address, lambda stop: run_trials(spec, run_dir, params, ray_address, stop))
+    return write_experiment(spec, run_dir, params, study, keep)
+
+
+def run_on_ray(run_dir: RunDir, ray_address: str | None, fit):
+    """`fit(stop)` with this process connected to Ray (the cluster at ray_address, or a local Ray of
+    its own), the stop signals the lab's from the first instant: what fit returns. The engine of
+    search and benchmark mode, whose trials run as search_trial processes of run_dir. A stop
+    signal at any instant raises Preempted once the running trials have saved snapshots and Ray
+    is gone."""
+    shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the previous run in run_dir
     stop = _SearchStop(run_dir).install()  # first: a stop reaches every trial, even one not started yet
     try:
         ray_environment(ray_address)
         with ray_cluster(run_dir, ray_address, stop) as connected:
-            study = run_trials(spec, run_dir, params, ray_address, stop) if connected else None
+            result = fit(stop) if connected else None
         if stop.requested:
             where = 'with the running trials saved in snapshots' if connected else 'before its trials started'
             raise Preempted(stop.signum, None, where)
-        return write_experiment(spec, run_dir, params, study, keep)
+        return result
     finally:
         stop.uninstall()
 
@@ -138,24 +148,32 @@ def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
 
 def run_trials(spec: dict, run_dir: RunDir, params: list[Param], ray_address: str | None, stop: StopSignal):
     """The trials on Ray Tune, until they are done or a stop signal has stopped them; the study."""
-    from ray import tune  # the search extra, found by check_installed
     meta = spec['meta']
-    resources = trial_resources(meta, local=not ray_address)
     searcher = make_searcher(run_dir, spec, params, stopping=lambda: stop.requested)
     watch = SearchWatch(total_trials(spec, params), session_max_frame(spec), meta['log_frequency'],
                         stopping=lambda: stop.requested)
-    scheduler = make_scheduler(spec)
+    tune_trials(run_dir, searcher, watch, num_samples=total_trials(spec, params),
+                resources=trial_resources(meta, local=not ray_address), scheduler=make_scheduler(spec),
+                max_session=meta['max_session'], max_frame=session_max_frame(spec))
+    return searcher.study
+
+
+def tune_trials(run_dir: RunDir, searcher, watch: SearchWatch, num_samples: int, resources, scheduler=None,
+                max_session: int = 1, max_frame: int = 0) -> None:
+    """`num_samples` trials of run_dir on Ray Tune, in the order `searcher` gives them, each in a
+    search_trial process of its own (tune.make_trainable); `resources`: what each trial reserves,
+    a dict or a function of the trial's config; `max_session`, `max_frame`: each trial's, unless
+    its config names its own."""
+    from ray import tune  # the search extra, found by check_installed
     trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
-                                     spec_name=spec['name'], max_session=meta['max_session'],
-                                     max_frame=session_max_frame(spec))
+                                     spec_name=run_dir.spec_name, max_session=max_session, max_frame=max_frame)
     tuner = tune.Tuner(
         tune.with_resources(trainable, resources),
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, metric=METRIC, mode='max',
-                                    num_samples=total_trials(spec, params), reuse_actors=True),
+                                    num_samples=num_samples, reuse_actors=True),
         run_config=tune.RunConfig(name='tune', storage_path=str((run_dir.root / 'search').resolve()),
                                   verbose=0, log_to_file=True, callbacks=[make_callback(watch)]))
     tuner.fit()
-    return searcher.study
 
 
 def trial_resources(meta: dict, local: bool) -> dict:

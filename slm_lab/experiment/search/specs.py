@@ -19,11 +19,12 @@ logger = lab_logger.get_logger('slm_lab.search')
 INSTALL = 'pip install -r requirements-search.txt  (or: pip install ".[search]")'
 
 
-def check_installed() -> None:
-    """Ray Tune and Optuna are the search extra; a one-line error names its install command."""
+def check_installed(mode: str = 'search') -> None:
+    """Ray Tune and Optuna are the search extra (search mode's, and benchmark mode's, which runs its
+    trials on the same engine); a one-line error names its install command."""
     missing = [name for name in ('ray', 'optuna') if importlib.util.find_spec(name) is None]
     if missing:
-        raise SpecError(f'search mode needs {" and ".join(missing)} (the search extra), which is not installed; '
+        raise SpecError(f'{mode} mode needs {" and ".join(missing)} (the search extra), which is not installed; '
                         f'install it with: {INSTALL}')
 
 

@@ -125,8 +125,11 @@ def make_trainable():
                   max_frame: int = 0):
             self.params = dict(run_root=run_root, spec_name=spec_name, max_session=max_session, max_frame=max_frame)
             self.run_dir = RunDir(Path(run_root), spec_name)
-            self.index, self.max_session, self.max_frame = config['trial'], max_session, max_frame
-            self.reports = trial_reports(self.run_dir, self.index, max_session)  # replayed first
+            # a benchmark's trials differ in frames (its rows' budgets): the config names each one's
+            self.index = config['trial']
+            self.max_session = config.get('max_session', max_session)
+            self.max_frame = config.get('max_frame', max_frame)
+            self.reports = trial_reports(self.run_dir, self.index, self.max_session)  # replayed first
             if config.get('until') is not None:  # where a trial stopped early ended
                 self.reports = [r for r in self.reports if r[TIME_ATTR] <= config['until']]
             self.reported = 0
@@ -136,7 +139,7 @@ def make_trainable():
                 # a trial that continues holds back its row at max_frame until its process ends, as
                 # step() does: it may have been stopped there before writing its final records, and
                 # reported to Tune (which stops a trial at max_t) it would be stopped unfinished
-                self.reports = [r for r in self.reports if r[TIME_ATTR] < max_frame]
+                self.reports = [r for r in self.reports if r[TIME_ATTR] < self.max_frame]
             if not config['replay'] and not stop_file(self.run_dir).exists():
                 self.proc = start_trial_process(self.run_dir, self.index)
                 record_node(self.run_dir, self.index)
@@ -203,3 +206,30 @@ def record_node(run_dir: RunDir, index: int) -> None:
     path.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path / str(index), json.dumps({'node_id': ctx.get_node_id(),
                                                      'address': ray.util.get_node_ip_address()}))
+
+
+def make_queue_searcher(trials: list[dict], stopping=lambda: False):
+    """A Searcher that hands out `trials` (Tune configs, each with its 'trial' index) in order: a
+    benchmark's row-seeds, which draw nothing. `stopping()` says whether the experiment is stopping."""
+    from ray.tune.search import Searcher  # the search extra, found by check_installed
+
+    class QueueSearcher(Searcher):
+        def __init__(self):
+            super().__init__(metric=METRIC, mode='max')
+            self.queue = list(trials)
+
+        def suggest(self, trial_id: str):
+            if not self.queue or stopping():
+                return Searcher.FINISHED
+            return self.queue.pop(0)
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+            pass  # a trial's outcome is its files in the run directory
+
+        def save(self, checkpoint_path: str) -> None:
+            pass
+
+        def restore(self, checkpoint_path: str) -> None:
+            pass
+
+    return QueueSearcher()

@@ -24,8 +24,13 @@ def fmt_reward(value) -> str:
 class SearchWatch:
     """The search's progress as the driver sees it: {trial number: its last report}, statuses."""
 
-    def __init__(self, total: int, max_frame: int, log_frequency: int, stopping=lambda: False):
+    def __init__(self, total: int, max_frame: int, log_frequency: int, stopping=lambda: False,
+                 label: str = 'search'):
+        """`label`: what the lines call the experiment ('search', 'benchmark'), whose resume is
+        `{label}@latest`; a trial whose config names its own max_frame (a benchmark's rows) is
+        judged by it."""
         self.total, self.max_frame, self.log_frequency = total, max_frame, log_frequency
+        self.label = label
         self.stopping = stopping  # whether the search is stopping (a trial ending then is not finished)
         self.last: dict[int, dict] = {}  # trial -> its last report (frame, total_reward_ma)
         self.running: set[int] = set()
@@ -67,10 +72,10 @@ class SearchWatch:
         if error:
             status = 'error (see its log under log/)'
         elif self.stopping():
-            status = 'stopped with the search, a snapshot saved (continue with search@latest)'
+            status = f'stopped with the {self.label}, a snapshot saved (continue with {self.label}@latest)'
         elif config.get('replay'):
             status = 'finished before (kept)'
-        elif frame < self.max_frame:
+        elif frame < config.get('max_frame', self.max_frame):
             status = 'stopped early (ASHA)'
         else:
             status = 'completed'
@@ -83,7 +88,7 @@ class SearchWatch:
         running = ', '.join(f't{i} frame {self.last.get(i, {}).get(TIME_ATTR, 0)}' for i in sorted(self.running))
         best_text = (f'best: trial {best[0]} total_reward_ma {best[1][METRIC]:.2f} at frame {best[1][TIME_ATTR]}'
                      if best else 'best: -')
-        logger.info(f'search: {len(self.ended)}/{self.total} trials ended, {len(self.running)} running'
+        logger.info(f'{self.label}: {len(self.ended)}/{self.total} trials ended, {len(self.running)} running'
                     f'{" (" + running + ")" if running else ""} | {best_text}')
 
 

@@ -1,0 +1,396 @@
+"""benchmark mode: a suite file's rows x seeds run as the lab's trials on Ray Tune, its report (the
+interval, verdict and IQM maths against hand-computed values), bad suite files, and a benchmark
+stopped by SIGTERM and killed by SIGKILL that continues to the same scores as one never stopped."""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+from lab_helpers import ROOT, RUN_LAB, TwoNodeRayCluster, cli, lab_processes
+
+from slm_lab.experiment.benchmark import stats
+from slm_lab.experiment.benchmark.suite import SuiteError, parse_suite, read_suite, select
+
+# Ray is not imported here: the lab sets Ray's environment before Ray reads it
+needs_ray = pytest.mark.skipif(importlib.util.find_spec('ray') is None, reason='benchmark mode needs the search extra')
+
+SPEC = {
+    'agent': {'name': 'PPO',
+              'algorithm': {'name': 'PPO', 'gamma': 0.99, 'lam': 0.95, 'time_horizon': 32, 'minibatch_size': 32,
+                            'training_epoch': 2},
+              'memory': {'name': 'OnPolicyBatchReplay'},
+              'net': {'type': 'MLPNet', 'hid_layers': [16], 'optim_spec': {'name': 'Adam', 'lr': 0.001}}},
+    'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': 100000},
+    'meta': {'log_frequency': 100, 'eval_frequency': 200, 'checkpoint_frequency': 200},
+}
+
+
+def write_suite(folder: Path, frames: tuple[int, int] = (600, 400), **top) -> str:
+    """A suite of 2 rows (one spec, a row of its own gamma), 2 seeds each, in `folder`."""
+    spec_file = folder / 'ppo_tiny.json'
+    spec_file.write_text(json.dumps({'ppo_tiny': SPEC}))
+    suite = {'name': 'tiny', 'seeds': 2, 'rows': [
+        {'id': 'ppo_a', 'spec_file': str(spec_file), 'spec_name': 'ppo_tiny', 'max_frame': frames[0],
+         'random_score': 20, 'references': [{'value': 1000, 'source': 'a reference far above', 'max_frame': frames[0],
+                                             'score': 'slm_ma'}]},
+        {'id': 'ppo_b', 'spec_file': str(spec_file), 'spec_name': 'ppo_tiny', 'max_frame': frames[1],
+         'set': {'agent.algorithm.gamma': 0.9}, 'random_score': 20,
+         'references': [{'value': 0, 'source': 'a reference far below'}]}], **top}
+    path = folder / 'suite.json'
+    path.write_text(json.dumps(suite))
+    return str(path)
+
+
+# --- the maths, against hand-computed values --------------------------------------------------
+
+def test_two_seeds_give_the_interval_from_one_to_the_other():
+    """With 2 seeds a and b the resampled means are a, (a+b)/2, b with chances 1/4, 1/2, 1/4: the
+    2.5% and 97.5% percentiles are a and b."""
+    summary = stats.row_summary([3.0, 7.0])
+    assert (summary['n'], summary['mean'], summary['low'], summary['high']) == (2, 5.0, 3.0, 7.0)
+    assert stats.row_summary([3.0, None, float('nan')])['low'] is None  # one seed: no interval
+
+
+def test_the_verdict_says_where_the_reference_lies_and_the_ends_count_as_inside():
+    assert stats.verdict(8.0, 3.0, 7.0) == stats.ABOVE
+    assert stats.verdict(7.0, 3.0, 7.0) == stats.INSIDE
+    assert stats.verdict(3.0, 3.0, 7.0) == stats.INSIDE
+    assert stats.verdict(2.9, 3.0, 7.0) == stats.BELOW
+    assert stats.verdict(5.0, None, None) is None
+
+
+def test_iqm_drops_a_quarter_from_each_end_as_scipy_trim_mean():
+    assert stats.iqm([8, 1, 7, 2, 6, 3, 5, 4]) == 4.5  # 3, 4, 5, 6 kept
+    assert stats.iqm(list(range(10))) == 4.5  # floor(2.5) = 2 dropped each end: 2..7
+    assert stats.iqm([[0, 100], [1, 2]]) == 1.5  # flattened: 0, 1, 2, 100 -> 1, 2
+    assert stats.normalise(60, 20, 100) == 0.5
+
+
+def test_the_stratified_bootstrap_resamples_within_each_row():
+    # rows of equal seeds: every resample is the data itself, IQM of (1, 1, 3, 3) = 2
+    assert stats.stratified_bootstrap_interval([[1, 1], [3, 3]]) == (2.0, 2.0)
+    # one row (0, 1): resamples (0,0), (0,1)/(1,0), (1,1) give IQMs 0, 0.5, 1 with chances 1/4, 1/2, 1/4
+    low, high = stats.stratified_bootstrap_interval([[0, 1]])
+    assert (low, high) == (0.0, 1.0)
+    # a row of one seed never moves, the other's two seeds do; 3 scores: floor(3/4) = 0 dropped, so the
+    # IQM is the mean: (5,4,4) -> 13/3, (5,4,6) -> 5, (5,6,6) -> 17/3, with chances 1/4, 1/2, 1/4
+    low, high = stats.stratified_bootstrap_interval([[5], [4, 6]])
+    assert (low, high) == pytest.approx((13 / 3, 17 / 3))
+    # 4 rows of 2 seeds: 8 scores, 2 dropped each end; the data's own IQM lies inside its interval
+    data = [[0, 10], [2, 4], [6, 8], [1, 3]]
+    assert stats.iqm(data) == 3.75  # 0 1 [2 3 4 6] 8 10
+    low, high = stats.stratified_bootstrap_interval(data)
+    assert low < 3.75 < high
+
+
+def test_the_row_table_says_each_reference_verdict_budget_and_unfinished_seeds():
+    from slm_lab.experiment.benchmark import report
+    suite = parse_suite({'name': 's', 'rows': [
+        {'id': 'a', 'env': 'E', 'algorithm': 'A', 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 1000, 'seeds': 3,
+         'references': [{'value': 10, 'source': 'one', 'max_frame': 1000, 'score': 'slm_ma', 'seeds': 4},
+                        {'value': 0, 'source': 'two', 'max_frame': 5000, 'score': 'greedy episodes', 'note': 'v3'}]},
+        {'id': 'b', 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 2_000_000, 'seeds': 1, 'note': 'none published'},
+    ]}, 's.json')
+    seeds = [{'row': 'a', 'seed': 0, 'trial': 0, 'frame': 1000, 'finished': True, 'score': 2.0},
+             {'row': 'a', 'seed': 1, 'trial': 1, 'frame': 1000, 'finished': True, 'score': 4.0},
+             {'row': 'a', 'seed': 2, 'trial': 2, 'frame': 500, 'finished': False, 'score': 9.0},
+             {'row': 'b', 'seed': 0, 'trial': 3, 'frame': 2_000_000, 'finished': True, 'score': 7.0}]
+    results = report.row_results(suite, seeds)
+    assert (results[0]['mean'], results[0]['low'], results[0]['high']) == (3.0, 2.0, 4.0)  # the unfinished seed left out
+    assert results[0]['verdicts'] == ['above', 'below'] and results[1]['verdicts'] == []
+    lines = report.row_table(report.row_records(results)).splitlines()[2:]
+    assert lines[0] == ('| E | A | `a` | 1k | slm_ma | 2.00, 4.00, - (1 unfinished) | 3.00 | [2.00, 4.00] | 10.00 | one | 1k | '
+                        'slm_ma, 4 seeds | reference above the interval |')
+    assert lines[1] == ('|  |  |  |  |  |  |  |  | 0.00 | two (v3) | 5k | greedy episodes | reference below the interval '
+                        '(a different budget or definition) |')
+    assert lines[2] == '|  |  | `b` | 2M | slm_ma | 7.00 | 7.00 | n/a | none | none published |  |  | n/a |'
+    assert report.aggregate(results, {'a': (0.0, 'the suite'), 'b': (0.0, 'the suite')})['rows'] == ['a']
+
+
+# --- suite files ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('edit, message', [
+    (lambda s: s.pop('name'), r"^suite file .*: name: missing"),
+    (lambda s: s['rows'][1].update(max_frame='3e5x'), r'^suite file .*: rows\[1\]\.max_frame: expected a positive '
+                                                       r'integer, got "3e5x"'),
+    (lambda s: s['rows'][0].update(max_fram=1), r"^suite file .*: rows\[0\]\.max_fram: unknown key \(did you mean "
+                                                r"'max_frame'\?"),
+    (lambda s: s['rows'][1].update(id='ppo_a'), r'^suite file .*: rows\[1\]\.id: "ppo_a" is also rows\[0\]'),
+    (lambda s: s['rows'][0]['references'][0].pop('source'), r'^suite file .*: rows\[0\]\.references\[0\]\.source: '
+                                                            r'missing'),
+    (lambda s: s['rows'][0].update(score='best'), r'^suite file .*: rows\[0\]\.score: unknown score "best"; the '
+                                                  r'scores: slm_ma'),
+    (lambda s: s['rows'][0].update(set={'env.max_frame': 5}), r'rows\[0\]\.set\.env\.max_frame: set by the '
+                                                              r'benchmark itself'),
+    (lambda s: s.update(seeds=0), r'^suite file .*: seeds: expected a positive integer, got 0'),
+])
+def test_a_bad_suite_is_one_line_naming_the_key_path(tmp_path, edit, message):
+    import re
+    data = json.loads(Path(write_suite(tmp_path)).read_text())
+    edit(data)
+    with pytest.raises(SuiteError) as e:
+        parse_suite(data, 'suite.json')
+    assert '\n' not in str(e.value) and re.search(message, str(e.value)), str(e.value)
+
+
+def test_rows_and_seeds_narrow_a_suite_and_a_yaml_suite_reads_as_json(tmp_path):
+    suite = read_suite(write_suite(tmp_path))
+    assert [r.id for r in select(suite, ['ppo_b'], 3).rows] == ['ppo_b'] and select(suite, None, 3).rows[0].seeds == 3
+    with pytest.raises(SuiteError, match=r'^--rows nope: no row of .* its rows: ppo_a, ppo_b$'):
+        select(suite, ['nope'])
+    yaml = tmp_path / 'suite.yaml'
+    yaml.write_text('name: tiny\nrows:\n  - {spec_file: x.json, spec_name: x, max_frame: 3.0e+5}\n')
+    assert read_suite(str(yaml)).rows[0].max_frame == 300000 and read_suite(str(yaml)).rows[0].seeds == 4
+
+
+@needs_ray
+@pytest.mark.subprocess
+def test_bad_benchmark_input_exits_2_with_one_line_and_never_touches_a_run(tmp_path, lab_run, make_spec):
+    _, run = lab_run(make_spec('PPO', max_frame=64), 'ppo_run', data_dir=tmp_path / 'data')
+
+    def fingerprint(root: Path) -> str:
+        h = hashlib.sha256()
+        for p in sorted(root.rglob('*')):
+            h.update(str(p.relative_to(root)).encode())
+            if p.is_file():
+                h.update(p.read_bytes())
+        return h.hexdigest()
+    before = fingerprint(run)
+    suite = write_suite(tmp_path)
+    bad = tmp_path / 'bad.json'
+    bad.write_text(Path(suite).read_text().replace('"max_frame": 600', '"max_frame": -1'))
+    missing_spec = tmp_path / 'missing.json'
+    missing_spec.write_text(Path(suite).read_text().replace('"spec_name": "ppo_tiny", "max_frame": 400',
+                                                            '"spec_name": "ppo_tinny", "max_frame": 400'))
+    import re
+
+    import slm_lab
+    from slm_lab.lib.errors import LabError
+    data = str(tmp_path / 'data')
+    # from Python: the same checks, raised (nothing of Ray is imported before they pass)
+    for args, kwargs, message in [
+        ((str(missing_spec),), {}, r'^suite file .*: row ppo_b \(.*ppo_tiny\.json ppo_tinny\): .*ppo_tinny'),
+        ((suite, f'benchmark@{run}'), {}, r'^benchmark@.*: .* is not a benchmark directory'),
+        ((suite,), {'rows': ['nope']}, r'^--rows nope: no row of'),
+        ((suite, 'benchmark@latest'), {'seeds': 3}, r'^--rows and --seeds choose the rows and seeds of a new'),
+        ((str(tmp_path / 'none.json'),), {}, r'^suite file .*none\.json not found'),
+    ]:
+        with pytest.raises(LabError) as e:
+            slm_lab.benchmark(*args, data_dir=data, **kwargs)
+        assert '\n' not in str(e.value) and re.search(message, str(e.value)), (args, str(e.value))
+    # the command line: one line, exit 2
+    for args, message in [
+        ([str(bad), 'benchmark'], r'^error: suite file .*bad\.json: rows\[0\]\.max_frame: expected a positive integer, '
+                                  r'got -1'),
+        ([suite, 'benchmark', '-s', 'env.max_frame=5'], r"^error: -s/--set does not apply to benchmark"),
+    ]:
+        result = cli(args, tmp_path)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1 and re.search(message, lines[0]), (args, result.stderr)
+    assert sorted(p.name for p in (tmp_path / 'data').iterdir() if not p.name.startswith('.')) == [run.name]
+    assert fingerprint(run) == before
+
+
+# --- running a suite --------------------------------------------------------------------------
+
+
+
+@pytest.fixture(scope='module')
+def straight(tmp_path_factory):
+    """The tiny suite run straight through, from Python (slm_lab.benchmark), in a process of its own:
+    the lab sets Ray's environment before Ray is imported, which a test process may have done."""
+    folder = tmp_path_factory.mktemp('straight')
+    script = ('import json, slm_lab, sys\n'
+              'r = slm_lab.benchmark(sys.argv[1], data_dir=sys.argv[2])\n'
+              'print(json.dumps({"run_dir": str(r.run_dir), "report": r.report}))\n')
+    done = subprocess.run([sys.executable, '-c', script, write_suite(folder), str(folder / 'data')], cwd=folder,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONPATH': str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    return SimpleNamespace(run_dir=Path(out['run_dir']), report=out['report'])
+
+
+def seed_scores(root: Path) -> pd.DataFrame:
+    return pd.read_csv(root / 'benchmark' / 'scores.csv')
+
+
+@pytest.mark.ray
+@needs_ray
+def test_a_suite_runs_each_row_seed_as_a_trial_and_writes_its_report(straight):
+    from slm_lab.experiment.benchmark.scores import read_rows, slm_ma
+    root = straight.run_dir
+    scores = seed_scores(root)
+    assert list(zip(scores['row'], scores['seed'], scores['trial'], scores['frame'])) == [
+        ('ppo_a', 0, 0, 600), ('ppo_a', 1, 1, 600), ('ppo_b', 0, 2, 400), ('ppo_b', 1, 3, 400)]
+    assert scores['finished'].all()
+    for _, s in scores.iterrows():  # the score is slm_ma of the seed's own train CSV; its seed is the session's
+        rows = read_rows(root / 'info' / f'tiny_t{s["trial"]}_s0_session_df_train.csv')
+        assert s['score'] == pytest.approx(slm_ma(rows))
+        session = json.loads((root / f'tiny_t{s["trial"]}_s0_spec.json').read_text())
+        assert session['meta']['random_seed'] == s['seed'] and session['env']['max_frame'] == s['frame']
+    assert json.loads((root / 'tiny_t2_spec.json').read_text())['agent']['algorithm']['gamma'] == 0.9
+    rows = pd.read_csv(root / 'benchmark' / 'report.csv')
+    a = rows.set_index('row').loc['ppo_a']
+    assert a['mean'] == pytest.approx(scores['score'][:2].mean())
+    assert (a['ci95_low'], a['ci95_high']) == pytest.approx(tuple(sorted(scores['score'][:2])))  # 2 seeds: [min, max]
+    assert list(rows['verdict']) == ['above', 'below'] and a['env'] == 'CartPole-v1' and a['algorithm'] == 'PPO'
+    report = (root / 'benchmark' / 'report.md').read_text()
+    assert report == straight.report and 'reference above the interval' in report
+    assert 'Aggregate over 2 row(s), 4 runs' in report
+    assert (root / 'graph' / 'tiny_ppo_a_benchmark_graph.html').exists()
+    assert not lab_processes(root)
+
+
+@pytest.mark.ray
+@needs_ray
+@pytest.mark.subprocess
+def test_a_finished_benchmark_continued_writes_its_report_again_without_training(straight, tmp_path):
+    before = seed_scores(straight.run_dir)
+    suite = json.loads((straight.run_dir / 'benchmark' / 'suite.json').read_text())
+    path = tmp_path / 'suite.json'
+    path.write_text(json.dumps({k: suite[k] for k in ('name', 'rows')}))
+    result = cli([str(path), f'benchmark@{straight.run_dir}'], tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '4 of 4 row-seeds finished before (kept); 0 to run' in result.stderr
+    assert '| `ppo_a` |' in result.stdout
+    pd.testing.assert_frame_equal(seed_scores(straight.run_dir), before)
+
+
+def wait_for(proc: subprocess.Popen, path_glob: str, cwd: Path, rows: int, timeout: float = 240) -> None:
+    """Until the train CSV matching `path_glob` under cwd has `rows` rows (or the process ended)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        found = list(cwd.glob(path_glob))
+        if found and len(found[0].read_text().splitlines()) - 1 >= rows:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f'never got there: {proc.stderr.read()[-3000:] if proc.poll() is not None else ""}')
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@needs_ray
+@pytest.mark.subprocess
+def test_sigterm_then_sigkill_mid_suite_continue_to_the_scores_of_the_suite_that_never_stopped(straight, tmp_path):
+    """The same suite as `straight`, run as a user does: SIGTERM in trial 1 (143, its line names
+    benchmark@latest), benchmark@latest SIGKILLed in trial 2, benchmark@latest to the end: every
+    seed's score and train records equal the straight run's (the lab's resume is exact)."""
+    suite = write_suite(tmp_path)
+    proc = subprocess.Popen([sys.executable, RUN_LAB, suite, 'benchmark'], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(proc, 'data/tiny_*/info/tiny_t1_s0_session_df_train.csv', tmp_path, rows=2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and err.strip().splitlines()[-1].endswith('continue with benchmark@latest'), err
+    (root,) = (tmp_path / 'data').glob('tiny_*')
+    assert not (root / 'benchmark' / 'report.md').exists()
+    proc = subprocess.Popen([sys.executable, RUN_LAB, suite, 'benchmark@latest'], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(proc, 'data/tiny_*/info/tiny_t2_s0_session_df_train.csv', tmp_path, rows=1)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while lab_processes(root) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not lab_processes(root), lab_processes(root)
+    result = cli([suite, 'benchmark@latest'], tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = list((root / 'info').glob('tiny_t*_s0_resumes.json'))
+    assert resumed, 'a trial continued from its snapshot'
+    pd.testing.assert_frame_equal(seed_scores(root), seed_scores(straight.run_dir))
+    cols = ['frame', 'total_reward_ma', 'loss', 'opt_step']
+    for i in range(4):
+        a, b = (pd.read_csv(d / 'info' / f'tiny_t{i}_s0_session_df_train.csv')[cols] for d in (root, straight.run_dir))
+        pd.testing.assert_frame_equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@needs_ray
+@pytest.mark.subprocess
+def test_a_suite_runs_on_a_two_node_ray_cluster(straight, tmp_path):
+    """A local Ray cluster of two nodes (one CPU each) on loopback: the row-seeds land on both and
+    score as the local run did."""
+    with TwoNodeRayCluster() as cluster:
+        suite = write_suite(tmp_path)
+        result = cli([suite, 'benchmark', '--ray-address', cluster.address], tmp_path, timeout=600, env=cluster.env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        (root,) = (tmp_path / 'data').glob('tiny_*')
+        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(4)}
+        assert len(nodes) == 2, nodes
+        pd.testing.assert_frame_equal(seed_scores(root), seed_scores(straight.run_dir))
+
+
+def test_slm_lab_benchmark_spells_the_same_command(tmp_path, capsys):
+    from slm_lab.cli import parse_run_args
+    suite = write_suite(tmp_path)
+    args = parse_run_args([suite, '--rows', 'ppo_a,ppo_b', '--seeds', '3'], prog='slm-lab benchmark')
+    assert (args.spec_file, args.mode, args.rows, args.seeds) == (suite, 'benchmark', ['ppo_a', 'ppo_b'], 3)
+    args = parse_run_args([suite, 'benchmark@latest'], prog='run_lab.py')
+    assert (args.spec_file, args.spec_name, args.mode) == (suite, None, 'benchmark@latest')
+    with pytest.raises(SystemExit) as e:
+        parse_run_args([suite, 'ppo', 'train', '--seeds', '2'])
+    assert e.value.code == 2 and '--seeds only applies to benchmark mode' in capsys.readouterr().err
+    os.environ.pop('SLM_LAB_NEVER_SET', None)
+
+
+@pytest.mark.ray
+@needs_ray
+def test_the_docs_table_is_generated_from_a_report_as_the_report_draws_it(straight, tmp_path):
+    from tools import benchmark_table
+    table = ''.join(line + '\n' for line in straight.report.splitlines() if line.startswith('|'))
+    doc = tmp_path / 'BENCHMARKS.md'
+    doc.write_text('before\n<!-- benchmark-table: tiny -->\nold\n<!-- /benchmark-table: tiny -->\nafter\n')
+    assert benchmark_table.main([str(straight.run_dir), '--doc', str(doc), '--check']) == 1
+    assert benchmark_table.main([str(straight.run_dir), '--doc', str(doc), '--write']) == 0
+    assert doc.read_text() == f'before\n<!-- benchmark-table: tiny -->\n{table}<!-- /benchmark-table: tiny -->\nafter\n'
+    csv_copy = tmp_path / 'report.csv'  # a copy kept under docs/benchmarks/ gives the same table
+    csv_copy.write_text((straight.run_dir / 'benchmark' / 'report.csv').read_text())
+    assert benchmark_table.main([str(csv_copy), '--suite', 'tiny', '--doc', str(doc), '--check']) == 0
+
+
+SUITES = sorted((ROOT / 'spec' / 'benchmark' / 'suites').glob('*.json'))
+
+
+@pytest.mark.parametrize('path', SUITES, ids=[p.stem for p in SUITES])
+def test_every_shipped_suite_reads_and_each_row_loads_at_its_budget(path, monkeypatch):
+    from slm_lab.spec import load_spec
+    monkeypatch.chdir(ROOT)  # the suites name spec files from the repository root
+    suite = read_suite(str(path))
+    assert all(row.seeds == 4 for row in suite.rows)
+    for row in suite.rows:
+        spec = load_spec(row.spec_file, row.spec_name, row.overrides(3))
+        assert spec['env']['max_frame'] == row.max_frame and spec['meta']['random_seed'] == 3
+        assert not row.env or spec['env']['name'] == row.env or row.env.endswith('Continuous-v3')
+
+
+def test_ppo_pong_has_the_settings_of_slm_labs_published_pong_figure(monkeypatch):
+    """SLM-Lab v5's Pong figure (16.69 at 10M frames) came from its ppo_atari_lam85_arc spec:
+    the keys that differ from its ppo_atari_arc, and those that shape learning, key by key."""
+    from slm_lab.spec import load_spec
+    monkeypatch.chdir(ROOT)
+    spec = load_spec('spec/benchmark/atari/atari_slm_lab_v5.json', 'ppo_pong')
+    algorithm, net, env = spec['agent']['algorithm'], spec['agent']['net'], spec['env']
+    assert (algorithm['lam'], algorithm['gamma'], algorithm['time_horizon'], algorithm['minibatch_size'],
+            algorithm['training_epoch'], algorithm['clip_vloss'], algorithm['val_loss_coef']) == \
+        (0.85, 0.99, 128, 256, 4, True, 0.5)
+    assert algorithm['clip_eps_spec']['start_val'] == algorithm['clip_eps_spec']['end_val'] == 0.1
+    assert algorithm['entropy_coef_spec']['start_val'] == algorithm['entropy_coef_spec']['end_val'] == 0.01
+    assert net['conv_hid_layers'] == [[32, 8, 4, 0, 1], [64, 4, 2, 0, 1], [64, 3, 1, 0, 1]]
+    assert net['fc_hid_layers'] == [512]
+    assert (net['shared'], net['use_same_optim'], net['normalize'], net['init_fn'], net['clip_grad_val']) == \
+        (True, True, True, 'orthogonal_', 0.5)
+    assert (net['optim_spec']['name'], net['optim_spec']['lr'], net['optim_spec']['eps']) == ('AdamW', 2.5e-4, 1e-5)
+    assert (net['lr_scheduler_spec']['name'], net['lr_scheduler_spec']['frame']) == ('LinearToZero', 1e7)
+    assert (env['name'], env['num_envs'], env['max_frame'], env['life_loss_info']) == ('ALE/Pong-v5', 16, 1e7, True)

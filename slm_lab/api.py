@@ -223,7 +223,7 @@ def benchmark(suite_file: str | os.PathLike, mode: str = 'benchmark', rows: list
     if isinstance(rows, str):  # 'a,b' as --rows takes it
         rows = [r.strip() for r in rows.split(',') if r.strip()]
     check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
-    from slm_lab import lab  # the lab's modules: imported at the first run, so that import slm_lab stays cheap
-    done = lab.benchmark(os.fspath(suite_file), mode, rows, seeds, data_dir=data_dir, ray_address=ray_address,
-                         graphs=graphs)
+    from slm_lab import benchmark_mode  # the lab's modules: imported at the first run (import slm_lab stays cheap)
+    done = benchmark_mode.benchmark(os.fspath(suite_file), mode, rows, seeds, data_dir=data_dir,
+                                    ray_address=ray_address, graphs=graphs)
     return BenchmarkResult(run_dir=Path(done['run_dir']), report=done['report'], files=done['files'])

@@ -269,7 +269,8 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
                     begin_writing()  # a stop closes the video being written on the way out
                 enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
             elif is_benchmark_mode(args.mode):
-                lab.benchmark(args.spec_file, args.mode, args.rows, args.seeds, ray_address=args.ray_address)
+                from slm_lab import benchmark_mode  # imports lab: only once the arguments are valid
+                benchmark_mode.benchmark(args.spec_file, args.mode, args.rows, args.seeds, ray_address=args.ray_address)
             elif args.fork is not None or args.warm_start is not None:
                 from slm_lab import branch  # imports lab (gymnasium): only once the arguments are valid
                 branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,

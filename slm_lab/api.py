@@ -34,7 +34,7 @@ def plain(value: Any, what: str) -> Any:
     value that is no spec value, of an object that contains itself, or of nesting deeper than a
     spec file may nest. Walked without recursion, so any depth or cycle is caught."""
     # the spec reader's limits, a spec file's; its package imports gymnasium: not at `import slm_lab`
-    from slm_lab.spec.read import MAX_SPEC_DEPTH, MAX_SPEC_VALUES
+    from slm_lab.spec.read import MAX_SPEC_DEPTH, MAX_SPEC_VALUES  # noqa: PLC0415 (spec.read imports yaml: not at `import slm_lab`)
     count = 0
     stack = [(value, '', ())]
     while stack:
@@ -112,7 +112,7 @@ def _spec_file(spec: str | os.PathLike | dict, spec_name: str | None, tmp: str) 
     if isinstance(spec, (str, os.PathLike)):
         path = os.fspath(spec)
         if spec_name is None:
-            from slm_lab.spec.read import read_spec_file  # yaml: not at `import slm_lab`
+            from slm_lab.spec.read import read_spec_file  # noqa: PLC0415 yaml: not at `import slm_lab`
             names = list(read_spec_file(path))
             if len(names) != 1:
                 raise SpecError(f'spec file {path} holds {len(names)} specs ({", ".join(names[:10])}); '
@@ -172,14 +172,14 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
     if mode.startswith('enjoy@'):
         raise SpecError(f"mode '{mode}': replay from the command line: slm-lab run {mode}")
     overrides = _overrides(overrides)
-    from slm_lab import lab  # the lab's modules: imported at the first run, so that import slm_lab stays cheap
+    from slm_lab import lab  # noqa: PLC0415 the lab's modules: imported at the first run, so that import slm_lab stays cheap
     new_run = not mode.startswith(('train@', 'search@')) or fork is not None or warm_start is not None
     data_dir = lab.check_data_dir(data_dir, new_run=new_run)
     found: list = []
     with tempfile.TemporaryDirectory(prefix='slm_lab_spec_') as tmp:
         spec_file, name = _spec_file(spec, spec_name, tmp)
         if fork is not None or warm_start is not None or frame is not None or ckpt is not None:
-            from slm_lab import branch  # imports lab (gymnasium): not at `import slm_lab`
+            from slm_lab import branch  # noqa: PLC0415 imports lab (gymnasium): not at `import slm_lab`
             metrics = branch.run(spec_file, name, mode, overrides, data_dir,
                                  fork_from=None if fork is None else os.fspath(fork), frame=frame,
                                  warm_start_from=None if warm_start is None else os.fspath(warm_start), ckpt=ckpt,
@@ -223,7 +223,7 @@ def benchmark(suite_file: str | os.PathLike, mode: str = 'benchmark', rows: list
     if isinstance(rows, str):  # 'a,b' as --rows takes it
         rows = [r.strip() for r in rows.split(',') if r.strip()]
     check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
-    from slm_lab import benchmark_mode  # the lab's modules: imported at the first run (import slm_lab stays cheap)
+    from slm_lab import benchmark_mode  # noqa: PLC0415 the lab's modules: imported at the first run (import slm_lab stays cheap)
     done = benchmark_mode.benchmark(os.fspath(suite_file), mode, rows, seeds, data_dir=data_dir,
                                     ray_address=ray_address, graphs=graphs)
     return BenchmarkResult(run_dir=Path(done['run_dir']), report=done['report'], files=done['files'])

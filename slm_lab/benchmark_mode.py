@@ -23,10 +23,10 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
     (its spec loaded at its budget and preflighted) before its directory is made; a continued one
     runs the row-seeds not finished, each from its newest snapshot. Returns {'run_dir', 'report'
     (the Markdown), 'files'}; LabError naming the row-seeds that failed, after the report."""
-    from slm_lab.experiment import search as search_lib  # Ray: only search and benchmark need it
-    from slm_lab.experiment.benchmark import SuiteError, read_suite, select
-    from slm_lab.experiment.benchmark import report as bench_report
-    from slm_lab.experiment.benchmark import run as bench_run
+    from slm_lab.experiment import search as search_lib  # noqa: PLC0415 Ray: only search and benchmark need it
+    from slm_lab.experiment.benchmark import SuiteError, read_suite, select  # noqa: PLC0415 (the benchmark package reads pandas (its report): only this mode needs it)
+    from slm_lab.experiment.benchmark import report as bench_report  # noqa: PLC0415 (as above)
+    from slm_lab.experiment.benchmark import run as bench_run  # noqa: PLC0415 (as above)
     check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
     if not is_benchmark_mode(mode):
         raise ModeError(f"unknown mode '{mode}' for a suite file; use benchmark, benchmark@latest or "

@@ -7,6 +7,7 @@
 Parsing only: the lab itself (torch, gymnasium) is imported once a command is known to be valid."""
 from __future__ import annotations
 
+import logging
 import argparse
 import os
 import signal
@@ -260,19 +261,19 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
             return report(e, None), None
         set_stop_mode(args.mode)
         try:
-            from slm_lab import lab  # imports the lab's modules: after the arguments are known to be valid
+            from slm_lab import lab  # noqa: PLC0415 imports the lab's modules: after the arguments are known to be valid
             if args.mode.startswith('enjoy@'):
                 lab.check_mode(args.mode)
                 lab_logger.setup_console()  # its warnings (a damaged snapshot skipped) read as the lab's log lines
-                from slm_lab.experiment.enjoy import enjoy  # imports torch
+                from slm_lab.experiment.enjoy import enjoy  # noqa: PLC0415 imports torch
                 if args.record:
                     begin_writing()  # a stop closes the video being written on the way out
                 enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
             elif is_benchmark_mode(args.mode):
-                from slm_lab import benchmark_mode  # imports lab: only once the arguments are valid
+                from slm_lab import benchmark_mode  # noqa: PLC0415 imports lab: only once the arguments are valid
                 benchmark_mode.benchmark(args.spec_file, args.mode, args.rows, args.seeds, ray_address=args.ray_address)
             elif args.fork is not None or args.warm_start is not None:
-                from slm_lab import branch  # imports lab (gymnasium): only once the arguments are valid
+                from slm_lab import branch  # noqa: PLC0415 imports lab (gymnasium): only once the arguments are valid
                 branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
                            frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
             else:
@@ -302,7 +303,6 @@ def exit_process(code: int, mode: str | None) -> None:
     """End this process with `code`. A search's driver is done with Ray, torch and its files (each
     written atomically, closed): the interpreter's teardown of those modules (about 0.8 s) is skipped."""
     if mode is not None and mode.startswith(('search', 'benchmark')):
-        import logging
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -353,10 +353,10 @@ def main(argv: list[str] | None = None) -> int:
         code, mode = run_main(rest, prog='slm-lab benchmark')
         exit_process(code, mode)
     if command == 'plot':
-        from slm_lab.experiment.compare import plot_main  # pandas and plotly: only plot needs them
+        from slm_lab.experiment.compare import plot_main  # noqa: PLC0415 pandas and plotly: only plot needs them
         return plot_main(rest)
     if command == 'report':
-        from slm_lab.experiment.report import report_main  # numpy: only a report needs it
+        from slm_lab.experiment.report import report_main  # noqa: PLC0415 numpy: only a report needs it
         return report_main(rest)
     print(f"error: unknown command {command!r}; the commands are run, plot, report and benchmark (see slm-lab --help)",
           file=sys.stderr)

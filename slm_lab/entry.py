@@ -10,7 +10,7 @@ def catch_stops_first() -> None:
     handler raises KeyboardInterrupt on Ctrl-C: that is the same one line (the imports here are
     pure Python, which the exception leaves intact)."""
     try:
-        from slm_lab.lib.errors import catch_stops
+        from slm_lab.lib.errors import catch_stops  # noqa: PLC0415 (the stop handler first: nothing else imported before it)
         catch_stops(at_once=True)
     except KeyboardInterrupt:
         print('interrupted', file=sys.stderr)
@@ -21,7 +21,7 @@ def console_main() -> None:
     """`slm-lab COMMAND ...`, the script pip installs (pyproject [project.scripts])."""
     if sys.argv[1:2] == ['run']:  # the lab's run; `slm-lab plot` keeps Python's handling
         catch_stops_first()
-    from slm_lab.cli import console_main as cli_main
+    from slm_lab.cli import console_main as cli_main  # noqa: PLC0415 (the command line after the stop handler is in place)
     cli_main()
 
 

@@ -85,12 +85,12 @@ def preflight(spec: dict, data_dir: str | os.PathLike, own_snapshots: Path | Non
     resources.decide_snapshot_replay): `data_dir` is where the run's files go, `own_snapshots` the
     ckpt/ of a run being continued, whose snapshots the new ones replace."""
     # the boards' packages (tensorboard, wandb), found without importing them
-    from slm_lab.experiment.tensorboard import require_tensorboard
-    from slm_lab.experiment.wandb_board import require_wandb
+    from slm_lab.experiment.tensorboard import require_tensorboard  # noqa: PLC0415 (finds the boards' packages without importing them; kept out of start-up with the rest)
+    from slm_lab.experiment.wandb_board import require_wandb  # noqa: PLC0415 (as above)
     require_tensorboard(spec['meta'])
     require_wandb(spec['meta'])
-    from slm_lab.agent import Agent  # imports torch: kept out of start-up, so a bad mode or spec fails fast
-    from slm_lab.env import Clock, agent_action_space, make_env
+    from slm_lab.agent import Agent  # noqa: PLC0415 imports torch: kept out of start-up, so a bad mode or spec fails fast
+    from slm_lab.env import Clock, agent_action_space, make_env  # noqa: PLC0415 (imports gymnasium: kept out of start-up (as Agent above))
     check_gpu(spec)
     try:
         env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
@@ -118,14 +118,14 @@ def _trials_on_disk(spec: dict) -> int:
     --keep prunes them only at its end), else one."""
     if not str(spec['meta'].get('mode')).startswith('search') or not spec.get('search'):
         return 1
-    from slm_lab.experiment.search_space import grid_points, parse_search  # only a search needs it
+    from slm_lab.experiment.search_space import grid_points, parse_search  # noqa: PLC0415 only a search needs it
     return spec['meta']['max_trial'] * len(grid_points(parse_search(spec['search'])))
 
 
 def check_gpu(spec: dict) -> None:
     """Say it, once per command, when the spec asks for a GPU (agent.net.gpu true) and this machine
     has no CUDA device: the run trains on the CPU ('auto' asks for one only where there is one)."""
-    import torch  # kept out of start-up (see preflight)
+    import torch  # noqa: PLC0415 kept out of start-up (see preflight)
     if (spec['agent'].get('net') or {}).get('gpu') is True and not torch.cuda.is_available():
         logger.warning(f'agent.net.gpu is true but torch {torch.__version__} finds no CUDA device here: training on '
                        "the CPU (agent.net.gpu 'auto' uses a GPU only where there is one, without this line)")
@@ -134,14 +134,14 @@ def check_gpu(spec: dict) -> None:
 def _try_torch_pieces(algorithm) -> None:
     """Use the loss and step the LR schedulers of a throwaway agent once: some torch arguments
     (a loss's reduction, a scheduler's step_size) are only checked when first used."""
-    import torch  # kept out of start-up (see preflight)
+    import torch  # noqa: PLC0415 kept out of start-up (see preflight)
     loss_fn = algorithm.loss_fn
     if loss_fn is not None:
         try:
             loss_fn(torch.zeros(2), torch.zeros(2))
         except (ValueError, TypeError, RuntimeError) as e:
             raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
-    from slm_lab.agent.net.net_util import step_lr_scheduler  # imports torch (see preflight)
+    from slm_lab.agent.net.net_util import step_lr_scheduler  # noqa: PLC0415 imports torch (see preflight)
     clock = algorithm.clock
     for sched in algorithm.lr_schedulers.values():
         # as at the first update (a step_size of 0 fails there), then where the run goes: a
@@ -205,7 +205,7 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
     if mode == 'search' or mode.startswith('search@'):
         return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep, on_run_dir)
     spec = prepare_spec(spec_file, spec_name, mode, overrides, data_dir)
-    from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
+    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch (see preflight)
     ts = new_experiment_ts(data_dir, spec_name)
     spec['meta']['experiment_ts'] = ts
     run_dir = RunDir.for_spec(data_dir, spec_name, ts)
@@ -227,7 +227,7 @@ def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | N
     if started or (root.exists() and not root.is_dir()):
         return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir)
     spec = prepare_spec(spec_file, spec_name, 'train', overrides, root)
-    from slm_lab.experiment.trial import Trial  # imports torch (see preflight)
+    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch (see preflight)
     spec['meta']['experiment_ts'] = time.strftime(TS_FORMAT)
     new = RunDir(root, spec_name)
     return run_new(new, Trial(spec, new, 'train', trial=0), on_run_dir, fixed=True)
@@ -317,7 +317,7 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
     """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
     edited) spec. Everything is checked before the run directory is touched, under a lock so that
     no other process trains the run meanwhile."""
-    from slm_lab.persistence import resume as resume_lib  # imports torch (see preflight)
+    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 imports torch (see preflight)
     run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
     if on_run_dir is not None:
         on_run_dir(run_dir)
@@ -333,9 +333,9 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     load it into a session built from the spec, and a trial of one session continues with that
     very session (experiment/trial.py)."""
     # all three import torch (see preflight)
-    from slm_lab.experiment.results import complete_finished_run
-    from slm_lab.experiment.trial import Trial
-    from slm_lab.persistence import resume as resume_lib
+    from slm_lab.experiment.results import complete_finished_run  # noqa: PLC0415 (imports torch (see preflight))
+    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (imports torch (see preflight))
+    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 (imports torch (see preflight))
     spec, old_spec = edits.continuation_spec(spec_file, spec_name, overrides, resume_lib.read_run_spec(run_dir),
                                              f'train@{target}')
     meta = spec['meta']
@@ -395,8 +395,8 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
     Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
     touched. Returns the experiment dataframe."""
-    from slm_lab.experiment import search as search_lib  # pandas and plotly: only a search needs them
-    from slm_lab.persistence import resume as resume_lib  # imports torch (see preflight)
+    from slm_lab.experiment import search as search_lib  # noqa: PLC0415 pandas and plotly: only a search needs them
+    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 imports torch (see preflight)
     search_lib.check_installed()
     if ray_address is None:
         ray_address = os.environ.get('RAY_ADDRESS') or None

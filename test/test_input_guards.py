@@ -168,12 +168,15 @@ def test_the_estimate_counts_the_replay_and_the_on_policy_batch(make_spec):
     assert needs['on-policy batch'].nbytes > 2 * 32 * 3 * (2 * 16 + 8 + 4 * 4)
 
 
+SUITES = REPO_ROOT / 'spec' / 'benchmark' / 'suites'  # benchmark suite files (docs/benchmark.md)
+
+
 def test_shipped_specs_pass_the_estimate_on_a_small_machine():
     """Every spec the lab ships fits a 4 GiB machine, with a session per core of a 16-core one;
     the Atari ones (a DQN replay of 200k frames; the side-by-side's dqn_pong_zoo) fit this 24 GiB
     one with 4 sessions."""
     small = resources.MachineMemory(total=4 * 2**30, available=None)
-    paths = [Path(DEMO)] + sorted((REPO_ROOT / 'spec' / 'benchmark').rglob('*.json'))
+    paths = [Path(DEMO)] + sorted(p for p in (REPO_ROOT / 'spec' / 'benchmark').rglob('*.json') if p.parent != SUITES)
     for path in paths:
         for name in json.loads(path.read_text()):
             spec = load_spec(str(path), name, ['meta.max_session=4'])
@@ -488,7 +491,11 @@ def test_the_bounds_of_recurrent_nets_and_frame_stacks(make_spec, tmp_path):
 def test_shipped_specs_stay_within_the_bounds():
     """Every spec the lab ships (placeholders filled) loads: no bound refuses a real spec."""
     from slm_lab.spec.read import read_spec_file
+    from slm_lab.experiment.benchmark import read_suite
     paths = sorted(p for p in (REPO_ROOT / 'spec').rglob('*') if p.suffix in ('.json', '.yaml', '.yml'))
+    for suite in [p for p in paths if p.parent == SUITES]:  # suite files, not spec files: read as suites
+        assert read_suite(str(suite)).rows
+    paths = [p for p in paths if p.parent != SUITES]
     loaded = 0
     for path in paths:
         for name, raw in read_spec_file(str(path)).items():

@@ -69,7 +69,7 @@ def atari_settings(env_spec: dict, whole_games: bool = False) -> AtariSettings:
 def _game_kwargs(env_spec: dict) -> dict:
     """The game's constructor arguments: its registration's, then the spec's env keys that are
     arguments of ale-py's AtariEnv, then make_kwargs (as make_env passes them to gymnasium.make)."""
-    from ale_py.env import AtariEnv  # the Atari extra, installed where an Atari id is registered
+    from ale_py.env import AtariEnv  # noqa: PLC0415 the Atari extra, installed where an Atari id is registered
     params = inspect.signature(AtariEnv.__init__).parameters
     registered = gym.envs.registry.get(env_spec['name'])
     given = {k: v for k, v in env_spec.items() if k in params and k != 'self'}
@@ -112,8 +112,8 @@ def make_ale_vector_env(env_spec: dict, num_envs: int) -> gym.vector.VectorEnv:
     clips them after recording returns), FIRE pressed at each game's start where the game has it,
     up to NOOP_MAX no-op frames first. Wrapped in AleGames, which gives the infos make_env's
     other wrappers and the session read."""
-    import ale_py  # the Atari extra: ensure_env_registered has checked it is installed
-    from ale_py.vector_env import AtariVectorEnv
+    import ale_py  # noqa: PLC0415 the Atari extra: ensure_env_registered has checked it is installed
+    from ale_py.vector_env import AtariVectorEnv  # noqa: PLC0415 (the Atari extra, as above)
     settings = atari_settings(env_spec)
     kwargs = _game_kwargs(env_spec)
     max_frames = (settings.max_t * settings.frame_skip if settings.max_t

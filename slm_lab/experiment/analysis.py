@@ -152,7 +152,7 @@ def _random_baseline(env_key: str, episodes: int, max_frames: int, seed: int,
 
 def _play_random_baseline(env_key: str, episodes: int, max_frames: int, seed: int) -> float:
     """Play the random policy's episodes (see random_baseline)."""
-    from slm_lab.env import agent_action_space, make_single_env  # gymnasium's envs: only when a baseline is due
+    from slm_lab.env import agent_action_space, make_single_env  # noqa: PLC0415 gymnasium's envs: only when a baseline is due
 
     env = make_single_env(json.loads(env_key))
     # the agent's space: uniform within the env's bounds (env.action_space is ClipAction's, which

@@ -73,7 +73,7 @@ def search_trial_labels(run_dir: Path) -> dict[int, tuple[str, int | None]]:
     """{trial: (a label naming the values it searched, the frame ASHA stopped it at or None)} of a
     search's run directory, from its info/{name}_experiment_df.csv ({} before the search wrote it:
     the curves keep their directory names)."""
-    import pandas as pd  # only plotting needs it
+    import pandas as pd  # noqa: PLC0415 only plotting needs it
     found = sorted((run_dir / 'info').glob('*_experiment_df.csv'))
     if not found:
         return {}
@@ -110,7 +110,7 @@ def default_title(labels: list[str]) -> str:
 def read_records(path: Path):
     """A session's train rows as a dataframe; PlotError naming the file and what is wrong with it
     when it cannot be read as the CSV a run writes (a header, then a row per log point)."""
-    import pandas as pd  # only plotting needs it
+    import pandas as pd  # noqa: PLC0415 only plotting needs it
     try:
         return pd.read_csv(path)
     except IsADirectoryError:
@@ -129,7 +129,7 @@ def read_records(path: Path):
 def no_points(df) -> str | None:
     """Why a session's train rows hold no point of the curve (a numeric frame and total_reward_ma),
     or None when they hold one."""
-    import pandas as pd  # only plotting needs it
+    import pandas as pd  # noqa: PLC0415 only plotting needs it
     for column in ('frame', 'total_reward_ma'):
         if column not in df.columns:
             return f'no {column} column'
@@ -181,7 +181,7 @@ def plot_runs(folders: list[str], labels: list[str] | None = None, title: str | 
     when kaleido works here). Raises PlotError for bad input, before anything is written; a run
     with no point to draw is left out, with a line to `warn` (default: stderr), and PlotError when
     no run has one. A failed or interrupted write leaves no partial file behind."""
-    from slm_lab.experiment import viz  # pandas and plotly: only plotting needs them
+    from slm_lab.experiment import viz  # noqa: PLC0415 pandas and plotly: only plotting needs them
     warn = warn or (lambda line: print(f'warning: {line}', file=sys.stderr))
     curves = [curve for arg in folders for curve in resolve(arg, data_dir)]
     if labels is not None and len(labels) != len(curves):

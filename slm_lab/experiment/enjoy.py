@@ -9,6 +9,7 @@ what to do instead.
 """
 from __future__ import annotations
 
+import tempfile
 import os
 import re
 from pathlib import Path
@@ -176,7 +177,6 @@ def quiet_sdl(window: bool) -> None:
     if not window:
         os.environ.setdefault('SDL_VIDEODRIVER', 'dummy')  # rgb_array frames need no display
     elif not os.environ.get('XDG_RUNTIME_DIR'):
-        import tempfile
         os.environ['XDG_RUNTIME_DIR'] = tempfile.mkdtemp(prefix='slm_lab_xdg_')  # mode 0700, as SDL wants
 
 
@@ -200,12 +200,12 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
                         f'({type(e).__name__}: {_first_line(e)})') from None
     if record:
         try:
-            import moviepy  # noqa: F401  (gymnasium's RecordVideo writes with it)
+            import moviepy  # noqa: F401, PLC0415 (gymnasium's RecordVideo writes with it)
         except ImportError:
             env.close()
             raise SpecError('--record needs the optional package moviepy: pip install -r requirements-video.txt '
                             '(or pip install ".[video]")') from None
-        from gymnasium.wrappers import RecordVideo
+        from gymnasium.wrappers import RecordVideo  # noqa: PLC0415 (the video extra: only a recording needs it)
         video_dir = run_root / 'video'
         env = RecordVideo(env, str(video_dir), episode_trigger=lambda _: True,
                           name_prefix=f'{spec_name}_t{trial}_s{session}_{ckpt}')

@@ -95,7 +95,7 @@ def _warm_up() -> None:
     torch imports its compiler (torch._dynamo, over a second) at the first optimizer it builds,
     plotly loads its validators at the first graph."""
     try:
-        import torch._dynamo  # noqa: F401  (torch's own lazy import, done ahead; see the docstring)
+        import torch._dynamo  # noqa: F401, PLC0415 (torch's own lazy import, done ahead; see the docstring)
     except ImportError:  # a private module: a torch without it has nothing to warm up
         pass
     viz.warm_up()

@@ -71,13 +71,13 @@ class RayHead:
 def main(temp_dir: str, num_cpus: int, parent: int) -> None:
     """Start Ray (its session files in temp_dir), print its GCS address and hold it; `parent` is the
     search's driver."""
-    from slm_lab.experiment.signals import die_with_parent
+    from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (this process holds Ray alone: the lab loads after its start)
     die_with_parent()  # the kernel kills this process when the driver dies; Ray's own die with it
     if os.getppid() != parent:  # the driver died before that was in place
         return
     answer = os.fdopen(os.dup(1), 'w')  # the driver reads the address alone there: Ray's output goes to the log
     os.dup2(2, 1)
-    import ray  # the search extra, found by the driver's check_installed
+    import ray  # noqa: PLC0415 the search extra, found by the driver's check_installed
     context = ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, _node_ip_address='127.0.0.1', include_dashboard=False,
                        log_to_driver=False, logging_level='WARNING', configure_logging=True)
     print(context.address_info['gcs_address'], file=answer, flush=True)

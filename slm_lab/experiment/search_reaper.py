@@ -9,6 +9,7 @@ search made its own, comes in SLM_LAB_REAPER_TOKEN)
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -66,7 +67,6 @@ def sweep(marker: str, token: str | None = None) -> int:
 
 def main(marker: str, parent: int, token: str | None = None) -> None:
     try:
-        import ctypes
         ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

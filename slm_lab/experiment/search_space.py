@@ -59,7 +59,7 @@ class Param:
 
     def distribution(self):
         """The Optuna distribution Optuna draws this key's raw value from."""
-        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution  # noqa: PLC0415 (the search extra, found by check_installed)
         s, a = self.space, self.args
         if s == 'choice':
             return CategoricalDistribution(list(range(len(a))))

@@ -11,6 +11,9 @@ ASHA's for this trial, which reach it that way on whichever node it runs. Exit c
 LabError (its line printed), 130/143 stopped by SIGINT/SIGTERM after saving snapshots."""
 from __future__ import annotations
 
+import time
+import threading
+import signal
 import json
 import os
 import sys
@@ -19,9 +22,6 @@ from pathlib import Path
 
 def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
     """A daemon thread that sends this process SIGTERM once a stop file for it exists."""
-    import signal
-    import threading
-    import time
     stops = [run_dir.root / 'search' / 'stop' / 'all', run_dir.root / 'search' / 'stop' / str(index)]
 
     def watch():
@@ -37,11 +37,11 @@ def warm_up() -> None:
     trial: torch imports its compiler (torch._dynamo, over a second) at the first optimizer it
     builds, plotly loads its validators at the first graph."""
     try:
-        import torch._dynamo  # noqa: F401  (a private module: a torch without it has nothing to warm up)
+        import torch._dynamo  # noqa: F401, PLC0415 (a private module: a torch without it has nothing to warm up)
     except ImportError:
         pass
 
-    from slm_lab.experiment import viz
+    from slm_lab.experiment import viz  # noqa: PLC0415 (plotly: after the Ray worker started this process (see main))
     viz.warm_up()
 
 
@@ -68,13 +68,13 @@ def main(pipe: int | None = None) -> int:
     # a stop (the search's stop file, or its Ray worker's SIGTERM) before the trial takes the signal
     # over ends this process at once with 143, which the trainable reads as a trial stopped with the
     # search: nothing is written until then (killed by SIGTERM meanwhile, it was an error)
-    from slm_lab.lib.errors import catch_stops
+    from slm_lab.lib.errors import catch_stops  # noqa: PLC0415 (the stop handler before the lab loads (see the comment))
     catch_stops(at_once=True)
     # torch and the lab load after the Ray worker has started this process (see warm_up)
-    from slm_lab.experiment.trial import Trial
-    from slm_lab.experiment.signals import die_with_parent
-    from slm_lab.persistence.run_dir import RunDir
-    from slm_lab.lib.errors import LabError, Preempted
+    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (torch: after the Ray worker started this process)
+    from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (as above)
+    from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415 (as above)
+    from slm_lab.lib.errors import LabError, Preempted  # noqa: PLC0415 (as above)
     die_with_parent()  # a trial never outlives its Ray worker
     try:
         warm_up()

@@ -2,6 +2,7 @@
 search driver). No torch here: Ray's workers import this through the search without paying for it."""
 from __future__ import annotations
 
+import ctypes
 import contextlib
 import os
 import signal
@@ -75,7 +76,6 @@ def keep_stop_handlers():
 def die_with_parent() -> None:
     """Linux: have the kernel kill this process if the lab's process dies (even by SIGKILL)."""
     try:
-        import ctypes
         libc = ctypes.CDLL('libc.so.6', use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):

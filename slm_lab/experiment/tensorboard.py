@@ -54,8 +54,8 @@ def event_writer(directory: Path, purge_step: int | None = None):
     readers drop what the earlier files hold at steps >= purge_step (its Rust data server drops them
     on seeing a step go back)."""
     # imported at the first log point, not at start-up (about 0.1-0.5 s)
-    from tensorboard.compat.proto import event_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 (TensorBoard's writer: only a run that writes its records needs it)
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter  # noqa: PLC0415 (as above)
     writer = EventFileWriter(str(directory), max_queue_size=1000, flush_secs=3600)
     if purge_step is not None:
         writer.add_event(event_pb2.Event(wall_time=time.time(), step=purge_step,
@@ -66,7 +66,7 @@ def event_writer(directory: Path, purge_step: int | None = None):
 def add_points(writer, points, anchor: float) -> None:
     """One event per point, at step = its frame, holding its scalars (one event rather than one per
     scalar: tensorboard's writer checksums each event in Python, so this is several times faster)."""
-    from tensorboard.compat.proto import event_pb2  # imported with the writer (see event_writer)
+    from tensorboard.compat.proto import event_pb2  # noqa: PLC0415 imported with the writer (see event_writer)
     for point in points:
         event = event_pb2.Event(wall_time=anchor + point.wall_t, step=point.frame)
         add_value = event.summary.value.add  # in place: faster than building Values to copy in

@@ -136,7 +136,7 @@ class WandbBoard:
     def _start(self) -> int | None:
         """Start or continue the session's W&B run; the last step W&B holds for it (-1: none), or
         None when W&B is disabled."""
-        import wandb  # about 1 s: imported at the first log point, not at start-up
+        import wandb  # noqa: PLC0415 about 1 s: imported at the first log point, not at start-up
         settings = wandb.setup().settings
         mode, why_offline = wandb_mode(self.options['mode'], settings)
         wandb_dir = self.run_dir.root / 'wandb'

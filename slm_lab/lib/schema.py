@@ -6,6 +6,8 @@ spec validator walks the spec against these and reports the first problem by its
 """
 from __future__ import annotations
 
+import json
+import copy
 import difflib
 import inspect
 import math
@@ -175,7 +177,6 @@ def _short(value) -> str:
 
 def _json(value) -> str:
     """A value as it is written in JSON (true, null, "name")."""
-    import json
     try:
         return json.dumps(value)
     except TypeError:
@@ -243,7 +244,6 @@ def check_object(obj: Any, schema: dict, path: str, extra_ok: Callable[[str], bo
 
 def _copy_default(value):
     if isinstance(value, (dict, list)):
-        import copy
         return copy.deepcopy(value)
     return value
 

@@ -77,7 +77,7 @@ def _layer_state(layer) -> dict:
         serialized = layer.ale.cloneState(include_rng=True).serialize()
         state[ALE_KEY] = np.frombuffer(serialized, dtype=np.uint8).copy()
     if type(layer).__module__.startswith('gymnasium.envs.mujoco') and hasattr(layer, 'model') and hasattr(layer, 'data'):
-        import mujoco
+        import mujoco  # noqa: PLC0415 (the MuJoCo extra: only a MuJoCo env has this state)
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         array = np.empty(mujoco.mj_stateSize(layer.model, spec))
         mujoco.mj_getState(layer.model, layer.data, array, spec)
@@ -95,11 +95,11 @@ def _layer_state(layer) -> dict:
 def _load_layer_state(layer, state: dict) -> None:
     for key, enc in state.items():
         if key == ALE_KEY:
-            import ale_py
+            import ale_py  # noqa: PLC0415 (the Atari extra: only an Atari env has this state)
             layer.ale.restoreState(ale_py.ALEState(np.asarray(enc, dtype=np.uint8).tobytes()))
             continue
         if key == MUJOCO_KEY:
-            import mujoco
+            import mujoco  # noqa: PLC0415 (the MuJoCo extra: only a MuJoCo env has this state)
             mujoco.mj_setState(layer.model, layer.data, np.asarray(enc, dtype=np.float64),
                                mujoco.mjtState.mjSTATE_INTEGRATION)
             mujoco.mj_forward(layer.model, layer.data)
@@ -122,7 +122,7 @@ def _load_layer_state(layer, state: dict) -> None:
         elif isinstance(enc, dict) and '__rms__' in enc:
             rms = enc['__rms__']
             if current is None:
-                from gymnasium.wrappers.utils import RunningMeanStd
+                from gymnasium.wrappers.utils import RunningMeanStd  # noqa: PLC0415 (gymnasium: only a normalised env has this state)
                 current = RunningMeanStd(shape=np.shape(rms['mean']))
                 setattr(layer, key, current)
             current.mean, current.var, current.count = np.array(rms['mean']), np.array(rms['var']), rms['count']

@@ -204,12 +204,11 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     # the registries import torch (seconds): reading a spec file, and a mistake in its top level,
     # env or meta (the agent's keys are checked against its classes' schemas), need not wait for it
-    from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS
-    from slm_lab.agent.algorithm import PLANNED_KEYS as PLANNED_ALGORITHM_KEYS
-    from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES
-    from slm_lab.agent.memory import PLANNED_KEYS as PLANNED_MEMORY_KEYS
-    from slm_lab.agent.net import NETS, PLANNED_NETS
-    from slm_lab.agent.net import PLANNED_KEYS as PLANNED_NET_KEYS
+    from slm_lab.agent import algorithm, memory, net  # noqa: PLC0415 (the registries: see above)
+    ALGORITHMS, PLANNED_ALGORITHMS, PLANNED_ALGORITHM_KEYS = (algorithm.ALGORITHMS, algorithm.PLANNED_ALGORITHMS,
+                                                              algorithm.PLANNED_KEYS)
+    MEMORIES, PLANNED_MEMORIES, PLANNED_MEMORY_KEYS = memory.MEMORIES, memory.PLANNED_MEMORIES, memory.PLANNED_KEYS
+    NETS, PLANNED_NETS, PLANNED_NET_KEYS = net.NETS, net.PLANNED_NETS, net.PLANNED_KEYS
     agent = spec['agent']
     if isinstance(agent, dict) and isinstance(agent.get('algorithm'), dict):  # a later algorithm's keys wait for it
         _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')

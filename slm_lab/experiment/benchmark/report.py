@@ -9,6 +9,8 @@ rows as rliable computes it (stats.py).
     graph/{suite}_{row}_benchmark_graph.html   the row's curve over its seeds"""
 from __future__ import annotations
 
+import warnings
+import json
 import csv
 import io
 import math
@@ -61,9 +63,8 @@ def random_scores(run_dir: RunDir, suite: Suite, plan: list[dict]) -> dict[str, 
     """Per row: (a random policy's score, where it comes from): the row's random_score, else the
     lab's random baseline of the row's env (analysis.random_baseline: 20 episodes of uniformly random
     actions, as the lab's strength metric uses; cached under data/.cache)."""
-    import json
 
-    from slm_lab.experiment.analysis import baseline_cache_dir, random_baseline  # plays the env when not cached
+    from slm_lab.experiment.analysis import baseline_cache_dir, random_baseline  # noqa: PLC0415 plays the env when not cached
     out = {}
     for row in suite.rows:
         if row.random_score is not None:
@@ -232,7 +233,6 @@ def curve_band(aligned: np.ndarray, confidence: float = stats.CONFIDENCE, resamp
                seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per frame, the mean over seeds (rows of `aligned`, NaN where a seed has no value) and the
     percentile bootstrap interval of that mean (one seed: the band is the line)."""
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', RuntimeWarning)  # an all-NaN column gives NaN, as wanted
         mean = np.nanmean(aligned, axis=0)
@@ -248,9 +248,9 @@ def curve_band(aligned: np.ndarray, confidence: float = stats.CONFIDENCE, resamp
 def plot_row(run_dir: RunDir, result: dict, seeds: list[dict]) -> list[str]:
     """graph/{suite}_{row}_benchmark_graph.html: each seed's total_reward_ma, their mean with its 95%
     bootstrap band (curve_band), each reference as a horizontal line."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415 (only the graphs need it)
 
-    from slm_lab.experiment import viz  # plotly: only the graphs need it
+    from slm_lab.experiment import viz  # noqa: PLC0415 plotly: only the graphs need it
     row: Row = result['row']
     mine = [s for s in seeds if s['row'] == row.id]
     dfs = [pd.DataFrame(read_rows(run_dir.session_df_path(s['trial'], 0, 'train'))) for s in mine]

@@ -26,6 +26,7 @@ Every mistake is a SuiteError of one line naming the file, the key path (rows[2]
 the fix."""
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -136,7 +137,6 @@ def _keys(obj, allowed: tuple, path: str, where: str) -> None:
         raise _err(path, where, f'expected an object, got {json.dumps(obj)[:60]}')
     for key in obj:
         if key not in allowed:
-            import difflib
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ''
             raise _err(path, f'{where}.{key}' if where else key,
@@ -256,8 +256,8 @@ def parse_suite(data, path: str) -> Suite:
 
 def read_suite(path: str) -> Suite:
     """Read and check a suite file (JSON or YAML, as the spec reader reads them)."""
-    from slm_lab.lib.errors import SpecError
-    from slm_lab.spec.read import read_spec_file  # yaml: only when a suite is read
+    from slm_lab.lib.errors import SpecError  # noqa: PLC0415 (lib.errors: kept out of reading the suite module (a cycle through spec))
+    from slm_lab.spec.read import read_spec_file  # noqa: PLC0415 yaml: only when a suite is read
     if not isinstance(path, (str, os.PathLike)):
         raise SuiteError(f'suite file {path!r}: give the path of a JSON or YAML suite file')
     path = os.fspath(path)

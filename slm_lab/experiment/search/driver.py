@@ -41,7 +41,7 @@ def make_scheduler(spec: dict):
     """ASHA on frames from meta.search_scheduler, or None without one. A grace_period longer than a
     trial's sessions run (a search shortened with -s env.max_frame) could stop no trial, and Ray
     refuses it: then every trial runs to its end, with a warning."""
-    from ray.tune.schedulers import AsyncHyperBandScheduler  # the search extra, found by check_installed
+    from ray.tune.schedulers import AsyncHyperBandScheduler  # noqa: PLC0415 the search extra, found by check_installed
     options = spec['meta'].get('search_scheduler')
     if not options:
         return None
@@ -121,7 +121,7 @@ def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
         # first and abort this process 3 s later (absl's alarm): a stop with trials running can take
         # longer. Read as Ray is imported; the local Ray's own processes, started before, keep theirs.
         os.environ.setdefault('RAY_DISABLE_FAILURE_SIGNAL_HANDLER', '1')
-        import ray  # the search extra, found by check_installed
+        import ray  # noqa: PLC0415 the search extra, found by check_installed
         address = ray_address or head.address(stopping=lambda: stop.requested)
         if address is not None and not stop.requested:
             with keep_stop_handlers():  # ray.init sets a handler by which SIGTERM exits at once (code 15)
@@ -164,7 +164,7 @@ def tune_trials(run_dir: RunDir, searcher, watch: SearchWatch, num_samples: int,
     search_trial process of its own (tune.make_trainable); `resources`: what each trial reserves,
     a dict or a function of the trial's config; `max_session`, `max_frame`: each trial's, unless
     its config names its own."""
-    from ray import tune  # the search extra, found by check_installed
+    from ray import tune  # noqa: PLC0415 the search extra, found by check_installed
     trainable = tune.with_parameters(make_trainable(), run_root=str(run_dir.root.resolve()),
                                      spec_name=run_dir.spec_name, max_session=max_session, max_frame=max_frame)
     tuner = tune.Tuner(
@@ -189,7 +189,7 @@ def trial_resources(meta: dict, local: bool) -> dict:
                            f'reserves {cores}')
             cpu = cores
         if gpu:
-            import torch  # kept out of the search driver, which does not otherwise need it
+            import torch  # noqa: PLC0415 kept out of the search driver, which does not otherwise need it
             if not torch.cuda.is_available():
                 logger.warning(f'meta.search_resources.gpu {gpu}: no GPU here; the trials run on the CPU')
                 gpu = 0

@@ -4,6 +4,8 @@ trial of a local search, by the driver before Ray starts; stopping one as SIGTER
 sessions save snapshots)."""
 from __future__ import annotations
 
+import threading
+import shutil
 import json
 import os
 import signal
@@ -94,8 +96,6 @@ class DriverSpare:
     def start(cls, folder: Path) -> 'DriverSpare':
         """The process and its pipe in `folder` (inside Ray's session directory of the search, so
         that what a killed search leaves goes with that directory; emptied first)."""
-        import shutil
-        import threading
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         fifo = folder / 'trial.fifo'
@@ -120,7 +120,6 @@ class DriverSpare:
 
     def close(self) -> None:
         """Stop the process if no trial took it, and remove the pipe's folder once it has ended."""
-        import shutil
         os.environ.pop(self.SPARE_VAR, None)
         if self.fifo.exists():  # never claimed: it waits for a line that will not come
             self.proc.kill()

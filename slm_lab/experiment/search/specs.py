@@ -104,7 +104,7 @@ def trial_spec(spec: dict, values: dict, index: int) -> dict:
 def write_trial_specs(run_dir: RunDir, spec: dict, values: dict, index: int) -> None:
     """{name}_t{i}_spec.json and its sessions' specs, as train writes them (kept when a resumed
     search finds them: they hold what the trial drew)."""
-    from slm_lab.experiment.trial import Trial  # imports torch: the search driver does not otherwise
+    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch: the search driver does not otherwise
     if run_dir.spec_path(index).exists():
         return
     trial = Trial(trial_spec(spec, values, index), run_dir, 'train', trial=index)

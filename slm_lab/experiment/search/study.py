@@ -17,9 +17,9 @@ def open_study(run_dir: RunDir):
     """The search's Optuna study in search/optuna.journal. A write cut off by a kill leaves a last
     line without its newline, which the next append would join into an unreadable line: it is cut
     away first (every journal operation the lab makes is one line, see draw)."""
-    import optuna  # the search extra, found by check_installed
-    from optuna.storages import JournalStorage  # the search extra, found by check_installed
-    from optuna.storages.journal import JournalFileBackend  # the search extra, found by check_installed
+    import optuna  # noqa: PLC0415 the search extra, found by check_installed
+    from optuna.storages import JournalStorage  # noqa: PLC0415 the search extra, found by check_installed
+    from optuna.storages.journal import JournalFileBackend  # noqa: PLC0415 the search extra, found by check_installed
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = run_dir.root / 'search' / 'optuna.journal'
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,8 +37,8 @@ def draw(study, params: list[Param], seed: int, number: int, grid: dict):
     copy of the finished trials, then written to the study as one journal line (a kill cannot
     leave a trial with half its values). The draw depends only on the seed, the number and the
     trials finished before it."""
-    import optuna  # the search extra, found by check_installed
-    from optuna.trial import TrialState, create_trial  # the search extra, found by check_installed
+    import optuna  # noqa: PLC0415 the search extra, found by check_installed
+    from optuna.trial import TrialState, create_trial  # noqa: PLC0415 the search extra, found by check_installed
     scratch = optuna.create_study(direction='maximize',
                                   sampler=optuna.samplers.TPESampler(seed=(seed * 7919 + number) % 2**32))
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)):

@@ -37,7 +37,7 @@ def request_stop(run_dir: RunDir, index: int | None = None) -> None:
 
 def make_searcher(run_dir: RunDir, spec: dict, params: list[Param], stopping=lambda: False):
     """The search's Searcher; `stopping()` says whether the search is stopping (a stop signal)."""
-    from ray.tune.search import Searcher  # the search extra, found by check_installed
+    from ray.tune.search import Searcher  # noqa: PLC0415 the search extra, found by check_installed
 
     class LabSearcher(Searcher):
         """Trials in order of their Optuna number: first those a previous run of the search
@@ -59,7 +59,7 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param], stopping=lam
             pass
 
         def suggest(self, trial_id: str):
-            import optuna  # the search extra, found by check_installed
+            import optuna  # noqa: PLC0415 the search extra, found by check_installed
             if self.given >= self.total or stopping():
                 return Searcher.FINISHED
             number = self.given
@@ -100,7 +100,7 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param], stopping=lam
         def _tell(self, ot, result: dict | None, error: bool = False) -> None:
             """Record a trial's outcome: the last value reported to Tune (and its frame, where the
             experiment's records of the trial end), or the trial's last report on disk."""
-            import optuna  # the search extra, found by check_installed
+            import optuna  # noqa: PLC0415 the search extra, found by check_installed
             if result and TIME_ATTR in result:
                 frame, value = int(result[TIME_ATTR]), float(result.get(METRIC, float('nan')))
             else:
@@ -116,7 +116,7 @@ def make_searcher(run_dir: RunDir, spec: dict, params: list[Param], stopping=lam
 
 
 def make_trainable():
-    from ray import tune  # the search extra, found by check_installed
+    from ray import tune  # noqa: PLC0415 the search extra, found by check_installed
 
     class LabTrainable(tune.Trainable):
         """One trial: its Trial runs in a child process; each step returns the next report."""
@@ -200,7 +200,7 @@ def make_trainable():
 
 def record_node(run_dir: RunDir, index: int) -> None:
     """search/nodes/{i}: the Ray node (id and address) trial i ran on."""
-    import ray  # the search extra, found by check_installed
+    import ray  # noqa: PLC0415 the search extra, found by check_installed
     ctx = ray.get_runtime_context()
     path = run_dir.root / 'search' / 'nodes'
     path.mkdir(parents=True, exist_ok=True)
@@ -211,7 +211,7 @@ def record_node(run_dir: RunDir, index: int) -> None:
 def make_queue_searcher(trials: list[dict], stopping=lambda: False):
     """A Searcher that hands out `trials` (Tune configs, each with its 'trial' index) in order: a
     benchmark's row-seeds, which draw nothing. `stopping()` says whether the experiment is stopping."""
-    from ray.tune.search import Searcher  # the search extra, found by check_installed
+    from ray.tune.search import Searcher  # noqa: PLC0415 the search extra, found by check_installed
 
     class QueueSearcher(Searcher):
         def __init__(self):

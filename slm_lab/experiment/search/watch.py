@@ -94,7 +94,7 @@ class SearchWatch:
 
 def make_callback(watch: SearchWatch):
     """A Ray Tune callback that feeds `watch`."""
-    from ray.tune import Callback  # the search extra, found by check_installed
+    from ray.tune import Callback  # noqa: PLC0415 the search extra, found by check_installed
 
     class WatchCallback(Callback):
         def on_trial_start(self, iteration, trials, trial, **info):

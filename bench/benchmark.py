@@ -82,7 +82,8 @@ SLM_LAB_TARGETS = _targets()
 
 def target_rows(filters: list[str]) -> list[tuple]:
     """The SLM_LAB_TARGETS rows whose env, algorithm or spec name is one of `filters` (all when empty)."""
-    return [row for row in SLM_LAB_TARGETS if not filters or row[0] in filters or row[1] in filters or row[3] in filters]
+    return [row for row in SLM_LAB_TARGETS
+            if not filters or row[0] in filters or row[1] in filters or row[3] in filters]
 
 
 def format_targets(rows: list[tuple], results: list[RunResult]) -> str:
@@ -164,7 +165,8 @@ def score_runs(dirs: list[str]) -> str:
                                  f'final_ma {_fmt(rows[-1]["total_reward_ma"], 2)}  slm_ma {_fmt(slm_lab_ma(rows), 2)}')
             scored = [slm_lab_ma(rows) for _, rows in sessions if rows]
             if len(scored) > 1:
-                lines.append(f'{run}  {trial}  mean slm_ma of {len(scored)} sessions {_fmt(statistics.fmean(scored), 2)}')
+                mean = _fmt(statistics.fmean(scored), 2)
+                lines.append(f'{run}  {trial}  mean slm_ma of {len(scored)} sessions {mean}')
     return '\n'.join(lines)
 
 
@@ -316,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             for seed in seeds:
                 r = run_one(spec_file, spec_name, seed, data_dir, args.overrides, args.threshold, args.quiet)
                 results.append(r)
-                print(f'done {r.spec_name} seed {r.seed}: final_ma {_fmt(r.final_ma)}, slm_ma {_fmt(r.slm_ma)}, frames_to_'
+                print(f'done {r.spec_name} seed {r.seed}: final_ma {_fmt(r.final_ma)}, slm_ma {_fmt(r.slm_ma)}, '
+                      f'frames_to_'
                       f'{args.threshold:g} {_fmt(r.frames_to_threshold, 0)}, fps {_fmt(r.fps, 0)}, '
                       f'wall {_fmt(r.wall_s)} s', flush=True)
     except LabError as e:

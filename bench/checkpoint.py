@@ -563,7 +563,8 @@ def bench_replay(work: Path, table: Table, reps: int, size: int) -> None:
               'load_snapshot + load_state_dict + sample()')
     sample = results['sample']
     table.add(f'replay snapshot: mean of the first {SAMPLES} samples', [1e3 * r['cold_sample_s'] for r in sample],
-              'ms', f"page cache {caches(sample)}; then {100 * statistics.median(r['cached_after'] for r in sample):.0f}%"
+              'ms', f"page cache {caches(sample)}; "
+              f"then {100 * statistics.median(r['cached_after'] for r in sample):.0f}%"
               ' of the snapshot cached', fmt='{:.1f}')
     table.add('replay: mean sample, buffer in RAM', [1e3 * r['ram_sample_s'] for r in save], 'ms',
               f'{SAMPLES} samples from the filled in-memory Replay', fmt='{:.2f}')
@@ -676,7 +677,8 @@ def main() -> None:
                         help=f'a 10x smaller replay ({FULL_REPLAY_SIZE // 10:,} transitions) and 1 repetition')
     parser.add_argument('--reps', type=int, default=None, help='repetitions of each measurement (3; 1 with --quick)')
     parser.add_argument('--replay-size', type=int, default=None,
-                        help=f'transitions in the replay ({FULL_REPLAY_SIZE:,}; {FULL_REPLAY_SIZE // 10:,} with --quick)')
+                        help=f'transitions in the replay ({FULL_REPLAY_SIZE:,}; '
+                             f'{FULL_REPLAY_SIZE // 10:,} with --quick)')
     parser.add_argument('--frames', type=int, default=4000, help='frames each CartPole session trains before saving')
     parser.add_argument('--parts', default='sessions,replay,resume,verify',
                         help='comma-separated: sessions, replay, resume, verify (default: all)')

@@ -69,7 +69,8 @@ def main() -> None:
             viz.plot_session(df, 'warm-up', str(graph_dir / 'warm_t0_s0'))
             for what, write in (
                     ('session (plot_session)', lambda: viz.plot_session(df, 'bench', str(graph_dir / 'bench_t0_s0'))),
-                    ('trial of 4 (plot_trial)', lambda: viz.plot_trial(sessions, 'bench', str(graph_dir / 'bench_t0')))):
+                    ('trial of 4 (plot_trial)',
+                     lambda: viz.plot_trial(sessions, 'bench', str(graph_dir / 'bench_t0')))):
                 best, median = time_writes(write, args.reps)
                 print(f'{what:<28} {rows:>7} {best * 1000:>7.0f} ms {median * 1000:>6.0f} ms')
 

@@ -34,7 +34,8 @@ Phases, in this order, in one process unless said:
                then the whole frame ring read once through its mapping (GB/s)
 Peak extra memory of a save is VmHWM (reset through /proc/self/clear_refs just before the phase)
 minus the RSS before it; after a load, RSS counts the snapshot's file pages the mapping has read
-(page cache, given back under memory pressure), so its anonymous memory (RssAnon) is given too. GB = 10^9 bytes. Files go to a temporary directory under data/ (the repository's
+(page cache, given back under memory pressure), so its anonymous memory (RssAnon) is given too.
+GB = 10^9 bytes. Files go to a temporary directory under data/ (the repository's
 disk), deleted at the end.
 """
 from __future__ import annotations
@@ -331,7 +332,8 @@ def main() -> None:
                           f'{size / seconds / gb:.2f} GB/s; load average {load_avg:.1f}')
                 pair[what] = (seconds, nbytes or held)
             pairs.append(pair)
-            print(f'  pair {rep + 1}: full save at {pair["raw"][0] / pair["raw"][1] * pair["save"][1] / pair["save"][0]:.0%}'
+            share = pair['raw'][0] / pair['raw'][1] * pair['save'][1] / pair['save'][0]
+            print(f'  pair {rep + 1}: full save at {share:.0%}'
                   f' of the raw write speed')
         cache = drop_page_cache([raw])
         read_s = raw_read(raw)
@@ -352,7 +354,7 @@ def main() -> None:
               f'(one frame + slots and scalars each)')
 
         # load, in a fresh process
-        del replay, store
+        replay = store = None
         out = subprocess.run([sys.executable, __file__, '--phase', 'load', '--path', str(path2),
                               '--transitions', str(args.transitions)], capture_output=True, text=True, check=True)
         load = json.loads(out.stdout.strip().splitlines()[-1])

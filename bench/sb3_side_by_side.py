@@ -1,7 +1,7 @@
 """The lab and Stable-Baselines3 side by side: frames/s and learning on rl-zoo3's configs.
 
     pip install -r requirements-bench.txt            # once: stable-baselines3 (bench only)
-    python bench/sb3_side_by_side.py                 # 9 rows x seeds 0,1,2 x 3 columns: about 1.5 hours (estimated, below)
+    python bench/sb3_side_by_side.py                 # 9 rows x seeds 0,1,2 x 3 columns: about 1.5 hours (estimated)
     python bench/sb3_side_by_side.py --rows ppo,a2c --seeds 0,1,2 --cpu 1
     python bench/sb3_side_by_side.py --rows ppo_pong,dqn_pong --seeds 0 --cpu 1 --json /tmp/atari.json
     python bench/sb3_side_by_side.py --frames-scale 0.2 --json /tmp/side.json   # a quick check
@@ -101,7 +101,8 @@ run 900 steps); TD3 over 12k (speed over frames 10k-12k: it acts at random, with
 10k); sac_cheetah over 6k. Learning figures of the shortened rows are those of the short runs (the
 printout says so); --full runs every row at rl-zoo3's length (speed windows from 0 for the on-policy
 and DQN rows, from 1k for SAC and sac_cheetah, from 10k for TD3): for A2C, SAC and TD3 that is about
-45 minutes (estimated: their two-column run took 27); the MuJoCo and Atari rows at 1M and 10M frames would take days on one core. --frames-scale F
+45 minutes (estimated: their two-column run took 27); the MuJoCo and Atari rows at 1M and 10M frames
+would take days on one core. --frames-scale F
 multiplies each window's length (not its start) for a quick check.
 
 Cost: ESTIMATES, not measurements (the three-column bench has run only tiny windows, on a shared
@@ -393,7 +394,8 @@ def format_runs(results: list[Measured]) -> str:
         lines.append([row, str(seed), f'{frames:,}'] + [_fmt(m.fps if m else None) for m in runs]
                      + [_times(_ratio(tools[t].fps if t in tools else None, sb3.fps if sb3 else None))
                         for t in ('lab', 'lab_fast')]
-                     + [_fmt(m.cpu_fps if m else None) for m in runs] + [_fmt(m.total_s if m else None, 1) for m in runs]
+                     + [_fmt(m.cpu_fps if m else None) for m in runs]
+                     + [_fmt(m.total_s if m else None, 1) for m in runs]
                      + [_learning(m) for m in runs])
     learning = len(head) - len(labels)
     return _aligned(head, lines, left=(0, *range(learning, len(head))))

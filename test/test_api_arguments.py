@@ -60,7 +60,8 @@ ARGUMENTS = {  # case: (arguments, the error, the message's start)
     'force with fork': ({'fork': 'parent', 'force': True}, ModeError, '--force applies to train@ only'),
     'frame without fork': ({'frame': 100}, ModeError, '--frame picks the snapshot a fork continues from'),
     'fork and warm start': ({'fork': 'a', 'warm_start': 'b'}, ModeError, '--fork and --warm-start: give one'),
-    'fork with dev': ({'fork': 'a', 'mode': 'dev'}, ModeError, "--fork makes a new train run: use mode train, not 'dev'"),
+    'fork with dev': ({'fork': 'a', 'mode': 'dev'}, ModeError,
+                      "--fork makes a new train run: use mode train, not 'dev'"),
 }
 
 
@@ -150,7 +151,8 @@ def test_a_spec_as_deep_as_the_reader_allows_still_runs_its_checks(tmp_path):
 def test_a_data_dir_that_cannot_hold_runs_is_refused_in_one_line(where, tmp_path):
     """Before: FileNotFoundError (/proc), NotADirectoryError (a file) after the checks had run."""
     (tmp_path / 'afile').write_text('x')
-    data_dir = {'/proc': '/proc', 'a file': str(tmp_path / 'afile'), 'under a file': str(tmp_path / 'afile' / 'd')}[where]
+    data_dir = {'/proc': '/proc', 'a file': str(tmp_path / 'afile'),
+                'under a file': str(tmp_path / 'afile' / 'd')}[where]
     message = refused(tmp_path, DataDirError, data_dir=data_dir)
     assert message.startswith(f'data directory {data_dir}')
     assert 'move it away or use another data directory' in message

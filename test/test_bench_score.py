@@ -40,7 +40,8 @@ def test_score_prints_each_session_and_the_trials_mean(lab_run, make_spec):
         df = pd.read_csv(run / 'info' / f'scored_t0_s{s}_session_df_train.csv')
         slm = df['total_reward_ma'].tail(100).mean()
         expected.append(slm)
-        assert f'scored_t0_s{s}  frame 400  final_ma {df["total_reward_ma"].iloc[-1]:,.2f}  slm_ma {slm:,.2f}' in out.stdout
+        final = df['total_reward_ma'].iloc[-1]
+        assert f'scored_t0_s{s}  frame 400  final_ma {final:,.2f}  slm_ma {slm:,.2f}' in out.stdout
     assert f'mean slm_ma of 2 sessions {sum(expected) / 2:,.2f}' in out.stdout
 
 

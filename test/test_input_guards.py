@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -460,7 +459,8 @@ COUNTS = [  # (algorithm, -s key, bound)
     ('PPO', 'meta.log_frequency', 10**15), ('PPO', 'meta.eval_frequency', 10**15),
     ('PPO', 'meta.checkpoint_frequency', 10**15), ('PPO', 'meta.keep_checkpoints', 10_000),
     ('PPO', 'env.max_t', 10**15), ('PPO', 'meta.num_gpus', 1024), ('PPO', 'agent.net.cuda_id', 1024),
-    ('ActorCritic', 'agent.algorithm.num_step_returns', 10**15), ('Reinforce', 'agent.algorithm.training_frequency', 10**15),
+    ('ActorCritic', 'agent.algorithm.num_step_returns', 10**15),
+    ('Reinforce', 'agent.algorithm.training_frequency', 10**15),
 ]
 
 

@@ -32,7 +32,8 @@ def test_a_schedule_that_ended_with_the_old_run_says_it_stays_without_an_arrow()
                               'env': {'max_frame': max_frame}}
     (change,) = schedule_changes(spec(100000), spec(200000), {0: 100000})
     line = describe_schedule_change(change)
-    assert '->' not in line and line.startswith('agent.algorithm.clip_eps_spec: at frame 100000 the value is 1e-08: its end_step')
+    assert '->' not in line
+    assert line.startswith('agent.algorithm.clip_eps_spec: at frame 100000 the value is 1e-08: its end_step')
     assert 'stays at end_val 1e-08 for the whole extension' in line and 'end_step=200000' in line
     # a value that does change still says from what to what
     edited = {**piece, 'start_val': 0.3, 'end_step': 200000}

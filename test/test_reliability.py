@@ -283,7 +283,8 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_run_continues(tmp_pa
     err = proc.stderr.read()
     proc.wait(timeout=60)
     assert proc.returncode == 143, err
-    assert err.strip().splitlines()[-1].startswith('stopped: stopped by SIGTERM during an evaluation at frame 1000'), err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith('stopped: stopped by SIGTERM during an evaluation at frame 1000'), err
     done = cli([spec_file, 'evalstop', 'train@latest', '-s', 'meta.rigorous_eval=1', '--force'], cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
 
@@ -401,7 +402,8 @@ def test_a_stop_at_any_instant_of_start_up_is_one_line_and_leaves_nothing_half_m
     spec_file = write_spec(tmp_path, 'startup', {**PPO, 'env': {**PPO['env'], 'max_frame': 10**7}})
     # the SIGTERM line says when, if the command line was read
     lines = [['interrupted']] if signum == signal.SIGINT else \
-        [['stopped by SIGTERM before training started; nothing was written'], ['stopped by SIGTERM; nothing was written']]
+        [['stopped by SIGTERM before training started; nothing was written'],
+         ['stopped by SIGTERM; nothing was written']]
     code = 128 + signum
     for i, delay in enumerate(START_UP_INSTANTS):
         cwd = tmp_path / f'at_{i}'

@@ -388,7 +388,8 @@ def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):
     """Rows are written before the first snapshot of checkpoint_frequency: the snapshot taken
     before the first step still lets the run continue (from frame 0) after a SIGKILL."""
     spec_file = write_spec(tmp_path, 'early', copy_spec(PPO, max_frame=10**7))
-    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'early', 'train', '-s', 'meta.checkpoint_frequency=10000000'],
+    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'early', 'train',
+                             '-s', 'meta.checkpoint_frequency=10000000'],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120

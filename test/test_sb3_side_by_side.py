@@ -152,11 +152,13 @@ def test_the_expensive_rows_specs_map_their_sb3_settings():
     assert env['normalize_obs'] and env['normalize_reward'] and side.ROWS['ppo_hopper'].normalize
     assert (algo['time_horizon'], algo['minibatch_size'], algo['training_epoch']) == (2048, 64, 10)  # SB3's defaults
     kw, algo, net, memory, env = lab('ppo_pong')
-    assert (env['name'], env['num_envs'], env['frame_op_len']) == ('PongNoFrameskip-v4', 8, side.ROWS['ppo_pong'].frame_stack)
+    assert (env['name'], env['num_envs'], env['frame_op_len']) == (
+        'PongNoFrameskip-v4', 8, side.ROWS['ppo_pong'].frame_stack)
     assert (algo['time_horizon'], algo['minibatch_size'], algo['training_epoch']) == (
         kw['n_steps'], kw['batch_size'], kw['n_epochs'])
     assert (algo['entropy_coef_spec']['start_val'], algo['val_loss_coef']) == (kw['ent_coef'], kw['vf_coef'])
-    assert (algo['clip_eps_spec']['start_val'], algo['clip_eps_spec']['end_step']) == (0.1, side.ROWS['ppo_pong'].full_frames)
+    assert (algo['clip_eps_spec']['start_val'], algo['clip_eps_spec']['end_step']) == (
+        0.1, side.ROWS['ppo_pong'].full_frames)
     assert (net['optim_spec']['lr'], net['lr_scheduler_spec']['frame']) == (2.5e-4, side.ROWS['ppo_pong'].full_frames)
     assert (net['type'], net['shared'], net['fc_hid_layers'], net['batch_norm']) == ('ConvNet', True, [512], False)
     kw, algo, net, memory, env = lab('dqn_pong')

@@ -64,7 +64,8 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         env = NormalizeObservation(env, clip=env_spec.get('clip_obs'))
     if env_spec.get('normalize_reward'):
         env = gym.wrappers.vector.NormalizeReward(env, gamma=gamma)
-    clip_reward = env_spec.get('clip_reward')  # 1 for ALE/ games unless the spec says (env.schema.fill_env_clip_defaults)
+    # 1 for ALE/ games unless the spec says (env.schema.fill_env_clip_defaults)
+    clip_reward = env_spec.get('clip_reward')
     if clip_reward is not None:  # after normalize_reward, as in SLM-Lab v5
         low, high = clip_reward if isinstance(clip_reward, list) else (-clip_reward, clip_reward)
         env = gym.wrappers.vector.ClipReward(env, min_reward=low, max_reward=high)

@@ -173,7 +173,8 @@ class AleGames(gym.vector.VectorWrapper):
         self.game_return += rewards
         ended = terminated | truncated
         if ended.any():
-            life_lost = terminated & ~truncated & (lives < self.lives) & (frames == self.episode_frames + self.frame_skip)
+            life_lost = (terminated & ~truncated & (lives < self.lives)
+                         & (frames == self.episode_frames + self.frame_skip))
             game_over = ended & ~life_lost
             final_obs = info['final_obs']
             if life_lost.any():  # ALE fills final_obs only for the games it reset: a lost life's is obs

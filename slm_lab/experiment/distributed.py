@@ -128,7 +128,8 @@ class GlobalNets:
             if hasattr(opt, 'slow_weights'):  # Lookahead
                 entry['slow_weights'] = [list(slow) for slow in opt.slow_weights]
             optimizers[name] = entry
-        updates = UpdateCount(n_sessions, int((global_state or {}).get('updates', 0)), context or mp.get_context('spawn'))
+        done = int((global_state or {}).get('updates', 0))
+        updates = UpdateCount(n_sessions, done, context or mp.get_context('spawn'))
         return cls(mode, nets, optimizers, updates, restored_from)
 
     # --- in a session's process ---------------------------------------------------------------

@@ -184,7 +184,8 @@ examples:
     parser.add_argument('runs', metavar='RUN_DIR[,RUN_DIR...]',
                         help='comma-separated run directories; RUN_DIR/t3: trial 3 of a search')
     parser.add_argument('-o', '--output', metavar='OUT.md',
-                        help='the Markdown file to write, a CSV beside it (default: data/reports/report_{timestamp}.md)')
+                        help='the Markdown file to write, a CSV beside it '
+                             '(default: data/reports/report_{timestamp}.md)')
     args = parser.parse_args(argv)
     entries = [e.strip() for e in args.runs.split(',') if e.strip()]
     if not entries:

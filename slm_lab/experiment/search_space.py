@@ -138,7 +138,8 @@ def parse_search(block: dict) -> list[Param]:
     for key, args in _flatten(block):
         path, space = key.rsplit('__', 1)
         if space not in SPACES:
-            raise SpecError(f"search.{key}: unknown space '{space}'{suggest(space, SPACES)}; valid: {', '.join(SPACES)}")
+            raise SpecError(f"search.{key}: unknown space '{space}'{suggest(space, SPACES)}; "
+                            f"valid: {', '.join(SPACES)}")
         params.append(Param(key, path, space, _check_args(key, space, args)))
     paths = [p.path for p in params]
     for path in paths:
@@ -167,7 +168,8 @@ def _check_args(key: str, space: str, args) -> tuple:
     if space in ('randint', 'lograndint', 'qrandint', 'qlograndint') and not all(isinstance(x, int) for x in args):
         raise SpecError(f'{where}: {space} takes whole numbers, got {args!r}')
     if space in ('randint', 'lograndint') and a >= b:
-        raise SpecError(f'{where}: {space} draws from [low, high) with high excluded, so high must be > low; got {args!r}')
+        raise SpecError(f'{where}: {space} draws from [low, high) with high excluded, so high must be > low; '
+                        f'got {args!r}')
     if space.startswith(('log', 'qlog')) and a <= 0:
         raise SpecError(f'{where}: {space} needs low > 0 (log scale), got {a}')
     if n == 3:

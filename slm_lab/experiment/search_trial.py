@@ -85,7 +85,8 @@ def main(pipe: int | None = None) -> int:
         return 0
     root, spec_name, index = json.loads(line)
     run_dir = RunDir(Path(root), spec_name)
-    log = os.open(run_dir.root / 'log' / f'{run_dir.prename(index)}_process.log', os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    log = os.open(run_dir.root / 'log' / f'{run_dir.prename(index)}_process.log',
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)
     watch_stop_files(run_dir, index)

@@ -453,7 +453,8 @@ class Session:
                                         png=True, stop=self.stop, frame=self.clock.frame)
         s = metrics['eval']['scalar']
         logger.info(f'{self.prename}: done at frame {self.clock.frame} | final_return_ma '
-                    f'{fmt_metric(s["final_return_ma"])} | strength {fmt_metric(s["strength"])} | stability {fmt_metric(s["stability"])}')
+                    f'{fmt_metric(s["final_return_ma"])} | strength {fmt_metric(s["strength"])} | '
+                    f'stability {fmt_metric(s["stability"])}')
         return metrics
 
     def sync_boards(self) -> None:

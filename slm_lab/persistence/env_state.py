@@ -58,7 +58,7 @@ def _encode(value):
         return {'__rng__': value.bit_generator.state}
     if isinstance(value, deque):
         return {'__deque__': list(value), 'maxlen': value.maxlen} if _is_plain(list(value)) else _SKIP
-    if hasattr(value, 'mean') and hasattr(value, 'var') and hasattr(value, 'count') and not isinstance(value, np.ndarray):
+    if all(hasattr(value, k) for k in ('mean', 'var', 'count')) and not isinstance(value, np.ndarray):
         return {'__rms__': {'mean': np.array(value.mean), 'var': np.array(value.var), 'count': float(value.count)}}
     if isinstance(value, np.ndarray):
         return value.copy()
@@ -76,7 +76,7 @@ def _layer_state(layer) -> dict:
     if type(layer).__module__.startswith('ale_py') and hasattr(getattr(layer, 'ale', None), 'cloneState'):
         serialized = layer.ale.cloneState(include_rng=True).serialize()
         state[ALE_KEY] = np.frombuffer(serialized, dtype=np.uint8).copy()
-    if type(layer).__module__.startswith('gymnasium.envs.mujoco') and hasattr(layer, 'model') and hasattr(layer, 'data'):
+    if type(layer).__module__.startswith('gymnasium.envs.mujoco') and all(hasattr(layer, k) for k in ('model', 'data')):
         import mujoco  # noqa: PLC0415 (the MuJoCo extra: only a MuJoCo env has this state)
         spec = mujoco.mjtState.mjSTATE_INTEGRATION
         array = np.empty(mujoco.mj_stateSize(layer.model, spec))

@@ -118,7 +118,8 @@ def _npy_header(arr: np.ndarray, page_aligned: bool) -> bytes:
     return header[:8] + (total - 10).to_bytes(2, 'little') + text + b'\n'
 
 
-def _write_npy(path: Path, arr: np.ndarray, crc_pool: ThreadPoolExecutor, page_aligned: bool = False) -> tuple[int, Future]:
+def _write_npy(path: Path, arr: np.ndarray, crc_pool: ThreadPoolExecutor,
+               page_aligned: bool = False) -> tuple[int, Future]:
     """Write one array as .npy sequentially (no copy for contiguous arrays), not yet fsynced; return
     its size and the future of its CRC, which `crc_pool` computes from the array in memory while
     this and the following files are written (zlib and file writes release the GIL). The caller

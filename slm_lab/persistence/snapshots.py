@@ -60,7 +60,8 @@ class IntactSnapshots:
 
     def damaged(self, error: DamagedSnapshot) -> None:
         """The snapshot last yielded had damaged arrays and nothing was written: go on to the next."""
-        session_logger.warning(f'{self.prename}: {error}; nothing was written: starting again from the previous snapshot')
+        session_logger.warning(f'{self.prename}: {error}; nothing was written: starting again from the previous '
+                               'snapshot')
         self._array_damaged.append(Path(error.path))
         self._to_set_aside[Path(error.path)] = problem_of(error.path, error)
         self._retry = True
@@ -92,7 +93,8 @@ class IntactSnapshots:
             if not path.is_dir():  # another process set it aside meanwhile
                 continue
             aside = set_aside_damaged(path)
-            session_logger.warning(f'{self.prename}: skipped damaged snapshot {path.name} ({self._to_set_aside[path]}); '
+            problem = self._to_set_aside[path]
+            session_logger.warning(f'{self.prename}: skipped damaged snapshot {path.name} ({problem}); '
                                    f'it is kept as {aside.name}; continuing from {Path(snapshot.path).name}')
             self._skipped.append({'snapshot': path.name, 'problem': self._to_set_aside[path], 'kept_as': aside.name})
         self._to_set_aside.clear()

@@ -27,6 +27,7 @@ __all__ = [
     'AGENT_SCHEMA', 'ENV_PLANNED_KEYS', 'ENV_SCHEMA', 'MAX_SEED', 'MAX_SESSIONS', 'MAX_SPEC_DEPTH', 'MAX_SPEC_VALUES',
     'MAX_THREADS', 'MAX_TRIALS', 'META_SCHEMA', 'RUNTIME_META', 'TOP_SCHEMA', 'YAML_EXTS', 'apply_overrides',
     'check_spec_name', 'diff_specs', 'get_raw_spec', 'load_raw_spec', 'load_spec', 'merge_specs', 'parse_override',
-    'read_spec_file', 'session_max_frame', 'check_frames_reached', 'set_by_path', 'spec_depth_error', 'strip_trailing_commas',
+    'read_spec_file', 'session_max_frame', 'check_frames_reached', 'set_by_path', 'spec_depth_error',
+    'strip_trailing_commas',
     'validate_spec',
 ]

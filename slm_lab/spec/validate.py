@@ -92,7 +92,8 @@ META_SCHEMA = {
                          doc='base seed; session s of trial t uses random_seed + 1000*t + s (drawn when null)'),
     'checkpoint_frequency': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                   doc='frames between snapshots of the whole session state (default: log_frequency)'),
-    'keep_checkpoints': Field((int,), 2, min=1, max=MAX_KEPT, doc='recent snapshots kept per session (plus best weights and the final one)'),
+    'keep_checkpoints': Field((int,), 2, min=1, max=MAX_KEPT,
+                              doc='recent snapshots kept per session (plus best weights and the final one)'),
     'snapshot_replay': Field((bool,), None, nullable=True,
                              doc='include the off-policy replay memory (and SIL\'s replay) in snapshots, so that a '
                                  'resume continues exactly; false: leave it out (it refills after a resume); null: '
@@ -183,7 +184,8 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
     if name in registry:
         return registry[name]
     if name in planned:
-        raise not_available(f'{path}.{name_key}', f"SLM-Lab's {section} '{name}'", f'; available: {", ".join(registry)}')
+        raise not_available(f'{path}.{name_key}', f"SLM-Lab's {section} '{name}'",
+                            f'; available: {", ".join(registry)}')
     raise SpecError(f"{path}.{name_key}: unknown {section} '{name}'{suggest(name, list(registry) + list(planned))}; "
                     f'valid: {", ".join(registry)}')
 

@@ -72,7 +72,8 @@ def test_env_snapshots_pair_wrapper_layers_by_type():
     assert state['layer_types'] == ['ClipAction', 'RescaleAction', 'RecordEpisodeStatistics', 'SyncVectorEnv']
     returns = env.env.env.episode_returns.copy()
     assert np.all(returns != 0)
-    wider = dict(state, layer_types=['ClipReward'] + state['layer_types'], layers=[{'episode_returns': 'x'}] + state['layers'])
+    wider = dict(state, layer_types=['ClipReward'] + state['layer_types'],
+                 layers=[{'episode_returns': 'x'}] + state['layers'])
     fresh = make_env(spec)
     assert load_vector_env_state_dict(fresh, wider)  # exact: the same envs, the extra layer dropped
     np.testing.assert_array_equal(fresh.env.env.episode_returns, returns)

@@ -70,7 +70,8 @@ def test_an_unknown_backend_is_one_line_listing_the_valid_ones():
 
 def test_a_run_made_before_the_key_existed_resumes_in_gymnasiums_vector_env():
     from slm_lab.persistence.edits import fill_keys_added_later
-    assert fill_keys_added_later({'env': {'name': 'ALE/Pong-v5', 'num_envs': 16}})['env']['vector_backend'] == 'gymnasium'
+    filled = fill_keys_added_later({'env': {'name': 'ALE/Pong-v5', 'num_envs': 16}})
+    assert filled['env']['vector_backend'] == 'gymnasium'
 
 
 def make_both(env: dict):

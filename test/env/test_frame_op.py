@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import deque
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 

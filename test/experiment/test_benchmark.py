@@ -96,22 +96,27 @@ def test_the_stratified_bootstrap_resamples_within_each_row():
 def test_the_row_table_says_each_reference_verdict_budget_and_unfinished_seeds():
     from slm_lab.experiment.benchmark import report
     suite = parse_suite({'name': 's', 'rows': [
-        {'id': 'a', 'env': 'E', 'algorithm': 'A', 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 1000, 'seeds': 3,
+        {'id': 'a', 'env': 'E', 'algorithm': 'A', 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 1000,
+         'seeds': 3,
          'references': [{'value': 10, 'source': 'one', 'max_frame': 1000, 'score': 'slm_ma', 'seeds': 4},
                         {'value': 0, 'source': 'two', 'max_frame': 5000, 'score': 'greedy episodes', 'note': 'v3'}]},
-        {'id': 'b', 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 2_000_000, 'seeds': 1, 'note': 'none published'},
+        {'id': 'b', 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 2_000_000, 'seeds': 1,
+         'note': 'none published'},
     ]}, 's.json')
     seeds = [{'row': 'a', 'seed': 0, 'trial': 0, 'frame': 1000, 'finished': True, 'score': 2.0},
              {'row': 'a', 'seed': 1, 'trial': 1, 'frame': 1000, 'finished': True, 'score': 4.0},
              {'row': 'a', 'seed': 2, 'trial': 2, 'frame': 500, 'finished': False, 'score': 9.0},
              {'row': 'b', 'seed': 0, 'trial': 3, 'frame': 2_000_000, 'finished': True, 'score': 7.0}]
     results = report.row_results(suite, seeds)
-    assert (results[0]['mean'], results[0]['low'], results[0]['high']) == (3.0, 2.0, 4.0)  # the unfinished seed left out
+    # the unfinished seed left out
+    assert (results[0]['mean'], results[0]['low'], results[0]['high']) == (3.0, 2.0, 4.0)
     assert results[0]['verdicts'] == ['above', 'below'] and results[1]['verdicts'] == []
     lines = report.row_table(report.row_records(results)).splitlines()[2:]
-    assert lines[0] == ('| E | A | `a` | 1k | slm_ma | 2.00, 4.00, - (1 unfinished) | 3.00 | [2.00, 4.00] | 10.00 | one | 1k | '
+    assert lines[0] == ('| E | A | `a` | 1k | slm_ma | 2.00, 4.00, - (1 unfinished) | 3.00 | [2.00, 4.00] | 10.00 '
+                        '| one | 1k | '
                         'slm_ma, 4 seeds | reference above the interval |')
-    assert lines[1] == ('|  |  |  |  |  |  |  |  | 0.00 | two (v3) | 5k | greedy episodes | reference below the interval '
+    assert lines[1] == ('|  |  |  |  |  |  |  |  | 0.00 | two (v3) | 5k | greedy episodes | '
+                        'reference below the interval '
                         '(a different budget or definition) |')
     assert lines[2] == '|  |  | `b` | 2M | slm_ma | 7.00 | 7.00 | n/a | none | none published |  |  | n/a |'
     assert report.aggregate(results, {'a': (0.0, 'the suite'), 'b': (0.0, 'the suite')})['rows'] == ['a']

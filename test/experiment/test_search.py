@@ -126,7 +126,8 @@ def test_v4_lists_v5_dots_and_nesting_name_the_same_keys():
 @pytest.mark.parametrize('block, message', [
     ({'agent.algorithm.gamma__uniformm': [0.9, 0.99]}, r"^search\.agent\.algorithm\.gamma__uniformm: unknown space "
                                                        r"'uniformm' \(did you mean 'uniform'\?\)"),
-    ({'agent.algorithm.gamma__uniform': [0.99, 0.9]}, r'^search\.agent\.algorithm\.gamma__uniform: low 0\.99 > high 0\.9'),
+    ({'agent.algorithm.gamma__uniform': [0.99, 0.9]},
+     r'^search\.agent\.algorithm\.gamma__uniform: low 0\.99 > high 0\.9'),
     ({'agent.algorithm.gamma__choice': []}, r'^search\.agent\.algorithm\.gamma__choice: expected a non-empty list'),
     ({'agent.algorithm.gamma__uniform': [0.9]}, r'^search\.agent\.algorithm\.gamma__uniform: expected 2 numbers'),
     ({'agent.net.optim_spec.lr__loguniform': [0, 0.1]}, r'needs low > 0'),
@@ -197,7 +198,8 @@ def test_a_value_that_fits_beside_another_searched_key_is_kept_and_one_that_fits
     assert [p.path for p in search_params(spec)] == ['agent.algorithm.entropy_coef_spec.start_step',
                                                      'agent.algorithm.entropy_coef_spec.end_step']
     spec['search']['agent']['algorithm']['entropy_coef_spec']['start_step__choice'] = [100, 500]
-    with pytest.raises(SpecError, match=r'^search\.agent\.algorithm\.entropy_coef_spec\.start_step__choice: the value 500 '
+    with pytest.raises(SpecError, match=r'^search\.agent\.algorithm\.entropy_coef_spec\.start_step__choice: '
+                                        r'the value 500 '
                                         r'does not fit the spec: .*end_step'):
         search_params(spec)
 

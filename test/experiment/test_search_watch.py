@@ -39,7 +39,8 @@ def test_a_search_prints_a_line_per_trial_start_and_end_and_summaries(tmp_path):
     starts = [x for x in lines if re.match(r'trial \d start: ', x)]
     ends = [x for x in lines if re.match(r'trial \d end: ', x)]
     assert len(starts) == 2 and len(ends) == 2, lines
-    assert re.fullmatch(r'trial 0 start: agent\.algorithm\.gamma=0\.\d+, agent\.net\.optim_spec\.lr=[\d.e-]+', starts[0])
+    assert re.fullmatch(r'trial 0 start: agent\.algorithm\.gamma=0\.\d+, agent\.net\.optim_spec\.lr=[\d.e-]+',
+                        starts[0])
     for end in ends:
         assert re.fullmatch(r'trial \d end: completed \| frame 1000 \| total_reward_ma \d+\.\d\d', end), end
     summaries = [x for x in lines if x.startswith('search: ')]

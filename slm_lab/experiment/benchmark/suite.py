@@ -183,7 +183,7 @@ def _row(obj, i: int, path: str, defaults: dict) -> Row:
     _keys(obj, ROW_KEYS, path, where)
     for key in ('spec_file', 'spec_name', 'max_frame'):
         if key not in obj:
-            raise _err(path, f'{where}.{key}', f'missing; every row names its spec_file, spec_name and max_frame '
+            raise _err(path, f'{where}.{key}', 'missing; every row names its spec_file, spec_name and max_frame '
                        '(the frames each seed trains)')
     spec_file = _text(obj['spec_file'], path, f'{where}.spec_file', 'give the path of a spec file', empty=False)
     spec_name = _text(obj['spec_name'], path, f'{where}.spec_name', 'give the name of a spec in that file', empty=False)

@@ -27,7 +27,8 @@ def _spawn_trial_process(args: tuple[str, ...] = (), **popen) -> subprocess.Pope
     """A search_trial process (its line on stdin unless `args` say otherwise), in its own session,
     with the lab on its path."""
     env = dict(os.environ)
-    env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p])
+    paths = [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+    env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + paths)
     return subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', *args], env=env,
                             stdin=popen.pop('stdin', subprocess.PIPE), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, **popen)

@@ -60,7 +60,8 @@ def search_params(spec: dict) -> list[Param]:
                        if p.path.startswith('agent.net.critic_optim_spec.')})
     for p in searched:
         if p.path in unread:
-            lab_logger.warn_once('slm_lab.search', f'search.{p.key}: {p.path} is {unread[p.path]}, which SLM-Lab v4 and v5 do not read '
+            lab_logger.warn_once('slm_lab.search', f'search.{p.key}: {p.path} is {unread[p.path]}, which SLM-Lab v4 '
+                       'and v5 do not read '
                        'either (searching it changed nothing there); this search leaves it out')
         else:
             params.append(p)

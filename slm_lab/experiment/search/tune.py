@@ -154,7 +154,8 @@ def make_trainable():
                     return {**(self.reports[-1] if self.reports else {TIME_ATTR: 0, METRIC: float('nan')}),
                             'done': True}
                 rc = self.proc.poll()
-                stamp = [mtime_of(self.run_dir.session_df_path(self.index, s, 'train')) for s in range(self.max_session)]
+                stamp = [mtime_of(self.run_dir.session_df_path(self.index, s, 'train'))
+                         for s in range(self.max_session)]
                 if rc is None and stamp == self.seen:  # no new row yet: nothing to read
                     time.sleep(0.1)
                     continue

@@ -7,7 +7,7 @@ The prose is tools/spec_doc.md, a Markdown template; each `{{name}}` in it stand
 here from the code: the key tables from the `Field`s of the spec's top level, meta and agent
 (slm_lab.spec), of env (slm_lab.env.schema), of each registered algorithm, memory and net
 (`spec_schema`) and of schedules (slm_lab.lib.decay), so the reference lists exactly the keys the
-validator accepts, with their defaults and limits. test/test_spec_doc.py fails when docs/spec.md
+validator accepts, with their defaults and limits. test/spec/test_spec_doc.py fails when docs/spec.md
 differs from what this module generates, so after changing a schema or the template, run `--write`.
 Run from the repository root. Not part of the lab: nothing under slm_lab/ imports it.
 """

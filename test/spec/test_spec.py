@@ -13,7 +13,7 @@ from slm_lab import lab
 from slm_lab.lib.errors import LabError, SpecError
 from slm_lab.spec import diff_specs, load_spec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO = str(REPO_ROOT / 'spec' / 'demo.json')
 DQN_ZOO = str(REPO_ROOT / 'spec' / 'benchmark' / 'dqn' / 'dqn_cartpole_zoo.json')
 
@@ -383,7 +383,7 @@ def test_torch_arguments_checked_only_on_use_fail_before_the_run(override, key, 
     """Arguments torch accepts at construction but rejects when used are found by preflight."""
     from slm_lab import lab
     from slm_lab.lib.errors import SpecError
-    spec_file = str(Path(__file__).resolve().parents[1] / 'spec' / 'demo.json')
+    spec_file = str(REPO_ROOT / 'spec' / 'demo.json')
     with pytest.raises(SpecError, match=key):
         lab.run(spec_file, 'ppo_cartpole', 'train', ['env.max_frame=1000', override], data_dir=str(tmp_path / 'data'))
     assert not (tmp_path / 'data').exists() or not any((tmp_path / 'data').iterdir())

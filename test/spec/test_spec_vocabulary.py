@@ -16,7 +16,7 @@ from conftest import build_spec, make_agent
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
-VOCABULARY = Path(__file__).parent / 'fixtures' / 'slm_lab_spec_vocabulary.md'
+VOCABULARY = Path(__file__).resolve().parents[1] / 'fixtures' / 'slm_lab_spec_vocabulary.md'
 LATER = 'not available yet'
 
 SCHEDULE = {'name': 'linear_decay', 'start_val': 1.0, 'end_val': 0.1, 'start_step': 0, 'end_step': 1000}

@@ -15,7 +15,7 @@ from lab_helpers import visible
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import load_spec, strip_trailing_commas
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / 'spec' / 'slm_lab'
 V4_FILE, V5_FILE, YAML_FILE = (str(EXAMPLES / name) for name in
                                ('cartpole_v4.json', 'cartpole_v5.json', 'cartpole_v5.yaml'))

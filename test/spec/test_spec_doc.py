@@ -18,7 +18,7 @@ from slm_lab.lib.errors import SpecError
 from slm_lab.spec import ENV_SCHEMA, META_SCHEMA, validate_spec
 from tools import spec_doc
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = 'run: python -m tools.spec_doc --write'
 MINIMAL = {'agent': {'algorithm': {'name': 'Random'}}, 'env': {'name': 'CartPole-v1', 'max_frame': 10}}
 

@@ -16,7 +16,7 @@ from lab_helpers import check_resume_after_max_frame
 
 from slm_lab.agent.algorithm import ALGORITHMS
 
-SPECS = json.loads((Path(__file__).parent / 'fixtures' / 'exact_resume.json').read_text())
+SPECS = json.loads((Path(__file__).resolve().parents[1] / 'fixtures' / 'exact_resume.json').read_text())
 
 
 def test_every_registered_algorithm_has_an_exact_resume_spec():

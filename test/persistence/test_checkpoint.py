@@ -23,7 +23,7 @@ from slm_lab.persistence import arrays, snapshot as checkpoint, snapshots as ses
 from slm_lab.lib.errors import DiskFullError, ResumeError
 from slm_lab.lib.io import atomic_write_bytes, atomic_write_with, tmp_file_pid
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = {'test': 'checkpoint'}  # save_snapshot only digests the spec
 BIG = 1 << 18  # float32 elements: a 1 MiB array, big enough for its own memory-mapped .npy
 

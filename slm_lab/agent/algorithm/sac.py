@@ -399,15 +399,10 @@ class SoftActorCritic(OffPolicyAlgorithm):
     def train(self) -> dict:
         losses, entropies, norms = [], [], []
         for _ in range(self.training_iter):
-            batch = self.memory.sample()
-            states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
-            actions = torch.as_tensor(batch.actions, device=self.device)
-            actions = actions.long() if self.discrete else actions.float()
-            weights = getattr(batch, 'weights', None)
-            weights = None if weights is None else self.tensor(weights)
-            alpha = self.alpha()
+            batch = self.memory.sample().to(self.device)
+            states, weights, alpha = batch.states, batch.weights, self.alpha()
             q1, q2, targets, q1_all, q2_all = self.critic_values(
-                states, actions, next_states, self.tensor(batch.rewards), self.tensor(batch.terminateds), alpha)
+                states, batch.actions, batch.next_states, batch.rewards, batch.terminateds, alpha)
             loss = self.critic_loss(q1, targets, weights) + self.critic_loss(q2, targets, weights)
             norms.append(self.step_optimizers(loss, names=('critic',)))
             loss = loss.detach()
@@ -424,7 +419,7 @@ class SoftActorCritic(OffPolicyAlgorithm):
                 entropies.append(float(entropy))
                 self.update_targets()
             losses.append(loss)
-            if hasattr(batch, 'indices'):  # PrioritizedReplay: the sampled transitions' new TD errors
+            if batch.indices is not None:  # PrioritizedReplay: the sampled transitions' new TD errors
                 with torch.no_grad():
                     errors = (torch.min(q1, q2) - targets).abs().cpu().numpy()
                 self.memory.update_priorities(batch.indices, errors)

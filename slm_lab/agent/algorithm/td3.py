@@ -170,10 +170,9 @@ class TD3(OffPolicyAlgorithm):
     def train(self) -> dict:
         losses, norms = [], []
         for _ in range(self.training_iter):
-            batch = self.memory.sample()
-            states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
-            actions = self.tensor(batch.actions)
-            targets = self.critic_targets(self.tensor(batch.rewards), next_states, self.tensor(batch.terminateds))
+            batch = self.memory.sample().to(self.device)
+            states, actions = batch.states, batch.actions
+            targets = self.critic_targets(batch.rewards, batch.next_states, batch.terminateds)
             q1 = state_action_value(self.q1_net, states, actions)
             q2 = state_action_value(self.q2_net, states, actions)
             loss = self.loss_fn(q1, targets) + self.loss_fn(q2, targets)

@@ -11,9 +11,9 @@ import torch
 from conftest import make_agent
 from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, fill_replay
 
-from slm_lab.agent.algorithm.sac import (continuous_policy_loss, continuous_soft_value, discrete_policy_loss,
-                                         discrete_soft_value, discrete_target_entropy, soft_q_targets,
-                                         squashed_log_prob, temperature_loss)
+from slm_lab.agent.algorithm.sac import continuous_policy_loss, continuous_soft_value, soft_q_targets, temperature_loss
+from slm_lab.agent.algorithm.sac_discrete import discrete_policy_loss, discrete_soft_value, discrete_target_entropy
+from slm_lab.agent.net.squashed_gaussian import squashed_log_prob
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 

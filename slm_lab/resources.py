@@ -8,7 +8,9 @@ sizes and is meant to be conservative (it rounds up), not exact:
   nets     each MLP of the algorithm, counted from its layer widths: a trained parameter is
            float32 weights + gradients + two optimizer moments (as Adam) = 16 bytes, a target
            net's only its weights (4 bytes)
-  memory   Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
+  memory   what the memory declares (Memory.storage_needs; an algorithm's own replays, SIL's:
+           Algorithm.owned_replay_needs); so far:
+           Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
            batch; for stacked uint8 frames (Atari), which the replay stores once each, its frame
            ring (about one frame per transition, see replay.FrameStore) and frame slots instead;
            PrioritizedReplay the same plus its sum tree; OnPolicyBatchReplay: time_horizon x num_envs steps, twice (the buffer and the

@@ -15,3 +15,6 @@ PLANNED_MEMORIES = ()
 # keys SLM-Lab reads only in memories or algorithms of a later version, and what they are
 PLANNED_KEYS = {
 }
+
+__all__ = ['Batch', 'MEMORIES', 'Memory', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy', 'OnPolicyReplay',
+           'PLANNED_KEYS', 'PLANNED_MEMORIES', 'PrioritizedReplay', 'Replay']

@@ -8,7 +8,9 @@ sizes and is meant to be conservative (it rounds up), not exact:
   nets     each MLP of the algorithm, counted from its layer widths: a trained parameter is
            float32 weights + gradients + two optimizer moments (as Adam) = 16 bytes, a target
            net's only its weights (4 bytes)
-  memory   Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
+  memory   what the memory declares (Memory.storage_needs; an algorithm's own replays, SIL's:
+           Algorithm.owned_replay_needs); so far:
+           Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
            batch; for stacked uint8 frames (Atari), which the replay stores once each, its frame
            ring (about one frame per transition, see replay.FrameStore) and frame slots instead;
            PrioritizedReplay the same plus its sum tree; OnPolicyBatchReplay: time_horizon x num_envs steps, twice (the buffer and the
@@ -24,7 +26,6 @@ writes to.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import shutil
 from pathlib import Path
@@ -111,13 +112,6 @@ def mlp_param_count(in_dim: int, widths: list[int], out_dims: list[int]) -> int:
     return count + sum(dim * out + out for out in out_dims)
 
 
-def _space_bytes(space: gym.Space) -> int:
-    """Bytes the memories store per element of a space (see memory.base.space_shape_dtype)."""
-    from slm_lab.agent.memory.base import space_shape_dtype  # the agent imports torch: not at start-up
-    shape, dtype = space_shape_dtype(space)
-    return math.prod(shape) * dtype.itemsize
-
-
 def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tuple[list[Need], int]:
     """The nets' memory, and the units (summed layer widths) a sample passes through in one
     forward pass of all of them. The algorithm is built once with every hidden layer 1 wide,
@@ -156,7 +150,7 @@ def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tup
     return [Need('nets', 'agent.net.hid_layers', nbytes)], units
 
 
-def _kept_on_disk(nbytes: int, rewritten_share: float, meta: dict) -> int:
+def kept_on_disk(nbytes: int, rewritten_share: float, meta: dict) -> int:
     """Bytes on disk of a replay of `nbytes` in a session's snapshots: the meta.keep_checkpoints
     kept ones and the one being written before the oldest is pruned; the first holds it whole,
     each of the others the share it writes anew (the rest hard-linked; 1 for arrays written whole)."""
@@ -164,55 +158,17 @@ def _kept_on_disk(nbytes: int, rewritten_share: float, meta: dict) -> int:
 
 
 def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
-    """The memory's storage and the training batch it hands out (with its activations), and SIL's
-    replay of past episodes (which SIL and PPOSIL keep beside their on-policy memory)."""
-    memory_spec = spec['agent']['memory']
-    if memory_spec is None:
+    """What the replays an algorithm keeps itself need (SIL's, beside its on-policy memory:
+    Algorithm.owned_replay_needs), then the memory agent.memory names (Memory.storage_needs)."""
+    if spec['agent']['memory'] is None:
         return []
-    needs = []
-    if 'sil_replay_name' in memory_spec:  # a key of SIL's memory schema: the algorithm keeps a SIL replay
-        from slm_lab.agent.memory.sil_replay import SILReplay  # the agent imports torch: not at start-up
-        sil = SILReplay.storage_bytes(memory_spec['max_size'], _space_bytes(obs_space), _space_bytes(action_space),
-                                      memory_spec['sil_replay_name'] == 'PrioritizedReplay')
-        needs.append(Need('SIL replay', 'agent.memory.max_size', sil, _kept_on_disk(sil, 1.0, spec.get('meta', {}))))
-    return needs + _main_memory_needs(spec, obs_space, action_space, units)
-
-
-def _main_memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
-    """What the memory agent.memory names needs (see _memory_needs)."""
-    memory_spec, algo_spec = spec['agent']['memory'], spec['agent']['algorithm']
-    num_envs = spec['env']['num_envs']
-    obs_bytes, act_bytes = _space_bytes(obs_space), _space_bytes(action_space)
-    in_dim = math.prod(obs_space.shape)
-    # a transition as stored, and as float32 tensors (states, next states, four scalars)
-    stored = 2 * obs_bytes + act_bytes + 4 * FLOAT_BYTES
-    as_tensors = (2 * in_dim + 4) * FLOAT_BYTES
-    activations = units * FLOAT_BYTES * ACTIVATION_COPIES
-    name = memory_spec['name']
-    if name in ('Replay', 'PrioritizedReplay'):
-        # the agent imports torch: not at start-up
-        from slm_lab.agent.memory.base import space_shape_dtype
-        from slm_lab.agent.memory.replay import Replay
-        batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
-        obs_shape, obs_dtype = space_shape_dtype(obs_space)
-        from slm_lab.agent.memory.prioritized import SumTree
-        replay = Replay.storage_bytes(max_size, obs_shape, obs_dtype, act_bytes, num_envs)
-        if replay is None:  # observations stored as they are: two per transition
-            replay = max_size * stored
-        if name == 'PrioritizedReplay':
-            replay += SumTree.nbytes(max_size)
-        meta = spec.get('meta', {})
-        between = meta.get('checkpoint_frequency') or meta.get('log_frequency', 1000)
-        share = Replay.snapshot_rewritten_share(max_size, obs_shape, obs_dtype, between)
-        return [Need('replay memory', 'agent.memory.max_size', replay, _kept_on_disk(replay, share, meta)),
-                Need('sampled batch', 'agent.memory.batch_size', batch * (stored + as_tensors + activations))]
-    if name == 'OnPolicyBatchReplay':
-        key = 'time_horizon' if algo_spec.get('time_horizon') else 'training_frequency'
-        steps = algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
-        samples = steps * num_envs
-        return [Need('on-policy batch', f'agent.algorithm.{key} x env.num_envs',
-                     samples * (2 * stored + as_tensors + activations))]
-    return []  # OnPolicyReplay holds whole episodes: their length is the env's, not the spec's
+    # the agent imports torch: not at start-up (the lab imports this module for every command)
+    from slm_lab.agent.algorithm import ALGORITHMS
+    from slm_lab.agent.memory import MEMORIES
+    algo_cls = ALGORITHMS[spec['agent']['algorithm']['name']]
+    memory_cls = MEMORIES[spec['agent']['memory']['name']]
+    return (algo_cls.owned_replay_needs(spec, obs_space, action_space)
+            + memory_cls.storage_needs(spec, obs_space, action_space, units))
 
 
 def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> list[Need]:

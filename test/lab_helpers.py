@@ -239,7 +239,7 @@ def fill_replay(agent, clock, steps: int) -> None:
     for _ in range(steps):
         obs = rng.normal(size=(n, obs_dim)).astype(np.float32)
         action = alg.act(obs)
-        alg.memory.add(obs, action if getattr(alg, 'discrete', False) else alg.to_unit(action), rng.normal(size=n),
+        alg.memory.add(obs, alg.memory_action(action), rng.normal(size=n),
                        rng.normal(size=(n, obs_dim)).astype(np.float32), np.zeros(n, bool), np.zeros(n, bool))
         clock.tick()
 

@@ -170,9 +170,13 @@ def algorithm_own_keys(cls: type) -> list[str]:
 
 def _algorithm_section(group: list[type]) -> str:
     out = ['### ' + ', '.join(f'`{cls.__name__}`' for cls in group)]
-    module_doc = inspect.getdoc(sys.modules[group[0].__module__]) or ''
-    if module_doc:
-        out.append('```text\n' + module_doc + '\n```')
+    # with the modules of a family's members for other action types (SoftActorCritic's sac_discrete.py)
+    modules = dict.fromkeys([group[0].__module__] + [m.__module__ for cls in group
+                                                     for m in getattr(cls, 'members', {}).values()])
+    for module in modules:
+        module_doc = inspect.getdoc(sys.modules[module]) or ''
+        if module_doc:
+            out.append('```text\n' + module_doc + '\n```')
     documented: dict[int, str] = {}
     shown: dict[str, dict] = {}  # the schemas whose keys a table lists, by class name
     for cls in group:

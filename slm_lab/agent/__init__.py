@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import ALGORITHMS
-from slm_lab.agent.memory import MEMORIES, OnPolicyBatchReplay, Replay
+from slm_lab.agent.memory import MEMORIES
 from slm_lab.agent.net import recurrent
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.resources import replay_in_snapshots
@@ -42,12 +42,8 @@ class Agent:
         self.memory = None
         if memory_spec is not None:
             memory_cls = MEMORIES[memory_spec['name']]
-            kwargs = {}
-            if issubclass(memory_cls, OnPolicyBatchReplay):
-                kwargs['batch_steps'] = ALGORITHMS[algo_spec['name']].batch_steps(algo_spec)
-            if issubclass(memory_cls, Replay):
-                kwargs['persist'] = replay_in_snapshots(spec['meta'])
-            self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1], **kwargs)
+            self.memory = memory_cls(memory_spec, obs_space, action_space, num_envs, seed=[seed, 1],
+                                     **memory_cls.build_args(spec, algo_cls))
         with recurrent.building(layout) if layout else contextlib.nullcontext():
             self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
                                       self.memory, seed=[seed, 2],

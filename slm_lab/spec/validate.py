@@ -245,8 +245,10 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     planned_memory = algo_cls.planned_memory_names.get((agent['memory'] or {}).get('name'))
     if planned_memory:
         raise not_available('agent.memory.name', planned_memory, f'; use one of: {", ".join(algo_cls.memory_names)}')
-    if agent['memory'] is not None and algo_cls.memory_names is not None \
-            and agent['memory']['name'] not in algo_cls.memory_names:
+    # a memory fits by its name, or by a name it serves as (Memory.serves_as)
+    fits = agent['memory'] is None or algo_cls.memory_names is None or \
+        bool({agent['memory']['name'], *MEMORIES[agent['memory']['name']].serves_as} & set(algo_cls.memory_names))
+    if not fits:
         raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "
                         f'use one of: {", ".join(algo_cls.memory_names)}')
     spec['agent'] = fill_fused(agent, True)

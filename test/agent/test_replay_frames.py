@@ -238,7 +238,7 @@ def test_a_snapshot_of_a_partly_filled_replay_copies_unaligned_chunks_and_resume
 def test_the_memory_estimate_follows_the_frame_storage():
     from slm_lab import resources
     obs = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    spec = {'agent': {'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1_000_000}, 'algorithm': {}},
+    spec = {'agent': {'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1_000_000}, 'algorithm': {'name': 'DQN'}},
             'env': {'num_envs': 1}}
     needs = {n.what: n for n in resources._memory_needs(spec, obs, gym.spaces.Discrete(4), units=0)}
     assert 7.0e9 < needs['replay memory'].nbytes < 7.5e9  # was 2 x 28.2 GB of stacks

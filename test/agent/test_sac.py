@@ -11,10 +11,9 @@ import torch
 from conftest import make_agent
 from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, fill_replay
 
-from slm_lab.agent.algorithm.sac import (continuous_policy_loss, continuous_soft_value, discrete_policy_loss,
-                                         discrete_soft_value, discrete_target_entropy, soft_q_targets,
-                                         squashed_log_prob, temperature_loss)
-from slm_lab.agent.memory.prioritized import PrioritizedBatch
+from slm_lab.agent.algorithm.sac import continuous_policy_loss, continuous_soft_value, soft_q_targets, temperature_loss
+from slm_lab.agent.algorithm.sac_discrete import discrete_policy_loss, discrete_soft_value, discrete_target_entropy
+from slm_lab.agent.net.squashed_gaussian import squashed_log_prob
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -216,7 +215,7 @@ def test_prioritized_replay_weights_the_critic_loss_and_gets_td_errors():
     weights = np.zeros(32, np.float32)
     weights[0] = 32.0  # the loss is then the first transition's alone
     got = {}
-    alg.memory.sample = lambda: PrioritizedBatch(*batch, np.arange(32) + 100, weights)
+    alg.memory.sample = lambda: batch._replace(indices=np.arange(32) + 100, weights=weights)
     alg.memory.update_priorities = lambda indices, errors: got.update(indices=indices, errors=errors)
     s, ns = alg.tensor(batch.states), alg.tensor(batch.next_states)
     a = torch.as_tensor(batch.actions).long()

@@ -10,6 +10,7 @@ from slm_lab.agent.algorithm.random import Random
 from slm_lab.agent.algorithm.reinforce import Reinforce
 from slm_lab.agent.algorithm.sarsa import SARSA
 from slm_lab.agent.algorithm.sac import SoftActorCritic
+from slm_lab.agent.algorithm.sac_discrete import DiscreteSAC, RelaxedSAC  # noqa: F401 (SoftActorCritic's for Discrete actions)
 from slm_lab.agent.algorithm.sil import PPOSIL, SIL
 from slm_lab.agent.algorithm.td3 import TD3
 

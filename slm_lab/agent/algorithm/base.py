@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from slm_lab.agent.algorithm import policy_util
+from slm_lab.agent.memory.base import to_tensor
 from slm_lab.agent.net import kernels, net_util
 from slm_lab.agent.net.optimizers import step_optimizer
 from slm_lab.lib.decay import Schedule, linear_to_zero_factor, linear_to_zero_frame, schedule_field
@@ -88,6 +89,12 @@ class Algorithm:
         return [extra[key] for key in cls.owned_replay_keys if key in extra]
 
     @classmethod
+    def owned_replay_needs(cls, spec: dict, obs_space: gym.Space, action_space: gym.Space) -> list:
+        """What the replays this algorithm keeps itself (owned_replay_keys) take of the machine for
+        a validated spec, as resources.Need items (resources.estimate_session): none by default."""
+        return []
+
+    @classmethod
     def recurrent_slots(cls, agent_spec: dict) -> int:
         """How many RecurrentNets that read observations this algorithm builds from a RecurrentNet
         spec (each carries its own hidden state; see net/recurrent.py): one by default."""
@@ -167,9 +174,8 @@ class Algorithm:
         return frame // frequency > self.clock.frame // frequency
 
     def tensor(self, x: np.ndarray) -> torch.Tensor:
-        if isinstance(x, np.ndarray) and x.dtype == np.uint8:  # frames: moved as bytes, made float on the device
-            return torch.as_tensor(x, device=self.device).float()
-        return torch.as_tensor(x, dtype=torch.float32, device=self.device)
+        """An array as the nets take it (memory.base.to_tensor), on this algorithm's device."""
+        return to_tensor(x, self.device)
 
     def clip_groups(self) -> list[list[torch.Tensor]]:
         """The parameter groups whose gradients are clipped to net.clip_grad_val each on its own:

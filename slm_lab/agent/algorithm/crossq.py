@@ -21,8 +21,10 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from slm_lab.agent.algorithm.sac import SAC_SCHEMA, SoftActorCritic, continuous_soft_value, discrete_soft_value, \
-    soft_q_targets
+from slm_lab.agent.algorithm.off_policy import state_action_value
+from slm_lab.agent.algorithm.sac import SAC_SCHEMA, SoftActorCritic, continuous_soft_value, soft_q_targets
+from slm_lab.agent.algorithm.sac_discrete import DiscreteSAC, discrete_soft_value
+from slm_lab.agent.algorithm.twin_critic import Critique
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, Field
@@ -49,7 +51,8 @@ def insert_batch_renorm(net: nn.Module, brn_spec: dict) -> int:
 
 
 class CrossQ(SoftActorCritic):
-    """SAC without target nets; the critics' normalisation sees (s, a) and (s', a') together."""
+    """SAC without target nets; the critics' normalisation sees (s, a) and (s', a') together.
+    Continuous actions here; DiscreteCrossQ for Discrete ones (the family's other member)."""
 
     spec_schema = {
         **SAC_SCHEMA,
@@ -70,7 +73,7 @@ class CrossQ(SoftActorCritic):
         each hidden layer); the critics' optimizer is the critic net spec's `optim_spec`, the loss
         `agent.net.loss_spec`."""
     pdtypes = ('default', 'Categorical', 'Normal')  # SLM-Lab v5's CrossQ: no v4 GumbelSoftmax variant
-    uses_critic_net = True  # agent.critic_net: validated by spec.py with the schema of its net type
+    uses_critic_net = True  # agent.critic_net: validated by spec/validate.py with the schema of its net type
 
     def build_critic(self, in_dim: int | tuple[int, ...], out_dim: int, extra_dim: int = 0) -> nn.Module:
         """The critic net spec's Q net, with critic_batch_renorm's layers inserted before the
@@ -90,33 +93,21 @@ class CrossQ(SoftActorCritic):
             return agent_spec['critic_net']
         return self.net_spec
 
-    def critic_values(self, states, actions, next_states, rewards, terminateds, alpha):
-        """One training-mode forward of each critic on the batch's current and next rows together;
+    def critic_values(self, states, actions, next_states, rewards, terminateds, alpha) -> Critique:
+        """One training-mode forward of each critic on the batch's (s, a) and (s', a') together;
         the targets from its second half, detached (see the module docstring)."""
         self.q1_net.train(), self.q2_net.train()
         n = len(states)
-        if self.discrete:
-            both = torch.cat([states, next_states], dim=0)
-            q1_both, q2_both = self.q1_net(both), self.q2_net(both)
-            q1_all, q2_all = q1_both[:n], q2_both[:n]
-            with torch.no_grad():
-                next_q = (q1_both[n:] + q2_both[n:]) / 2
-                next_values = discrete_soft_value(self.net(next_states), next_q, alpha)
-            index = actions.long().unsqueeze(-1)
-            q1, q2 = q1_all.gather(-1, index).squeeze(-1), q2_all.gather(-1, index).squeeze(-1)
-        else:
-            with torch.no_grad():
-                next_actions, next_log_probs = self.net.sample(next_states, reparam=False)
-            both_states = torch.cat([states, next_states], dim=0)
-            both_actions = torch.cat([actions, next_actions], dim=0)
-            q1_both = self.q(self.q1_net, both_states, both_actions)
-            q2_both = self.q(self.q2_net, both_states, both_actions)
-            q1, q2, q1_all, q2_all = q1_both[:n], q2_both[:n], None, None
-            with torch.no_grad():
-                next_values = continuous_soft_value(q1_both[n:], q2_both[n:], next_log_probs, alpha)
         with torch.no_grad():
+            next_actions, next_log_probs = self.net.sample(next_states, reparam=False)
+        both_states = torch.cat([states, next_states], dim=0)
+        both_actions = torch.cat([actions, next_actions], dim=0)
+        q1_both = state_action_value(self.q1_net, both_states, both_actions)
+        q2_both = state_action_value(self.q2_net, both_states, both_actions)
+        with torch.no_grad():
+            next_values = continuous_soft_value(q1_both[n:], q2_both[n:], next_log_probs, alpha)
             targets = soft_q_targets(rewards, terminateds, next_values, self.gamma)
-        return q1, q2, targets, q1_all, q2_all
+        return Critique(q1_both[:n], q2_both[:n], targets)
 
     def policy_q(self, states, actions):
         """The critics in evaluation mode: the policy's batch must not move their running statistics."""
@@ -124,3 +115,25 @@ class CrossQ(SoftActorCritic):
         q1, q2 = super().policy_q(states, actions)
         self.q1_net.train(), self.q2_net.train()
         return q1, q2
+
+
+class DiscreteCrossQ(CrossQ, DiscreteSAC, actions='discrete'):
+    """CrossQ on Discrete actions: DiscreteSAC's policy and losses, its critics run once on the
+    batch's s and s' together."""
+
+    def critic_values(self, states, actions, next_states, rewards, terminateds, alpha) -> Critique:
+        """One training-mode forward of each critic on s and s' together; the targets from the
+        critics' mean on the second half, detached."""
+        self.q1_net.train(), self.q2_net.train()
+        n = len(states)
+        both = torch.cat([states, next_states], dim=0)
+        q1_both, q2_both = self.q1_net(both), self.q2_net(both)
+        q1_all, q2_all = q1_both[:n], q2_both[:n]
+        with torch.no_grad():
+            next_q = (q1_both[n:] + q2_both[n:]) / 2
+            next_values = discrete_soft_value(self.net(next_states), next_q, alpha)
+        index = actions.long().unsqueeze(-1)
+        q1, q2 = q1_all.gather(-1, index).squeeze(-1), q2_all.gather(-1, index).squeeze(-1)
+        with torch.no_grad():
+            targets = soft_q_targets(rewards, terminateds, next_values, self.gamma)
+        return Critique(q1, q2, targets, q1_all, q2_all)

@@ -167,20 +167,17 @@ class VanillaDQN(OffPolicyAlgorithm):
     def train(self) -> dict:
         losses, norms = [], []
         for _ in range(self.training_iter):
-            batch = self.memory.sample()
-            states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
-            actions = torch.as_tensor(batch.actions, device=self.device).long().unsqueeze(-1)
-            rewards, terminateds = self.tensor(batch.rewards), self.tensor(batch.terminateds)
-            weights = self.tensor(batch.weights) if hasattr(batch, 'weights') else None
+            batch = self.memory.sample().to(self.device)
+            actions = batch.actions.long().unsqueeze(-1)
             targets = None
             for _ in range(self.training_batch_iter):
                 if targets is None or self.online_targets:  # the online net moved since the last step
-                    targets = self.q_targets(rewards, next_states, terminateds)
-                q = self.net(states).gather(-1, actions).squeeze(-1)
-                if weights is None:
+                    targets = self.q_targets(batch.rewards, batch.next_states, batch.terminateds)
+                q = self.net(batch.states).gather(-1, actions).squeeze(-1)
+                if batch.weights is None:
                     loss = self.loss_fn(q, targets)
-                else:
-                    loss = (weights * self.elementwise_loss_fn(q, targets)).mean()
+                else:  # a prioritized batch: importance-weighted, and its new TD errors handed back
+                    loss = (batch.weights * self.elementwise_loss_fn(q, targets)).mean()
                     self.memory.update_priorities(batch.indices, (targets - q.detach()).abs().cpu().numpy())
                 norms.append(self.step_optimizers(loss))
                 losses.append(loss.detach())

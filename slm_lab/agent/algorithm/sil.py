@@ -50,8 +50,10 @@ import torch
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.actor_critic import ActorCritic
 from slm_lab.agent.algorithm.ppo import PPO
+from slm_lab.agent.memory.base import space_bytes
 from slm_lab.agent.memory.sil_replay import PRIORITY_KEYS, SIL_MEMORY_SCHEMA, PrioritizedSILReplay, SILReplay
 from slm_lab.lib.errors import SpecError
+from slm_lab.resources import Need, kept_on_disk
 from slm_lab.lib.schema import MAX_REPEATS, Field
 
 SIL_SCHEMA = {
@@ -111,6 +113,14 @@ class SelfImitation:
             else SILReplay
         self.sil_replay = replay_cls(agent_spec['memory'], self.obs_space, self.action_space, self.num_envs,
                                     self.gamma, self.rng, persist=self.persist_replay)
+
+    @classmethod
+    def owned_replay_needs(cls, spec: dict, obs_space, action_space) -> list[Need]:
+        """The SIL replay's max_size transitions, written whole in each kept snapshot."""
+        memory_spec = spec['agent']['memory']
+        sil = SILReplay.storage_bytes(memory_spec['max_size'], space_bytes(obs_space), space_bytes(action_space),
+                                      memory_spec['sil_replay_name'] == 'PrioritizedReplay')
+        return [Need('SIL replay', 'agent.memory.max_size', sil, kept_on_disk(sil, 1.0, spec.get('meta', {})))]
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:

@@ -29,8 +29,9 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.algorithm.base import BASE_SCHEMA
-from slm_lab.agent.algorithm.off_policy import OffPolicyAlgorithm, state_action_value
-from slm_lab.agent.net import build_net, net_util
+from slm_lab.agent.algorithm.off_policy import state_action_value
+from slm_lab.agent.algorithm.twin_critic import Critique, TwinCriticAlgorithm
+from slm_lab.agent.net import build_net
 from slm_lab.lib.decay import schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field
@@ -79,7 +80,7 @@ TD3_SCHEMA = {
 }
 
 
-class TD3(OffPolicyAlgorithm):
+class TD3(TwinCriticAlgorithm):
     """Twin critics, clipped double-Q targets, delayed policy updates and target policy smoothing,
     on a Replay memory; continuous (Box) actions only."""
 
@@ -93,55 +94,33 @@ class TD3(OffPolicyAlgorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        spec, net_spec = self.algorithm_spec, self.net_spec
         if not isinstance(self.action_space, gym.spaces.Box):
             raise SpecError(f'agent.algorithm.name: TD3 needs continuous (Box) actions and {self.env_spec["name"]} '
                             'has Discrete ones; use SoftActorCritic or DQN, or a continuous env')
-        if net_spec['type'] == 'RecurrentNet':
+        if self.net_spec['type'] == 'RecurrentNet':
             raise SpecError('agent.net.type: TD3 does not take a RecurrentNet; use MLPNet')
         self.init_unit_actions()
-        self.net = build_net(net_spec, self.in_shape, self.act_dim).to(self.device)
-        self.q1_net = build_net(net_spec, self.in_shape, 1, extra_dim=self.act_dim).to(self.device)
-        self.q2_net = build_net(net_spec, self.in_shape, 1, extra_dim=self.act_dim).to(self.device)
+        self.net = build_net(self.net_spec, self.in_shape, self.act_dim).to(self.device)
+        self.build_critics(1, self.act_dim)
         self.target_net = copy.deepcopy(self.net).requires_grad_(False)
-        self.target_q1_net = copy.deepcopy(self.q1_net).requires_grad_(False)
-        self.target_q2_net = copy.deepcopy(self.q2_net).requires_grad_(False)
-        self.optimizers = {
-            'actor': net_util.make_optimizer(self.net.parameters(), net_spec['optim_spec']),
-            'critic': net_util.make_optimizer(list(self.q1_net.parameters()) + list(self.q2_net.parameters()),
-                                              net_spec['optim_spec']),
-        }
-        for name, opt in self.optimizers.items():
-            sched = net_util.make_lr_scheduler(opt, net_spec.get('lr_scheduler_spec'), self.clock)
-            if sched is not None:
-                self.lr_schedulers[name] = sched
-        self.loss_fn = net_util.make_loss(net_spec['loss_spec'])
-        self.training_iter, self.training_frequency = spec['training_iter'], spec['training_frequency']
-        self.training_start_step, self.policy_delay = spec['training_start_step'], spec['policy_delay']
-        self.policy_noise, self.noise_clip = spec['policy_noise'], spec['noise_clip']
-        self.train_step = 0  # critic steps so far: the policy steps on every policy_delay-th
+        self.build_optimizers()
+        self.policy_noise, self.noise_clip = self.algorithm_spec['policy_noise'], self.algorithm_spec['noise_clip']
 
     def nets(self) -> dict[str, nn.Module]:
-        return {'net': self.net, 'q1_net': self.q1_net, 'q2_net': self.q2_net, 'target_net': self.target_net,
-                'target_q1_net': self.target_q1_net, 'target_q2_net': self.target_q2_net}
+        critics = self.critic_nets()
+        return {'net': self.net, 'q1_net': critics['q1_net'], 'q2_net': critics['q2_net'], 'target_net': self.target_net,
+                'target_q1_net': critics['target_q1_net'], 'target_q2_net': critics['target_q2_net']}
 
     def target_pairs(self):
-        return [(self.target_net, self.net), (self.target_q1_net, self.q1_net), (self.target_q2_net, self.q2_net)]
-
-    def clip_groups(self):
-        """Each net clipped on its own."""
-        return [list(self.net.parameters()), list(self.q1_net.parameters()), list(self.q2_net.parameters())]
+        return [(self.target_net, self.net), *super().target_pairs()]
 
     # --- acting ---------------------------------------------------------------------------------
     def policy(self, net: nn.Module, states: torch.Tensor) -> torch.Tensor:
         """mu(s) = tanh(net(s)), (B, act_dim) in [-1, 1]."""
         return torch.tanh(net(states))
 
-    @torch.no_grad()
-    def act(self, obs):
-        n = len(obs)
-        if self.clock.frame < self.training_start_step:  # uniform random actions fill the memory first
-            return self.to_env(self.rng.uniform(-1.0, 1.0, size=(n, self.act_dim)))
+    def policy_actions(self, obs):
+        """clip(mu(s) + N(0, sigma^2), -1, 1), sigma explore_var_spec's at this frame, to the env's bounds."""
         actions = self.policy(self.net, self.tensor(obs)).cpu().numpy()
         sigma = self.explore_var.value(self.clock.frame)
         noisy = actions + self.rng.normal(0.0, sigma, size=actions.shape)
@@ -152,10 +131,6 @@ class TD3(OffPolicyAlgorithm):
         return self.to_env(self.policy(self.net, self.tensor(obs)).cpu().numpy())
 
     # --- training -------------------------------------------------------------------------------
-    def memory_action(self, action):
-        """Actions are stored in [-1, 1], as the critics take them."""
-        return self.to_unit(action)
-
     @torch.no_grad()
     def critic_targets(self, rewards: torch.Tensor, next_states: torch.Tensor,
                        terminateds: torch.Tensor) -> torch.Tensor:
@@ -167,34 +142,12 @@ class TD3(OffPolicyAlgorithm):
                                         state_action_value(self.target_q1_net, next_states, next_actions),
                                         state_action_value(self.target_q2_net, next_states, next_actions), self.gamma)
 
-    def train(self) -> dict:
-        losses, norms = [], []
-        for _ in range(self.training_iter):
-            batch = self.memory.sample()
-            states, next_states = self.tensor(batch.states), self.tensor(batch.next_states)
-            actions = self.tensor(batch.actions)
-            targets = self.critic_targets(self.tensor(batch.rewards), next_states, self.tensor(batch.terminateds))
-            q1 = state_action_value(self.q1_net, states, actions)
-            q2 = state_action_value(self.q2_net, states, actions)
-            loss = self.loss_fn(q1, targets) + self.loss_fn(q2, targets)
-            norms.append(self.step_optimizers(loss, names=('critic',)))
-            loss = loss.detach()
-            self.train_step += 1
-            if self.train_step % self.policy_delay == 0:
-                self.q1_net.requires_grad_(False)  # the critic is not trained on the policy's loss
-                policy_loss = deterministic_policy_loss(
-                    state_action_value(self.q1_net, states, self.policy(self.net, states)))
-                self.q1_net.requires_grad_(True)
-                self.step_optimizers(policy_loss, names=('actor',), tick=False)
-                loss = loss + policy_loss.detach()
-                self.update_targets()
-            losses.append(loss)
-        self.step_lr_schedulers()
-        return {'loss': float(torch.stack(losses).mean()), 'grad_norm': sum(norms) / len(norms)}
+    def critique(self, batch) -> Critique:
+        targets = self.critic_targets(batch.rewards, batch.next_states, batch.terminateds)
+        return Critique(state_action_value(self.q1_net, batch.states, batch.actions),
+                        state_action_value(self.q2_net, batch.states, batch.actions), targets)
 
-    # --- state ----------------------------------------------------------------------------------
-    def extra_state(self) -> dict:
-        return {'train_step': self.train_step}
-
-    def load_extra_state(self, state: dict) -> None:
-        self.train_step = int(state['train_step'])
+    def policy_loss(self, batch, critique):
+        """(J_mu = -mean Q1(s, mu(s)), no entropy)."""
+        return deterministic_policy_loss(
+            state_action_value(self.q1_net, batch.states, self.policy(self.net, batch.states))), None

@@ -1,4 +1,9 @@
-"""Memories, registered by the name a spec gives in agent.memory.name."""
+"""Memories, registered by the name a spec gives in agent.memory.name.
+
+Adding a memory = one module with a Memory subclass (its spec_schema, build_args, storage_needs;
+replays' sample() returns a Batch), listed here.
+"""
+from slm_lab.agent.memory.base import Batch, Memory
 from slm_lab.agent.memory.onpolicy import OnPolicyBatchReplay, OnPolicyCrossEntropy, OnPolicyReplay
 from slm_lab.agent.memory.prioritized import PrioritizedReplay
 from slm_lab.agent.memory.replay import Replay
@@ -10,3 +15,6 @@ PLANNED_MEMORIES = ()
 # keys SLM-Lab reads only in memories or algorithms of a later version, and what they are
 PLANNED_KEYS = {
 }
+
+__all__ = ['Batch', 'MEMORIES', 'Memory', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy', 'OnPolicyReplay',
+           'PLANNED_KEYS', 'PLANNED_MEMORIES', 'PrioritizedReplay', 'Replay']

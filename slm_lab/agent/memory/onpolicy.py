@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import gymnasium as gym
 import numpy as np
 
-from slm_lab.agent.memory.base import Memory
+from slm_lab.agent.memory.base import Memory, transition_bytes
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.schema import Field, ignored_field
+from slm_lab.resources import Need
 
 EPISODE_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds', 'truncateds')
 
@@ -131,6 +133,22 @@ class OnPolicyBatchReplay(Memory):
     `is_full`. sample() returns a RolloutBatch (T, N, ...) and empties the batch."""
 
     spec_schema = ON_POLICY_SCHEMA
+
+    @classmethod
+    def build_args(cls, spec: dict, algorithm_cls: type) -> dict:
+        """batch_steps: the vector steps of one update, as the algorithm counts them."""
+        return {'batch_steps': algorithm_cls.batch_steps(spec['agent']['algorithm'])}
+
+    @classmethod
+    def storage_needs(cls, spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
+        """batch_steps x num_envs steps, twice (the buffer and the batch it hands out), with their
+        tensors and the activations of a pass over them."""
+        algo_spec = spec['agent']['algorithm']
+        key = 'time_horizon' if algo_spec.get('time_horizon') else 'training_frequency'
+        steps = algo_spec.get('time_horizon') or algo_spec.get('training_frequency', 1)
+        stored, as_tensors, activations = transition_bytes(obs_space, action_space, units)
+        return [Need('on-policy batch', f'agent.algorithm.{key} x env.num_envs',
+                     steps * spec['env']['num_envs'] * (2 * stored + as_tensors + activations))]
 
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0, batch_steps: int = 1):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)

@@ -13,28 +13,13 @@ Schaul et al.'s algorithm 1).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
 
+from slm_lab.agent.memory.base import Batch
 from slm_lab.agent.memory.replay import Replay
 from slm_lab.lib.schema import Field
 
 NEW_TRANSITION_ERROR = 100000.0  # SLM-Lab's TD error for a transition not yet trained on
-
-
-class PrioritizedBatch(NamedTuple):
-    """A prioritized sample: ReplayBatch's fields (states/next_states (B, *obs_shape), actions
-    (B, *act_shape), rewards (B,), terminateds (B,) float), indices (B,) int64: the storage
-    positions sampled (give them back to update_priorities), weights (B,) float32: importance
-    weights (all 1.0 when beta is 0)."""
-    states: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_states: np.ndarray
-    terminateds: np.ndarray
-    indices: np.ndarray
-    weights: np.ndarray
 
 
 def priorities_of(errors: np.ndarray, alpha: float, epsilon: float) -> np.ndarray:
@@ -117,7 +102,7 @@ class SumTree:
 
 class PrioritizedReplay(Replay):
     """Replay whose batches are drawn in proportion to priority (see the module doc); sample()
-    returns a PrioritizedBatch, and the algorithm hands the batch's new TD errors back to
+    returns a Batch with indices and weights, and the algorithm hands the batch's new TD errors back to
     update_priorities(batch.indices, errors)."""
 
     spec_schema = {
@@ -129,6 +114,11 @@ class PrioritizedReplay(Replay):
                       doc='(lab) importance-sampling exponent of the loss weights (n P(i))^-beta / max; '
                           "SLM-Lab has no importance weights, as with the default 0"),
     }
+
+    @staticmethod
+    def index_bytes(max_size: int) -> int:
+        """Its sum tree's bytes."""
+        return SumTree.nbytes(max_size)
 
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0, persist: bool = False):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed, persist)
@@ -148,11 +138,12 @@ class PrioritizedReplay(Replay):
         idx = self.tree.find(self.rng.uniform(0.0, self.tree.total, size=self.batch_size))
         return self.apply_cer(idx) if self.use_cer else idx
 
-    def sample(self) -> PrioritizedBatch:
+    def sample(self) -> Batch:
+        """batch_size transitions drawn by priority, with their indices and importance weights."""
         idx = self.sample_indices()
         probs = self.tree.leaves[idx] / self.tree.total
         weights = importance_weights(probs, self.size, self.beta).astype(np.float32)
-        return PrioritizedBatch(*self.batch_at(idx), indices=idx.astype(np.int64), weights=weights)
+        return self.batch_at(idx)._replace(indices=idx.astype(np.int64), weights=weights)
 
     def update_priorities(self, indices: np.ndarray, errors: np.ndarray) -> None:
         """Give the transitions at indices (B,) the priorities of their TD errors (B,).

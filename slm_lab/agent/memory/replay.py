@@ -16,15 +16,16 @@ have not changed since the previous snapshot, so frequent snapshots write only w
 from __future__ import annotations
 
 import uuid
-from typing import NamedTuple
 
+import gymnasium as gym
 import numpy as np
 
-from slm_lab.agent.memory.base import Memory
+from slm_lab.agent.memory.base import Batch, Memory, space_bytes, space_shape_dtype, transition_bytes
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.schema import Field
 from slm_lab.persistence.arrays import identified_array, join_chunks
+from slm_lab.resources import Need, kept_on_disk, replay_in_snapshots
 
 logger = lab_logger.get_logger('slm_lab.agent.memory.replay')
 
@@ -34,16 +35,6 @@ NO_FRAME = np.iinfo(np.int64).max  # "refers to no ring frame" in FrameStore.old
 # frame size, so that a resumed ring maps its chunk files side by side) and 65536 transitions
 FRAME_CHUNK_ROWS = 4096
 TRANSITION_CHUNK_ROWS = 65536
-
-
-class ReplayBatch(NamedTuple):
-    """A sampled batch. states/next_states (B, *obs_shape), actions (B, *act_shape),
-    rewards (B,), terminateds (B,) float (1.0 where the episode truly ended: no bootstrap)."""
-    states: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_states: np.ndarray
-    terminateds: np.ndarray
 
 
 def uses_frame_storage(obs_shape: tuple, obs_dtype) -> bool:
@@ -299,6 +290,35 @@ class Replay(Memory):
     ARRAY_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds')
     FRAME_ROW_KEYS = ('actions', 'rewards', 'terminateds')  # stored beside a FrameStore's frames
 
+    @classmethod
+    def build_args(cls, spec: dict, algorithm_cls: type) -> dict:
+        """persist: whether the run's replays go into its snapshots (resources.replay_in_snapshots)."""
+        return {'persist': replay_in_snapshots(spec['meta'])}
+
+    @classmethod
+    def storage_needs(cls, spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
+        """max_size transitions (two observations each, or, for stacked uint8 frames, a FrameStore
+        of about one frame each), with the bytes its kept snapshots hold when full; and a sampled
+        batch as stored, as tensors and through the nets."""
+        memory_spec, meta = spec['agent']['memory'], spec.get('meta', {})
+        batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
+        stored, as_tensors, activations = transition_bytes(obs_space, action_space, units)
+        obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        replay = cls.storage_bytes(max_size, obs_shape, obs_dtype, space_bytes(action_space), spec['env']['num_envs'])
+        if replay is None:  # observations stored as they are: two per transition
+            replay = max_size * stored
+        replay += cls.index_bytes(max_size)
+        between = meta.get('checkpoint_frequency') or meta.get('log_frequency', 1000)
+        share = cls.snapshot_rewritten_share(max_size, obs_shape, obs_dtype, between)
+        return [Need('replay memory', 'agent.memory.max_size', replay, kept_on_disk(replay, share, meta)),
+                Need('sampled batch', 'agent.memory.batch_size', batch * (stored + as_tensors + activations))]
+
+    @staticmethod
+    def index_bytes(max_size: int) -> int:
+        """Bytes of what the replay keeps beside its transitions to sample them: none (a subclass
+        that samples by priority counts its tree)."""
+        return 0
+
     def __init__(self, memory_spec, obs_space, action_space, num_envs, seed=0, persist: bool = False):
         super().__init__(memory_spec, obs_space, action_space, num_envs, seed)
         self.persist = persist
@@ -344,7 +364,7 @@ class Replay(Memory):
         self.size = min(self.size + n, self.max_size)
         self.cer_pending = min(self.cer_pending + n, self.size)
 
-    def sample(self) -> ReplayBatch:
+    def sample(self) -> Batch:
         """batch_size transitions drawn uniformly with replacement (see the module doc for use_cer)."""
         return self.batch_at(self.sample_indices())
 
@@ -363,13 +383,13 @@ class Replay(Memory):
             self.cer_pending -= k
         return idx
 
-    def batch_at(self, idx: np.ndarray) -> ReplayBatch:
+    def batch_at(self, idx: np.ndarray) -> Batch:
         """The transitions at storage positions idx (B,)."""
         if self.frame_store is None:
             states, next_states = self.states[idx], self.next_states[idx]
         else:
             states, next_states = self.frame_store.stacks(idx)
-        return ReplayBatch(states, self.actions[idx], self.rewards[idx], next_states, self.terminateds[idx])
+        return Batch(states, self.actions[idx], self.rewards[idx], next_states, self.terminateds[idx])
 
     @staticmethod
     def storage_bytes(max_size: int, obs_shape: tuple, obs_dtype, act_bytes: int, num_envs: int) -> int | None:

@@ -6,7 +6,7 @@ import sys  # no `from __future__` import: it imports a module, which Ctrl-C cou
 
 def main(argv: list[str] | None = None) -> int:
     """Run the lab with `argv` (default: the command line); its exit code."""
-    from slm_lab.cli import run_main
+    from slm_lab.cli import run_main  # noqa: PLC0415 (after the stop handler: see slm_lab/entry.py)
     code, _ = run_main(sys.argv[1:] if argv is None else argv, own_process=argv is None)
     return code
 

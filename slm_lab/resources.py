@@ -13,7 +13,8 @@ sizes and is meant to be conservative (it rounds up), not exact:
            Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
            batch; for stacked uint8 frames (Atari), which the replay stores once each, its frame
            ring (about one frame per transition, see replay.FrameStore) and frame slots instead;
-           PrioritizedReplay the same plus its sum tree; OnPolicyBatchReplay: time_horizon x num_envs steps, twice (the buffer and the
+           PrioritizedReplay the same plus its sum tree; OnPolicyBatchReplay: time_horizon x num_envs steps,
+           twice (the buffer and the
            batch it hands out), plus their float32 tensors and the activations of a pass over them
   envs     num_envs x a small allowance per env (a process per env when vectorization is async)
   process  python, torch and gymnasium in one session process
@@ -118,9 +119,9 @@ def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tup
     which costs nothing and shows which MLPs it makes (a policy and a value net, a target net)
     and which of them an optimizer trains; their real sizes then follow from the widths."""
     # the agent imports torch: not at start-up (the lab imports this module for every command)
-    from slm_lab.agent.algorithm import ALGORITHMS
-    from slm_lab.agent.net import MLPNet
-    from slm_lab.env import Clock
+    from slm_lab.agent.algorithm import ALGORITHMS  # noqa: PLC0415 (imports torch: not at start-up)
+    from slm_lab.agent.net import MLPNet  # noqa: PLC0415 (as above)
+    from slm_lab.env import Clock  # noqa: PLC0415 (as above)
     net_spec = spec['agent']['net']
     if net_spec is None:
         return [], 0
@@ -163,8 +164,8 @@ def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, uni
     if spec['agent']['memory'] is None:
         return []
     # the agent imports torch: not at start-up (the lab imports this module for every command)
-    from slm_lab.agent.algorithm import ALGORITHMS
-    from slm_lab.agent.memory import MEMORIES
+    from slm_lab.agent.algorithm import ALGORITHMS  # noqa: PLC0415 (imports torch: not at start-up)
+    from slm_lab.agent.memory import MEMORIES  # noqa: PLC0415 (as above)
     algo_cls = ALGORITHMS[spec['agent']['algorithm']['name']]
     memory_cls = MEMORIES[spec['agent']['memory']['name']]
     return (algo_cls.owned_replay_needs(spec, obs_space, action_space)
@@ -180,13 +181,13 @@ def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) 
              Need('envs', 'env.num_envs', env_spec['num_envs'] * per_env)]
     if not (isinstance(obs_space, gym.spaces.Box) and obs_space.shape):
         return needs
-    from slm_lab.agent.algorithm import ALGORITHMS  # imports torch: not at start-up
+    from slm_lab.agent.algorithm import ALGORITHMS  # noqa: PLC0415 (imports torch: not at start-up)
     net_needs, units = _net_needs(spec, obs_space, action_space)
     net_spec = spec['agent'].get('net') or {}
     slots = ALGORITHMS[spec['agent']['algorithm']['name']].recurrent_slots(spec['agent'])
     if net_spec.get('type') == 'RecurrentNet' and slots and len(obs_space.shape) == 1:
         # its memory stores a context per step (net/recurrent.py), not the observation
-        from slm_lab.agent.net import recurrent
+        from slm_lab.agent.net import recurrent  # noqa: PLC0415 (imports torch: not at start-up)
         _, obs_space = recurrent.context_layout(spec['agent'], obs_space.shape[0], slots)
     return needs + net_needs + _memory_needs(spec, obs_space, action_space, units)
 

@@ -116,7 +116,8 @@ def test_reinforce_normalize_return_works_without_center_return():
     algorithm = {'name': 'Reinforce', 'center_return': False, 'normalize_return': True}
     states = np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32)
     actions, returns = np.array([0, 1, 1, 0]), np.array([1.0, 2.0, 4.0, 3.0], np.float32)
-    losses = [make_agent(algorithm, {'name': 'OnPolicyReplay'}).algorithm.train(states, actions, scale * returns)['loss']
+    losses = [make_agent(algorithm, {'name': 'OnPolicyReplay'}).algorithm.train(states, actions,
+                                                                               scale * returns)['loss']
               for scale in (1.0, 3.0)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
 

@@ -75,7 +75,8 @@ def test_a_bad_conv_layer_is_one_line_naming_it(layers, message):
 
 
 def test_layers_that_do_not_fit_the_observation_and_vector_observations_are_one_line():
-    with pytest.raises(SpecError, match=r'conv_hid_layers: these layers do not fit an observation of shape \(4, 10, 10\)'):
+    with pytest.raises(SpecError,
+                       match=r'conv_hid_layers: these layers do not fit an observation of shape \(4, 10, 10\)'):
         build_net(net_spec(conv_hid_layers=NATURE_CONV), (4, 10, 10), 2)
     with pytest.raises(SpecError, match=r'ConvNet takes image observations .* shape \(4,\); use MLPNet'):
         build_net(net_spec(), (4,), 2)
@@ -108,7 +109,8 @@ def test_ppo_with_a_shared_convnet_on_pong_resumes_exactly(tmp_path):
     own cannot save its games, test/env/test_ale_vector.py): stopped at F by max_frame and resumed
     to 2F, mid-episode, gives the CSV cells and weights of a run of 2F that never stopped."""
     from lab_helpers import check_resume_after_max_frame
-    spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True}, {'name': 'ALE/Pong-v5', 'vector_backend': 'gymnasium'})
+    spec = atari_spec('PPO', {'type': 'ConvNet', 'shared': True},
+                      {'name': 'ALE/Pong-v5', 'vector_backend': 'gymnasium'})
     check_resume_after_max_frame(tmp_path, 'ppo_pong', spec)
 
 
@@ -257,7 +259,8 @@ def test_fire_starts_the_game_max_t_counts_agent_steps_and_a_lost_life_continues
 
 
 def test_a_convnet_on_channels_last_images_is_not_available_yet():
-    with pytest.raises(SpecError, match=r'^agent\.net\.type: ConvNet on channels-last images \(96, 96, 3\).*not available yet'):
+    with pytest.raises(SpecError,
+                       match=r'^agent\.net\.type: ConvNet on channels-last images \(96, 96, 3\).*not available yet'):
         build_net(net_spec(), (96, 96, 3), 5)
 
 

@@ -61,7 +61,8 @@ def test_steplr_step_size_counts_frames_and_a_resume_continues_it(tmp_path, no_p
     lab.run(spec_file, 'steplr', 'train@latest', ['env.max_frame=800'], data_dir=str(data))
     resumed = _train_df(data, 'steplr')
     frames = [500, 600, 700, 800]
-    assert resumed['lr'].loc[frames].tolist() == pytest.approx([LR0 * GAMMA ** (f // STEP_SIZE) for f in frames], rel=1e-6)
+    expected = [LR0 * GAMMA ** (f // STEP_SIZE) for f in frames]
+    assert resumed['lr'].loc[frames].tolist() == pytest.approx(expected, rel=1e-6)
     assert resumed['lr'].loc[[100, 200, 300, 400]].tolist() == first.loc[[100, 200, 300, 400]].tolist()
     lab.run(spec_file, 'steplr', 'train', ['env.max_frame=800'], data_dir=str(tmp_path / 'whole'))
     assert resumed['lr'].tolist() == _train_df(tmp_path / 'whole', 'steplr')['lr'].tolist()  # exact

@@ -150,7 +150,8 @@ def test_ppo_with_self_imitation_keys_runs_as_slm_lab_ran_it_and_points_to_pposi
         validated = validate_spec(spec)
     assert validated['agent']['algorithm']['sil_policy_loss_coef'] == 0.5
     (line,) = [r.getMessage() for r in caplog.records if 'self-imitation' in r.getMessage()]
-    assert line.startswith('agent.algorithm.sil_policy_loss_coef, agent.memory.sil_replay_name: ') and '"PPOSIL"' in line
+    assert line.startswith('agent.algorithm.sil_policy_loss_coef, agent.memory.sil_replay_name: ')
+    assert '"PPOSIL"' in line
     warn_once.cache_clear()
     with caplog.at_level('WARNING'):
         validate_spec(ppo_spec())

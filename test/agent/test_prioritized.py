@@ -219,8 +219,9 @@ def test_without_snapshot_replay_the_tree_starts_empty():
 
 PER_EXACT = {
     'agent': {'name': 'DoubleDQN',
-              'algorithm': {'name': 'DoubleDQN', 'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0,
-                                                                      'end_val': 0.1, 'start_step': 0, 'end_step': 1500},
+              'algorithm': {'name': 'DoubleDQN',
+                            'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0,
+                                                 'end_val': 0.1, 'start_step': 0, 'end_step': 1500},
                             'training_frequency': 8, 'training_iter': 2, 'training_start_step': 64},
               'memory': {'name': 'PrioritizedReplay', 'batch_size': 32, 'max_size': 5000, 'alpha': 0.6,
                          'epsilon': 0.0001, 'use_cer': True},

@@ -203,7 +203,8 @@ def test_snapshots_are_exact_map_back_without_copies_and_write_only_what_changed
     # snapshot writes only the chunks it changed
     rng2 = np.random.default_rng(7)
     naive_copy = NaiveReplay(1000, OBS8)
-    naive_copy.states, naive_copy.next_states, naive_copy.head = naive.states.copy(), naive.next_states.copy(), naive.head
+    naive_copy.states, naive_copy.next_states = naive.states.copy(), naive.next_states.copy()
+    naive_copy.head = naive.head
     fill(resumed, naive_copy, rng2, 5)
     assert_same_as_naive(resumed, naive_copy)
     assert checkpoint.verify_snapshot(second)
@@ -238,7 +239,8 @@ def test_a_snapshot_of_a_partly_filled_replay_copies_unaligned_chunks_and_resume
 def test_the_memory_estimate_follows_the_frame_storage():
     from slm_lab import resources
     obs = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    spec = {'agent': {'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1_000_000}, 'algorithm': {'name': 'DQN'}},
+    spec = {'agent': {'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1_000_000},
+                      'algorithm': {'name': 'DQN'}},
             'env': {'num_envs': 1}}
     needs = {n.what: n for n in resources._memory_needs(spec, obs, gym.spaces.Discrete(4), units=0)}
     assert 7.0e9 < needs['replay memory'].nbytes < 7.5e9  # was 2 x 28.2 GB of stacks

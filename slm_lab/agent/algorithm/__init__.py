@@ -14,7 +14,8 @@ from slm_lab.agent.algorithm.sac_discrete import DiscreteSAC, RelaxedSAC  # noqa
 from slm_lab.agent.algorithm.sil import PPOSIL, SIL
 from slm_lab.agent.algorithm.td3 import TD3
 
-ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, SARSA, VanillaDQN, DQN, DoubleDQN, ActorCritic, PPO, SIL, PPOSIL, SoftActorCritic, CrossQ, TD3)}
+ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, SARSA, VanillaDQN, DQN, DoubleDQN, ActorCritic, PPO, SIL,
+                                            PPOSIL, SoftActorCritic, CrossQ, TD3)}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
 PLANNED_ALGORITHMS = ('HydraDQN',)
 # keys SLM-Lab reads only in algorithms of a later version, and what they are: an algorithm here

@@ -265,7 +265,8 @@ class ActorCritic(OnPolicyAlgorithm):
         # policy net outputs the log scale too
         log_std_init = net_spec.get('log_std_init')
         head = policy_util.PolicyHead(self.pdtype, self.act_dim, log_std_init)
-        self.model = ActorCriticNet(net_spec, self.in_shape, policy_util.pd_out_dim(self.pdtype, self.act_dim, log_std_init),
+        pd_dim = policy_util.pd_out_dim(self.pdtype, self.act_dim, log_std_init)
+        self.model = ActorCriticNet(net_spec, self.in_shape, pd_dim,
                                     head).to(self.device)
         actor_spec = net_spec['actor_optim_spec']
         if actor_spec and not self.model.shared:

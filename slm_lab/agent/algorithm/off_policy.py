@@ -113,7 +113,8 @@ class OffPolicyAlgorithm(Algorithm):
                      self.action_space.high.astype(np.float64).reshape(-1))
         if not (np.isfinite(low).all() and np.isfinite(high).all()):
             raise SpecError(f"env.name: {type(self).__name__} squashes its actions into the bounds of the env's "
-                            f'action space, and {self.env_spec["name"]} has infinite bounds ({low}, {high}); use an env '
+                            f'action space, and {self.env_spec["name"]} has infinite bounds ({low}, {high}); '
+                            'use an env '
                             'with finite action bounds')
         self.action_center, self.action_half = (high + low) / 2, (high - low) / 2
 

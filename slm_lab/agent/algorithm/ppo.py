@@ -122,7 +122,8 @@ class PPO(ActorCritic):
                                 doc="samples per gradient step (the last minibatch of an epoch takes the remainder; "
                                     "SLM-Lab's default 4)"),
         'training_epoch': Field((int,), 4, min=1, max=MAX_REPEATS, doc='passes over the batch per update'),
-        'normalize_advantage': Field((bool,), True, doc='normalise advantages per minibatch (how: normalize_advantages)'),
+        'normalize_advantage': Field((bool,), True,
+                                     doc='normalise advantages per minibatch (how: normalize_advantages)'),
         'normalize_advantages': Field((str,), OMIT, choices=('standardize', 'percentile'),
                                       doc='(SLM-Lab v5) "standardize" (its default): (A - mean) / std per minibatch; '
                                           '"percentile": A / max(1, P95 - P5), P5 and P95 moving averages (decay '

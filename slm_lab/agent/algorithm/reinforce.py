@@ -55,12 +55,14 @@ class Reinforce(OnPolicyAlgorithm):
         'center_return': Field((bool,), False, doc="subtract the batch mean from the returns (a baseline; SLM-Lab's "
                                                      'default: off)'),
         'normalize_return': Field((bool,), False,
-                                  doc='divide the returns by their std over the batch (after centring when center_return)'),
+                                  doc='divide the returns by their std over the batch (after centring when '
+                                      'center_return)'),
         'entropy_coef_spec': schedule_field('schedule of the entropy bonus coefficient'),
         'policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the policy-gradient term (not of the entropy '
                                                             "bonus), as in SLM-Lab's Reinforce"),
         'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME,
-                                    doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per update'),
+                                    doc='OnPolicyReplay: episodes per update; OnPolicyBatchReplay: vector steps per '
+                                        'update'),
     }
     memory_names = ('OnPolicyReplay', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy')
     continuous_ok = True

@@ -88,7 +88,8 @@ SAC_SCHEMA = {
     'training_start_step': Field((int,), None, nullable=True, min=1, max=MAX_FRAME,
                                  doc='frames of uniformly random actions, and transitions in memory, before training '
                                      "starts (null: max(1000, memory.batch_size), SLM-Lab v5's default)"),
-    'policy_delay': Field((int,), 1, min=1, max=MAX_REPEATS, doc='critic steps per policy and temperature step (2: TD3-style)'),
+    'policy_delay': Field((int,), 1, min=1, max=MAX_REPEATS,
+                          doc='critic steps per policy and temperature step (2: TD3-style)'),
     'entropy_penalty_coef': Field((float,), 0.0, min=0,
                                   doc='discrete actions: weight of the penalty 0.5 * (H_ema - H)^2 on entropy changes '
                                       '(SD-SAC; 0: off)'),

@@ -144,7 +144,8 @@ class RelaxedSAC(DiscreteSAC, actions='relaxed'):
                                                 dist.log_prob(next_actions), alpha)
             targets = soft_q_targets(rewards, terminateds, next_values, self.gamma)
         one_hot = F.one_hot(actions.long(), self.act_dim).float()
-        return Critique(state_action_value(self.q1_net, states, one_hot), state_action_value(self.q2_net, states, one_hot),
+        return Critique(state_action_value(self.q1_net, states, one_hot),
+                        state_action_value(self.q2_net, states, one_hot),
                         targets)
 
     def policy_loss(self, batch, critique):

@@ -60,7 +60,8 @@ SIL_SCHEMA = {
     'sil_policy_loss_coef': Field((float,), 1.0, min=0, doc='weight of the self-imitation policy loss'),
     'sil_val_loss_coef': Field((float,), 0.01, min=0,
                                doc="weight of the self-imitation value loss (the paper's beta^sil, 0.01)"),
-    'training_iter': Field((int,), 1, min=1, max=MAX_REPEATS, doc='SIL batches drawn from the SIL replay after each on-policy update '
+    'training_iter': Field((int,), 1, min=1, max=MAX_REPEATS,
+                           doc='SIL batches drawn from the SIL replay after each on-policy update '
                                                  '(SLM-Lab has no default; its specs all give it)'),
     'training_batch_iter': Field((int,), 1, min=1, max=MAX_REPEATS, doc='SIL gradient steps on each of those batches '
                                                        '(SLM-Lab has no default; its specs all give it)'),

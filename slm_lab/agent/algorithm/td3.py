@@ -72,7 +72,8 @@ TD3_SCHEMA = {
     'policy_noise': Field((float,), 0.2, min=0,
                           doc='standard deviation of the target policy smoothing noise (unit action range)'),
     'noise_clip': Field((float,), 0.5, min=0, doc='the smoothing noise is clipped to [-noise_clip, noise_clip]'),
-    'training_iter': Field((int,), 1, min=1, max=MAX_REPEATS, doc='batches (gradient steps of the critics) per training'),
+    'training_iter': Field((int,), 1, min=1, max=MAX_REPEATS,
+                           doc='batches (gradient steps of the critics) per training'),
     'training_frequency': Field((int,), 1, min=1, max=MAX_FRAME, doc='frames between trainings'),
     'training_start_step': Field((int,), 1000, min=1, max=MAX_FRAME,
                                  doc='frames of uniformly random actions, and transitions in memory, before training '
@@ -108,7 +109,8 @@ class TD3(TwinCriticAlgorithm):
 
     def nets(self) -> dict[str, nn.Module]:
         critics = self.critic_nets()
-        return {'net': self.net, 'q1_net': critics['q1_net'], 'q2_net': critics['q2_net'], 'target_net': self.target_net,
+        return {'net': self.net, 'q1_net': critics['q1_net'], 'q2_net': critics['q2_net'],
+                'target_net': self.target_net,
                 'target_q1_net': critics['target_q1_net'], 'target_q2_net': critics['target_q2_net']}
 
     def target_pairs(self):

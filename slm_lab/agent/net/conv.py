@@ -63,7 +63,8 @@ CONV_SCHEMA = {
                            doc='layout of the conv weights and activations in memory: "channels_last" (NHWC, the '
                                "fast path of torch's CPU convolutions: 1.3-1.6x the Nature CNN's forward+backward, "
                                'docs/BENCHMARKS.md) or "contiguous" (NCHW, the layout of runs saved before this key '
-                               'existed); the same maths in another summation order, so the numbers differ in rounding'),
+                               'existed); the same maths in another summation order, so the numbers differ in '
+                               'rounding'),
 }
 DUELING_CONV_SCHEMA = {**CONV_SCHEMA, 'type': Field((str,), doc='network class: DuelingConvNet'),
                        'batch_norm': Field((bool,), False, doc="as ConvNet's (SLM-Lab's default here: false)")}
@@ -130,7 +131,8 @@ class ConvNet(net_util.HeadedNet):
         if self.channels_last:
             self.conv.to(memory_format=torch.channels_last)
         self.extra_dim = extra_dim
-        self.fc, dim = net_util.dense_layers(flat + extra_dim, net_spec['fc_hid_layers'], net_spec['init_fn'], activation)
+        self.fc, dim = net_util.dense_layers(flat + extra_dim, net_spec['fc_hid_layers'], net_spec['init_fn'],
+                                             activation)
         self.add_heads(net_spec, dim, self.out_dims, out_gains or [gain] * len(self.out_dims), activation)
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:

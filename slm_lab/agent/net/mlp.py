@@ -90,7 +90,8 @@ NET_SCHEMA = {
                                  'gain, bias 0 (null: initialised as the other layers); other algorithms ignore it. '
                                  'SLM-Lab documents it, but its actor-critics drop the key before building their nets'),
     'cuda_id': Field((int,), None, nullable=True, min=0, max=MAX_DEVICES,
-                     doc='(SLM-Lab) the CUDA device index used when gpu puts the nets on a GPU (null: the current one)'),
+                     doc='(SLM-Lab) the CUDA device index used when gpu puts the nets on a GPU (null: the current '
+                         'one)'),
     'log_std_init': Field((float,), None, nullable=True,
                           doc='continuous actions: a learned, state-independent log standard deviation starting '
                               "at this value; null (SLM-Lab's default): the policy net outputs the log scale "

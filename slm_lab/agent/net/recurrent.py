@@ -53,7 +53,8 @@ RECURRENT_SCHEMA = {
     'rnn_hidden_size': Field((int,), 32, min=1, max=MAX_RNN_WIDTH, doc='width of the hidden state'),
     'rnn_num_layers': Field((int,), 1, min=1, max=MAX_RNN_LAYERS, doc='stacked recurrent layers'),
     'bidirectional': Field((bool,), False, check=_check_bidirectional, doc='only false'),
-    'seq_len': Field((int,), 4, min=1, max=MAX_HISTORY, doc='training sequence length: how many of the latest observations of the '
+    'seq_len': Field((int,), 4, min=1, max=MAX_HISTORY,
+                     doc='training sequence length: how many of the latest observations of the '
                                            'episode a stored context holds, i.e. the steps gradients flow back '
                                            'through (the hidden state itself is carried through the whole '
                                            'episode)'),
@@ -88,11 +89,11 @@ def state_size(net_spec: dict) -> int:
     return net_spec['rnn_num_layers'] * net_spec['rnn_hidden_size'] * (2 if net_spec['cell_type'] == 'LSTM' else 1)
 
 
-def context_layout(agent_spec: dict, obs_dim: int, slots: int) -> tuple[SeqLayout, 'gym.spaces.Box']:
+def context_layout(agent_spec: dict, obs_dim: int, slots: int) -> tuple[SeqLayout, 'gym.spaces.Box']:  # noqa: F821
     """The context layout of an agent with a RecurrentNet (`slots`: its algorithm's
     recurrent_slots) on observations of width obs_dim, and the space of its contexts: what its
     algorithm and memory see in place of observations."""
-    import gymnasium as gym
+    import gymnasium as gym  # noqa: PLC0415 (gymnasium: only a recurrent net's context needs it)
     net_spec = agent_spec['net']
     layout = SeqLayout(net_spec['seq_len'], obs_dim, state_size(net_spec), slots)
     return layout, gym.spaces.Box(-np.inf, np.inf, (layout.width,), np.float32)

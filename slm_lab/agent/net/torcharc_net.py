@@ -136,7 +136,7 @@ def read_arc(net_spec: dict, path: str = 'agent.net') -> dict:
     file = Path(arc_file)
     if not file.is_file():
         raise SpecError(f'{path}.arc_file: {arc_file} is not a file; give the path of a YAML or JSON arc')
-    import yaml
+    import yaml  # noqa: PLC0415 (yaml: only an arc given as a file needs it)
     try:
         return yaml.safe_load(file.read_text(encoding='utf-8'))  # YAML reads JSON too
     except yaml.YAMLError as e:

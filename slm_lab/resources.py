@@ -35,6 +35,7 @@ from typing import NamedTuple
 import gymnasium as gym
 
 from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.cores import usable_cores
 from slm_lab.lib.errors import SpecError
 
 logger = lab_logger.get_logger('slm_lab.resources')
@@ -74,10 +75,7 @@ def session_pool_width() -> int:
     """How many session processes of a trial run at once: the CPU cores this process may use.
     A session is one busy process (env steps and torch on one thread by default), so more at once
     than cores only makes each slower while they hold their memory together."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 def machine_memory() -> MachineMemory:

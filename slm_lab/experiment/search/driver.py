@@ -26,6 +26,7 @@ from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
 from slm_lab.experiment.search_space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal, keep_stop_handlers
 from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.cores import usable_cores
 from slm_lab.lib.errors import Preempted
 from slm_lab.lib.io import atomic_write_text
 from slm_lab.persistence.run_dir import RunDir
@@ -116,7 +117,7 @@ def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
             atomic_write_text(previous, temp_dir)
             reaper, marker = start_reaper()
             spare = DriverSpare.start(Path(temp_dir) / 'spare')  # the first trial's process imports while Ray starts
-            head = RayHead.start(temp_dir, os.cpu_count() or 1, run_dir.root / 'search' / 'ray_head.log')
+            head = RayHead.start(temp_dir, usable_cores(), run_dir.root / 'search' / 'ray_head.log')
         # SIGINT and SIGTERM stay the lab's (_SearchStop). Ray's C++ crash handler would take SIGTERM
         # first and abort this process 3 s later (absl's alarm): a stop with trials running can take
         # longer. Read as Ray is imported; the local Ray's own processes, started before, keep theirs.
@@ -183,10 +184,10 @@ def trial_resources(meta: dict, local: bool) -> dict:
     asked = meta.get('search_resources') or {}
     cpu, gpu = asked.get('cpu', 1), asked.get('gpu', 0)
     if local:
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         if cpu > cores:
-            logger.warning(f'meta.search_resources.cpu {cpu} is more than the {cores} CPU cores here; each trial '
-                           f'reserves {cores}')
+            logger.warning(f'meta.search_resources.cpu {cpu} is more than the {cores} CPU cores this process may '
+                           f'use; each trial reserves {cores}')
             cpu = cores
         if gpu:
             import torch  # noqa: PLC0415 kept out of the search driver, which does not otherwise need it

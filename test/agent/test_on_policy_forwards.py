@@ -102,11 +102,14 @@ class RowCounter:
     def __init__(self, model):
         nets = {'body': model.body} if model.shared else {'actor': model.actor, 'critic': model.critic}
         self.rows = dict.fromkeys(nets, 0)
-        for name, net in nets.items():
-            net.heads[0].register_forward_hook(lambda module, args, out, name=name: self._count(name, args[0]))
+        for name, net in nets.items():  # the nets call their heads' forward directly (net_util.run_layers)
+            net.apply_heads = self._counting(name, net.apply_heads)
 
-    def _count(self, name, x):
-        self.rows[name] += len(x)
+    def _counting(self, name, apply_heads):
+        def count(h):
+            self.rows[name] += len(h)
+            return apply_heads(h)
+        return count
 
 
 def assert_ppo_matches_whole_batch_forwards(algo, batch) -> dict:

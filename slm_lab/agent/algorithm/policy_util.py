@@ -185,10 +185,15 @@ class PolicyHead(nn.Module):
     def sample(self, out: torch.Tensor) -> torch.Tensor:
         """An action drawn from distribution(out): (B,) or (B, act_dim). For Categorical, the same
         draw as torch's Categorical(logits=out).sample() (normalised logits, softmax, one
-        multinomial draw per row) without building the object and validating its arguments."""
+        multinomial draw per row), and for Normal, the same torch.normal draw as Normal's sample,
+        without building the object and validating its arguments (a step's acting, where that was
+        half the time of a small net's act)."""
         if self.pdtype == 'Categorical':
             probs = torch.softmax(out - out.logsumexp(dim=-1, keepdim=True), dim=-1)
             return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+        if self.pdtype == 'Normal':  # Independent(Normal(loc, scale)).sample(): the same torch.normal draw
+            loc, log_scale = self.loc_and_log_scale(out)
+            return torch.normal(loc, log_scale.clamp(LOG_SCALE_MIN, LOG_SCALE_MAX).exp().expand_as(loc))
         return self.distribution(out).sample()
 
     def log_prob_and_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -152,10 +152,10 @@ class ConvNet(net_util.HeadedNet):
         """The dense layers' output (B, dim) for a prepared batch x."""
         if x.dim() == 3:  # (B, H, W): one channel (a batch that did not come through prepare)
             x = x.unsqueeze(1)
-        h = self.conv(x).flatten(start_dim=1)
+        h = net_util.run_layers(self.conv, x).flatten(start_dim=1)
         if self.extra_dim:  # a critic's action (B, extra_dim), joined to the image's features
             h = torch.cat([h, extra.float()], dim=-1)
-        return self.fc(h)
+        return net_util.run_layers(self.fc, h)
 
     def forward(self, x: torch.Tensor, extra: torch.Tensor | None = None):
         return self.forward_prepared(self.prepare(x), extra)

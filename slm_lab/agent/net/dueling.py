@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from slm_lab.agent.net import net_util
 from slm_lab.agent.net.mlp import NET_SCHEMA, MLPNet
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field
@@ -33,6 +34,6 @@ class DuelingMLPNet(MLPNet):
         super().__init__(net_spec, in_dim, [1, dims[0]], out_gains=gains)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.body(x.flatten(start_dim=1))
+        h = net_util.run_layers(self.body, x.flatten(start_dim=1))
         value_head, advantage_head = self.heads
         return dueling_q(value_head(h), advantage_head(h))

@@ -148,4 +148,4 @@ class MLPNet(net_util.HeadedNet):
         self.add_heads(net_spec, dim, self.out_dims, out_gains or [hidden_gain] * len(self.out_dims), activation)
 
     def forward(self, x: torch.Tensor):
-        return self.apply_heads(self.body(x.flatten(start_dim=1)))
+        return self.apply_heads(net_util.run_layers(self.body, x.flatten(start_dim=1)))

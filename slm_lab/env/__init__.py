@@ -11,7 +11,7 @@ from slm_lab.env.atari import atari_settings, make_ale_vector_env
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family
 from slm_lab.env.schema import ENV_SCHEMA
-from slm_lab.env.wrappers import FireReset, LifeLossTermination, NormalizeObservation, clip_observation
+from slm_lab.env.wrappers import FireReset, LifeLossTermination, NormalizeObservation, NormalizeReward, clip_observation
 from slm_lab.lib.schema import not_available
 
 
@@ -63,7 +63,7 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     if env_spec.get('normalize_obs'):
         env = NormalizeObservation(env, clip=env_spec.get('clip_obs'))
     if env_spec.get('normalize_reward'):
-        env = gym.wrappers.vector.NormalizeReward(env, gamma=gamma)
+        env = NormalizeReward(env, gamma=gamma)
     # 1 for ALE/ games unless the spec says (env.schema.fill_env_clip_defaults)
     clip_reward = env_spec.get('clip_reward')
     if clip_reward is not None:  # after normalize_reward, as in SLM-Lab v5

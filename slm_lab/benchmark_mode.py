@@ -7,11 +7,16 @@ import dataclasses
 import logging
 import os
 
-from slm_lab.lab import DATA_DIR, check_data_dir, create_run_dir, logger, prepare_spec
+from slm_lab.experiment import search as search_lib
+from slm_lab.experiment.benchmark import SuiteError, read_suite, select
+from slm_lab.experiment.benchmark import report as bench_report
+from slm_lab.experiment.benchmark import run as bench_run
+from slm_lab.lab import DATA_DIR, check_data_dir, create_run_dir, logger
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, ResumeError, SpecError, begin_writing, defer_stops
 from slm_lab.options import check_run_options, is_benchmark_mode
 from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
+from slm_lab.runs import prepare_spec
 from slm_lab.spec import load_spec
 
 
@@ -23,10 +28,6 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
     (its spec loaded at its budget and preflighted) before its directory is made; a continued one
     runs the row-seeds not finished, each from its newest snapshot. Returns {'run_dir', 'report'
     (the Markdown), 'files'}; LabError naming the row-seeds that failed, after the report."""
-    from slm_lab.experiment import search as search_lib  # noqa: PLC0415 Ray: only search and benchmark need it
-    from slm_lab.experiment.benchmark import SuiteError, read_suite, select  # noqa: PLC0415 (the benchmark package reads pandas (its report): only this mode needs it)
-    from slm_lab.experiment.benchmark import report as bench_report  # noqa: PLC0415 (as above)
-    from slm_lab.experiment.benchmark import run as bench_run  # noqa: PLC0415 (as above)
     check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
     if not is_benchmark_mode(mode):
         raise ModeError(f"unknown mode '{mode}' for a suite file; use benchmark, benchmark@latest or "

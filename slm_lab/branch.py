@@ -14,11 +14,16 @@ import shutil
 import time
 from pathlib import Path
 
-from slm_lab.lab import check_data_dir, create_run_dir, logger, preflight, prepare_spec, run_new, write_specs
+from slm_lab.agent import Agent
+from slm_lab.env import Clock, agent_action_space, make_env
+from slm_lab.experiment.trial import Trial
+from slm_lab.lab import check_data_dir, create_run_dir, logger, run_new, write_specs
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, Preempted
-from slm_lab.persistence import edits
+from slm_lab.persistence import edits, lineage
+from slm_lab.persistence import resume as resume_lib
 from slm_lab.persistence.run_dir import RunDir, new_experiment_ts
+from slm_lab.runs import preflight, prepare_spec
 from slm_lab.spec import check_spec_name, load_raw_spec
 
 
@@ -52,8 +57,6 @@ def run(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None =
 
 def _spec_nets(spec: dict) -> dict:
     """The nets a spec builds ({name: torch module}), from a throwaway agent."""
-    from slm_lab.agent import Agent  # noqa: PLC0415 imports torch: kept out of start-up (see lab.preflight)
-    from slm_lab.env import Clock, agent_action_space, make_env  # noqa: PLC0415 (imports gymnasium: kept out of start-up (see lab.preflight))
     env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
     try:
         agent = Agent(spec, env.single_observation_space, agent_action_space(env), spec['env']['num_envs'],
@@ -65,7 +68,6 @@ def _spec_nets(spec: dict) -> dict:
 
 def _parent(target: str, spec_name: str, data_dir: str, option: str):
     """The parent run directory and its saved spec (a train run of spec_name, not a search)."""
-    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 imports torch (see lab.preflight)
     parent = resume_lib.resolve_run_dir(target, spec_name, data_dir, label=f'{option} {target}')
     return parent, resume_lib.read_run_spec(parent)
 
@@ -81,10 +83,6 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     """A new run whose sessions continue from the parent's snapshots (at `frame`, or each its
     newest intact one), with the parent's CSV rows up to there, under the given spec: the spec
     file with the parent's -s overrides, then these (the seed is the parent's unless given)."""
-    # these import torch (see lab.preflight)
-    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (imports torch (see lab.preflight))
-    from slm_lab.persistence import lineage  # noqa: PLC0415 (imports torch (see lab.preflight))
-    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 (imports torch (see lab.preflight))
     if frame is not None and frame < 0:
         raise ModeError(f'--frame {frame}: give the frame of a snapshot (>= 0)')
     parent, parent_spec = _parent(target, spec_name, data_dir, '--fork')
@@ -195,9 +193,6 @@ def warm_start(spec_file: str, spec_name: str, target: str, ckpt: str, overrides
     the env and the replay start fresh. Session s takes the weights of the parent's session
     s mod (its sessions). A DQN spec that leaves double_q out keeps the parent's targets
     (_keep_parent_targets)."""
-    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch (see lab.preflight)
-    from slm_lab.persistence import lineage  # noqa: PLC0415 imports torch (see lab.preflight)
-    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 imports torch (see lab.preflight)
     if target == 'latest':  # the newest train run of this spec
         (parent, parent_spec), parent_trial = _parent(target, spec_name, data_dir, '--warm-start'), 0
     else:  # any run whose nets fit, of any spec name: a teacher for a student, a search's best trial

@@ -2,24 +2,18 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import secrets
 import shutil
-import time
-import warnings
 from pathlib import Path
 
-from slm_lab import resources
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import DataDirError, ModeError, ResumeError, SpecError, begin_writing, defer_stops
+from slm_lab.lib.errors import DataDirError, ModeError, ResumeError, begin_writing, defer_stops
 from slm_lab.lib.io import rename_no_replace, write_json
-from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.lib.version import __version__, git_sha
-from slm_lab.persistence import edits
-from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, lock_run, new_experiment_ts
-from slm_lab.persistence.tmpfiles import cleanup_stale_tmp, pid_is_stale
-from slm_lab.spec import check_frames_reached, check_spec_name, load_spec, session_max_frame
+from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
+from slm_lab.persistence.tmpfiles import pid_is_stale
+from slm_lab.spec import check_spec_name, load_spec
 
 logger = lab_logger.get_logger('slm_lab.lab')
 MODES = ('dev', 'train', 'search')
@@ -76,111 +70,6 @@ def check_data_dir(data_dir: str | os.PathLike, new_run: bool = True) -> str:
     return path
 
 
-def preflight(spec: dict, data_dir: str | os.PathLike, own_snapshots: Path | None = None) -> None:
-    """Build the env and agent once, so that a spec that cannot run (e.g. an algorithm that does
-    not fit the env's action space) fails before the run directory exists. Between the two, the
-    memory the spec needs is estimated from the env's spaces, so a spec the machine cannot hold
-    is refused before anything of its size is allocated; and the same estimate settles
-    meta.snapshot_replay where the spec leaves it null (meta.snapshot_replay_auto, see
-    resources.decide_snapshot_replay): `data_dir` is where the run's files go, `own_snapshots` the
-    ckpt/ of a run being continued, whose snapshots the new ones replace."""
-    # the boards' packages (tensorboard, wandb), found without importing them
-    from slm_lab.experiment.tensorboard import require_tensorboard  # noqa: PLC0415 (finds the boards' packages without importing them; kept out of start-up with the rest)
-    from slm_lab.experiment.wandb_board import require_wandb  # noqa: PLC0415 (as above)
-    require_tensorboard(spec['meta'])
-    require_wandb(spec['meta'])
-    from slm_lab.agent import Agent  # noqa: PLC0415 imports torch: kept out of start-up, so a bad mode or spec fails fast
-    from slm_lab.env import Clock, agent_action_space, make_env  # noqa: PLC0415 (imports gymnasium: kept out of start-up (as Agent above))
-    check_gpu(spec)
-    try:
-        env = make_env({**spec['env'], 'num_envs': 1, 'vectorization_mode': 'sync'})
-    except Exception as e:  # whatever gym.make raises for these arguments is a spec problem
-        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
-        kwargs = spec['env'].get('make_kwargs') or {}
-        where = f'env.make_kwargs: {kwargs} do not fit' if kwargs else 'env.name:'
-        raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
-    try:
-        obs_space, action_space = env.single_observation_space, agent_action_space(env)
-        needs = resources.estimate_session(spec, obs_space, action_space)
-        resources.check_memory(spec, obs_space, action_space, needs=needs)
-        reclaimable = resources.bytes_under(own_snapshots) if own_snapshots is not None else 0
-        spec['meta']['snapshot_replay_auto'] = resources.decide_snapshot_replay(
-            spec, needs, data_dir, trials=_trials_on_disk(spec), reclaimable=reclaimable)
-        agent = Agent(spec, obs_space, action_space, spec['env']['num_envs'],
-                      Clock(spec['env']['max_frame'], spec['env']['num_envs']), seed=0)
-    finally:
-        env.close()
-    _try_torch_pieces(agent.algorithm)
-
-
-def _trials_on_disk(spec: dict) -> int:
-    """The trials whose snapshots a run keeps on disk together: every trial of a search (its
-    --keep prunes them only at its end), else one."""
-    if not str(spec['meta'].get('mode')).startswith('search') or not spec.get('search'):
-        return 1
-    from slm_lab.experiment.search_space import grid_points, parse_search  # noqa: PLC0415 only a search needs it
-    return spec['meta']['max_trial'] * len(grid_points(parse_search(spec['search'])))
-
-
-def check_gpu(spec: dict) -> None:
-    """Say it, once per command, when the spec asks for a GPU (agent.net.gpu true) and this machine
-    has no CUDA device: the run trains on the CPU ('auto' asks for one only where there is one)."""
-    import torch  # noqa: PLC0415 kept out of start-up (see preflight)
-    if (spec['agent'].get('net') or {}).get('gpu') is True and not torch.cuda.is_available():
-        logger.warning(f'agent.net.gpu is true but torch {torch.__version__} finds no CUDA device here: training on '
-                       "the CPU (agent.net.gpu 'auto' uses a GPU only where there is one, without this line)")
-
-
-def _try_torch_pieces(algorithm) -> None:
-    """Use the loss and step the LR schedulers of a throwaway agent once: some torch arguments
-    (a loss's reduction, a scheduler's step_size) are only checked when first used."""
-    import torch  # noqa: PLC0415 kept out of start-up (see preflight)
-    loss_fn = algorithm.loss_fn
-    if loss_fn is not None:
-        try:
-            loss_fn(torch.zeros(2), torch.zeros(2))
-        except (ValueError, TypeError, RuntimeError) as e:
-            raise SpecError(f'agent.net.loss_spec: {type(loss_fn).__name__} fails with these arguments: {e}') from None
-    from slm_lab.agent.net.net_util import step_lr_scheduler  # noqa: PLC0415 imports torch (see preflight)
-    clock = algorithm.clock
-    for sched in algorithm.lr_schedulers.values():
-        # as at the first update (a step_size of 0 fails there), then where the run goes: a
-        # negative step_size makes StepLR's rate grow past what float32 holds as frames pass
-        for frame in (clock.num_envs, clock.max_frame // 2, clock.max_frame):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter('ignore')  # stepping a scheduler before its optimizer
-                    step_lr_scheduler(sched, frame)
-            except (ValueError, TypeError, ZeroDivisionError, IndexError) as e:
-                raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} fails with these arguments: '
-                                f'{e}') from None
-            except OverflowError:
-                bad = [math.inf]
-            else:
-                bad = [lr for lr in sched.get_last_lr() if not 0 <= lr <= FLOAT32_MAX]
-            if bad:
-                raise SpecError(f'agent.net.lr_scheduler_spec: {type(sched).__name__} takes the learning rate to '
-                                f'{bad[0]:.3g} at frame {frame}; its arguments must keep it between 0 and '
-                                f'{FLOAT32_MAX:.3g} (a step_size, T_max or total_iters >= 1)')
-
-
-def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None,
-                 data_dir: str | os.PathLike) -> dict:
-    """Load, validate and preflight a spec (`data_dir`: where its run goes), and fill the run's
-    meta (seed, versions)."""
-    spec = load_spec(spec_file, spec_name, overrides)
-    meta = spec['meta']
-    if meta['random_seed'] is None:
-        meta['random_seed'] = secrets.randbelow(2**31 - 10**7)
-    meta['lab_version'] = __version__
-    meta['git_sha'] = git_sha()
-    meta['mode'] = mode
-    if mode == 'dev':  # dev runs one session; the saved specs say so
-        meta['max_session'] = 1
-    preflight(spec, data_dir)
-    return spec
-
-
 def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str] | None = None,
         data_dir: str = DATA_DIR, force: bool = False, ray_address: str | None = None,
         keep: int | None = None, on_run_dir=None, run_dir: str | None = None) -> dict | None:
@@ -199,38 +88,35 @@ def run(spec_file: str, spec_name: str, mode: str = 'train', overrides: list[str
         check_data_dir(str(Path(run_dir.rstrip('/') or '/').parent), new_run=True)
     lab_logger.setup_console(logging.DEBUG if mode == 'dev' else logging.INFO)
     if run_dir is not None:
-        return train_in(spec_file, spec_name, run_dir, overrides, force, on_run_dir)
+        return runs().train_in(spec_file, spec_name, run_dir, overrides, force, on_run_dir)
     if mode.startswith('train@'):
-        return resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force, on_run_dir)
+        return runs().resume(spec_file, spec_name, mode[len('train@'):], overrides, data_dir, force, on_run_dir)
     if mode == 'search' or mode.startswith('search@'):
-        return search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep, on_run_dir)
-    spec = prepare_spec(spec_file, spec_name, mode, overrides, data_dir)
-    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch (see preflight)
-    ts = new_experiment_ts(data_dir, spec_name)
-    spec['meta']['experiment_ts'] = ts
-    run_dir = RunDir.for_spec(data_dir, spec_name, ts)
-    return run_new(run_dir, Trial(spec, run_dir, mode, trial=0), on_run_dir)
+        return runs().search(spec_file, spec_name, mode, overrides, data_dir, force, ray_address, keep, on_run_dir)
+    spec = load_run_spec(spec_file, spec_name, mode, overrides)  # a spec's mistakes are told before torch loads
+    return runs().start(spec, mode, data_dir, on_run_dir)
 
 
-def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | None, force: bool,
-             on_run_dir=None) -> dict | None:
-    """`train --run-dir PATH`, one command for a job that a scheduler may start again at any time:
-    a new run in PATH when PATH does not exist (or is an empty directory), else PATH's run continued
-    as train@PATH does (from each session's newest intact snapshot; at once None, exit 0, when it
-    is already finished). The same command thus starts, continues and completes the run."""
-    root = Path(path.rstrip('/') or '/')
-    try:
-        started = root.is_dir() and any(root.iterdir())
-    except OSError as e:
-        raise ModeError(f'--run-dir {path}: cannot be read ({e.strerror}); give a directory the lab may create '
-                        'or a run directory') from None
-    if started or (root.exists() and not root.is_dir()):
-        return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir)
-    spec = prepare_spec(spec_file, spec_name, 'train', overrides, root)
-    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch (see preflight)
-    spec['meta']['experiment_ts'] = time.strftime(TS_FORMAT)
-    new = RunDir(root, spec_name)
-    return run_new(new, Trial(spec, new, 'train', trial=0), on_run_dir, fixed=True)
+def runs():
+    """slm_lab.runs, the half of the run command that builds envs and agents (torch, gymnasium,
+    pandas): imported once the mode, the data directory and the spec are known to be good, so a
+    typo is told in a fraction of a second (test_cli: test_a_typo_fails_without_importing_torch)."""
+    from slm_lab import runs as runs_module  # noqa: PLC0415 the heavy half: only after the checks above
+    return runs_module
+
+
+def load_run_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:
+    """Load and validate a spec for a run in `mode`, and fill the run's meta (seed, versions)."""
+    spec = load_spec(spec_file, spec_name, overrides)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = secrets.randbelow(2**31 - 10**7)
+    meta['lab_version'] = __version__
+    meta['git_sha'] = git_sha()
+    meta['mode'] = mode
+    if mode == 'dev':  # dev runs one session; the saved specs say so
+        meta['max_session'] = 1
+    return spec
 
 
 def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '', fixed: bool = False) -> dict:
@@ -312,129 +198,3 @@ def write_specs(run_dir, trial) -> None:
         write_json(run_dir.spec_path(trial.index, s), trial.session_spec(s))
 
 
-def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | None, data_dir: str,
-           force: bool, on_run_dir=None) -> dict | None:
-    """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
-    edited) spec. Everything is checked before the run directory is touched, under a lock so that
-    no other process trains the run meanwhile."""
-    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 imports torch (see preflight)
-    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
-    if on_run_dir is not None:
-        on_run_dir(run_dir)
-    lock = lock_run(run_dir)
-    try:
-        return _resume_locked(spec_file, spec_name, target, overrides, force, run_dir)
-    finally:
-        lock.close()
-
-
-def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> dict | None:
-    """The resume itself, under the run's lock. Each session's snapshot is read once: the checks
-    load it into a session built from the spec, and a trial of one session continues with that
-    very session (experiment/trial.py)."""
-    # all three import torch (see preflight)
-    from slm_lab.experiment.results import complete_finished_run  # noqa: PLC0415 (imports torch (see preflight))
-    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (imports torch (see preflight))
-    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 (imports torch (see preflight))
-    spec, old_spec = edits.continuation_spec(spec_file, spec_name, overrides, resume_lib.read_run_spec(run_dir),
-                                             f'train@{target}')
-    meta = spec['meta']
-    diff = edits.check_edits(old_spec, spec, force)
-    resume_lib.check_resume_logs(run_dir, max(old_spec['meta']['max_session'], meta['max_session']))
-    # every session's newest intact snapshot, loaded now: nothing is written before all of them
-    # (and the whole state of each) are known to load
-    seconds: dict[int, float] = {}
-    loaded = resume_lib.load_sessions(run_dir, old_spec['meta']['max_session'], seconds)
-    frames = {s: snapshot.frame for s, snapshot in loaded.items()}
-    reached = max(frames.values()) if frames else 0
-    n_sessions = spec['meta']['max_session']
-    check_frames_reached(spec, reached, run_dir.root)
-    share = session_max_frame(spec)  # each session's frames (a distributed trial's share of env.max_frame)
-    total = reached * n_sessions if spec['meta'].get('distributed') and n_sessions > 1 else reached
-    begin_writing()  # a stop signal during the checks ended the command before anything was written
-    # nothing stands where the lab writes; log/, info/, ... deleted by hand are the lab's own: made again
-    resume_lib.restore_layout(run_dir, max(n_sessions, old_spec['meta']['max_session']),
-                              tensorboard=meta['tensorboard'] or old_spec['meta'].get('tensorboard', True))
-    if frames and len(frames) >= n_sessions and all(f >= share for f in frames.values()):
-        written = complete_finished_run(old_spec, run_dir)
-        done = f'; completed its missing final files: {", ".join(written)}' if written else ''
-        print(f'{run_dir.root} is already finished at frame {reached} (env.max_frame {spec["env"]["max_frame"]})'
-              f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * total}')
-        return None
-    preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
-    record = {}
-    # recorded once a session has resumed (its snapshot verified): a try that fails before is no resume
-    trial = Trial(spec, run_dir, 'train', trial=0, resume=True,
-                  on_resumed=lambda: resume_lib.append_run_record(run_dir, record))
-    try:
-        approximate = trial.check_resume(loaded, seconds)
-        del loaded  # the trial keeps what its sessions continue from
-        changes = edits.schedule_changes(old_spec, spec, frames)
-        for change in changes:
-            logger.warning(f'schedule change on resume: {edits.describe_schedule_change(change)}')
-        removed = cleanup_stale_tmp(run_dir.root)
-        if removed:
-            logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
-        record.update({
-            'when': time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
-            'frames': {str(s): f for s, f in frames.items()},
-            'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force,
-            'schedule_changes': changes,
-            'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}})
-        logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
-        write_specs(run_dir, trial)
-        metrics = trial.run()
-    finally:
-        trial.release()
-    logger.info(f'done: {run_dir.root}')
-    return metrics
-
-
-def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None, data_dir: str, force: bool,
-           ray_address: str | None, keep: int | None, on_run_dir=None):
-    """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
-    Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
-    touched. Returns the experiment dataframe."""
-    from slm_lab.experiment import search as search_lib  # noqa: PLC0415 pandas and plotly: only a search needs them
-    from slm_lab.persistence import resume as resume_lib  # noqa: PLC0415 imports torch (see preflight)
-    search_lib.check_installed()
-    if ray_address is None:
-        ray_address = os.environ.get('RAY_ADDRESS') or None
-    if ray_address:
-        search_lib.check_ray_address(ray_address)
-    if keep is not None and keep < 0:
-        raise ModeError(f'--keep {keep}: give the number of best trials whose models to keep (>= 0)')
-    if mode == 'search':
-        spec = prepare_spec(spec_file, spec_name, mode, overrides, data_dir)
-        params = search_lib.search_params(spec)
-        ts = new_experiment_ts(data_dir, spec_name)
-        spec['meta']['experiment_ts'] = ts
-        run_dir = RunDir.for_spec(data_dir, spec_name, ts)
-        def write_search(staging, _):
-            write_json(staging.spec_path(), spec)
-            (staging.root / 'search').mkdir()  # what makes it a search's directory (resume.is_search_run)
-        lock, run_dir = create_run_dir(run_dir, None, write=write_search, spec=spec)
-        logger.info(f'run directory {run_dir.root}: search of {search_lib.total_trials(spec, params)} trial(s)')
-    else:
-        target = mode[len('search@'):]
-        run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search')
-        lock = lock_run(run_dir)
-        try:
-            old_spec = resume_lib.read_run_spec(run_dir)
-            spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
-            preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
-            begin_writing()  # a stop signal during the checks ended the command before anything was written
-            write_json(run_dir.spec_path(), spec)
-            defer_stops()  # the search stops resumably (run_search)
-        except BaseException:
-            lock.close()
-            raise
-        logger.info(f'continuing the search in {run_dir.root}')
-    if on_run_dir is not None:
-        on_run_dir(run_dir)
-    try:
-        df = search_lib.run_search(spec, run_dir, params, ray_address, keep)
-    finally:
-        lock.close()
-    logger.info(f'done: {run_dir.root}')
-    return df

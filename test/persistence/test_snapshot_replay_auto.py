@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from lab_helpers import DQN, PPO, run_dirs, train_csv, write_spec
 
-from slm_lab import lab, resources
+from slm_lab import lab, resources, runs
 from slm_lab.persistence import edits
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.spec import validate_spec
@@ -154,9 +154,9 @@ def test_a_search_counts_every_trial_on_disk():
     spec = validate_spec(dqn(max_trial=3), 'auto')
     spec['search'] = {'agent.net.optim_spec.lr__grid_search': [1e-3, 1e-2]}
     spec['meta']['mode'] = 'search'
-    assert lab._trials_on_disk(spec) == 6
+    assert runs._trials_on_disk(spec) == 6
     spec['meta']['mode'] = 'train'
-    assert lab._trials_on_disk(spec) == 1
+    assert runs._trials_on_disk(spec) == 1
 
 
 def test_bytes_under_counts_a_hard_linked_file_once(tmp_path):

@@ -26,13 +26,11 @@ writes to.
 """
 from __future__ import annotations
 
-import copy
 import os
 import shutil
 from pathlib import Path
 from typing import NamedTuple
 
-import gymnasium as gym
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.cores import usable_cores
@@ -111,83 +109,11 @@ def mlp_param_count(in_dim: int, widths: list[int], out_dims: list[int]) -> int:
     return count + sum(dim * out + out for out in out_dims)
 
 
-def _net_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> tuple[list[Need], int]:
-    """The nets' memory, and the units (summed layer widths) a sample passes through in one
-    forward pass of all of them. The algorithm is built once with every hidden layer 1 wide,
-    which costs nothing and shows which MLPs it makes (a policy and a value net, a target net)
-    and which of them an optimizer trains; their real sizes then follow from the widths."""
-    # the agent imports torch: not at start-up (the lab imports this module for every command)
-    from slm_lab.agent.algorithm import ALGORITHMS  # noqa: PLC0415 (imports torch: not at start-up)
-    from slm_lab.agent.net import MLPNet  # noqa: PLC0415 (as above)
-    from slm_lab.env import Clock  # noqa: PLC0415 (as above)
-    net_spec = spec['agent']['net']
-    if net_spec is None:
-        return [], 0
-    widths = list(net_spec.get('hid_layers', []))  # a TorchArcNet has none: its arc is built, and counted, as is
-    tiny = copy.deepcopy(spec)
-    if 'hid_layers' in net_spec:
-        tiny['agent']['net']['hid_layers'] = [1] * len(widths)
-    tiny['agent']['net']['gpu'] = False
-    algo_cls = ALGORITHMS[spec['agent']['algorithm']['name']]
-    algorithm = algo_cls(tiny['agent'], tiny['env'], obs_space, action_space, 1, Clock(1, 1), None, seed=0)
-    trained = {id(p) for opt in algorithm.optimizers.values() for group in opt.param_groups for p in group['params']}
-    nbytes, units, seen, in_mlps = 0, 0, set(), set()
-    for net in algorithm.nets().values():
-        for module in net.modules():
-            if not isinstance(module, MLPNet) or id(module) in seen:
-                continue
-            seen.add(id(module))
-            params = list(module.parameters())
-            in_mlps.update(id(p) for p in params)
-            per_param = TRAINED_PARAM_BYTES if any(id(p) in trained for p in params) else FROZEN_PARAM_BYTES
-            nbytes += mlp_param_count(module.in_dim, widths, module.out_dims) * per_param
-            units += module.in_dim + sum(widths) + sum(module.out_dims)
-        for p in net.parameters():  # parameters outside the MLPs (a Normal policy's log_std) as built
-            if id(p) not in in_mlps:
-                in_mlps.add(id(p))
-                nbytes += p.numel() * (TRAINED_PARAM_BYTES if id(p) in trained else FROZEN_PARAM_BYTES)
-    return [Need('nets', 'agent.net.hid_layers', nbytes)], units
-
-
 def kept_on_disk(nbytes: int, rewritten_share: float, meta: dict) -> int:
     """Bytes on disk of a replay of `nbytes` in a session's snapshots: the meta.keep_checkpoints
     kept ones and the one being written before the oldest is pruned; the first holds it whole,
     each of the others the share it writes anew (the rest hard-linked; 1 for arrays written whole)."""
     return round(nbytes * (1 + meta.get('keep_checkpoints', 2) * rewritten_share))
-
-
-def _memory_needs(spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
-    """What the replays an algorithm keeps itself need (SIL's, beside its on-policy memory:
-    Algorithm.owned_replay_needs), then the memory agent.memory names (Memory.storage_needs)."""
-    if spec['agent']['memory'] is None:
-        return []
-    # the agent imports torch: not at start-up (the lab imports this module for every command)
-    from slm_lab.agent.algorithm import ALGORITHMS  # noqa: PLC0415 (imports torch: not at start-up)
-    from slm_lab.agent.memory import MEMORIES  # noqa: PLC0415 (as above)
-    algo_cls = ALGORITHMS[spec['agent']['algorithm']['name']]
-    memory_cls = MEMORIES[spec['agent']['memory']['name']]
-    return (algo_cls.owned_replay_needs(spec, obs_space, action_space)
-            + memory_cls.storage_needs(spec, obs_space, action_space, units))
-
-
-def estimate_session(spec: dict, obs_space: gym.Space, action_space: gym.Space) -> list[Need]:
-    """What one session of a validated spec needs, item by item (see the module docstring).
-    Observations other than a Box with a shape get no estimate: the Agent refuses them."""
-    env_spec = spec['env']
-    per_env = ASYNC_ENV_BYTES if env_spec['vectorization_mode'] == 'async' else SYNC_ENV_BYTES
-    needs = [Need('session process', 'meta.max_session', PROCESS_BYTES),
-             Need('envs', 'env.num_envs', env_spec['num_envs'] * per_env)]
-    if not (isinstance(obs_space, gym.spaces.Box) and obs_space.shape):
-        return needs
-    from slm_lab.agent.algorithm import ALGORITHMS  # noqa: PLC0415 (imports torch: not at start-up)
-    net_needs, units = _net_needs(spec, obs_space, action_space)
-    net_spec = spec['agent'].get('net') or {}
-    slots = ALGORITHMS[spec['agent']['algorithm']['name']].recurrent_slots(spec['agent'])
-    if net_spec.get('type') == 'RecurrentNet' and slots and len(obs_space.shape) == 1:
-        # its memory stores a context per step (net/recurrent.py), not the observation
-        from slm_lab.agent.net import recurrent  # noqa: PLC0415 (imports torch: not at start-up)
-        _, obs_space = recurrent.context_layout(spec['agent'], obs_space.shape[0], slots)
-    return needs + net_needs + _memory_needs(spec, obs_space, action_space, units)
 
 
 def sessions_at_once(meta: dict) -> int:
@@ -198,13 +124,11 @@ def sessions_at_once(meta: dict) -> int:
     return min(meta['max_session'], session_pool_width())
 
 
-def check_memory(spec: dict, obs_space: gym.Space, action_space: gym.Space,
-                 machine: MachineMemory | None = None, needs: list[Need] | None = None) -> int:
+def check_memory(spec: dict, needs: list[Need], machine: MachineMemory | None = None) -> int:
     """Refuse (SpecError) a spec whose sessions running at once need more memory than the machine
     has in all, naming the estimate, the machine's memory and the key that drives it; warn when it
-    exceeds what is available now. Returns the estimate in bytes. `needs`: estimate_session's, when
-    the caller has it."""
-    needs = estimate_session(spec, obs_space, action_space) if needs is None else needs
+    exceeds what is available now. Returns the estimate in bytes. `needs`: one session's
+    (agent.estimate.estimate_session)."""
     at_once = sessions_at_once(spec['meta'])
     per_session = sum(n.nbytes for n in needs)
     total = per_session * at_once

@@ -14,6 +14,7 @@ import torch
 
 from slm_lab import resources
 from slm_lab.agent import Agent
+from slm_lab.agent.estimate import estimate_session
 from slm_lab.agent.net.net_util import step_lr_scheduler
 from slm_lab.env import Clock, agent_action_space, make_env
 from slm_lab.experiment import search as search_lib
@@ -53,8 +54,8 @@ def preflight(spec: dict, data_dir: str | os.PathLike, own_snapshots: Path | Non
         raise SpecError(f"{where} '{spec['env']['name']}' cannot be made ({type(e).__name__}: {first})") from None
     try:
         obs_space, action_space = env.single_observation_space, agent_action_space(env)
-        needs = resources.estimate_session(spec, obs_space, action_space)
-        resources.check_memory(spec, obs_space, action_space, needs=needs)
+        needs = estimate_session(spec, obs_space, action_space)
+        resources.check_memory(spec, needs)
         reclaimable = resources.bytes_under(own_snapshots) if own_snapshots is not None else 0
         spec['meta']['snapshot_replay_auto'] = resources.decide_snapshot_replay(
             spec, needs, data_dir, trials=_trials_on_disk(spec), reclaimable=reclaimable)

@@ -18,6 +18,7 @@ from lab_helpers import cli as lab_cli, visible
 from lab_helpers import lab_env
 
 from slm_lab import lab, resources
+from slm_lab.agent.estimate import estimate_session
 from slm_lab.env import agent_action_space, make_env
 from slm_lab.lib.errors import Preempted, SpecError
 from slm_lab.spec import load_spec, validate_spec
@@ -148,7 +149,7 @@ def test_the_estimate_counts_each_net_as_built(make_spec):
         trained = {id(p) for opt in agent.algorithm.optimizers.values() for g in opt.param_groups for p in g['params']}
         params = {id(p): p for net in agent.algorithm.nets().values() for p in net.parameters()}
         expected = sum(p.numel() * (16 if i in trained else 4) for i, p in params.items())
-        needs = resources.estimate_session(spec, env.single_observation_space, env.single_action_space)
+        needs = estimate_session(spec, env.single_observation_space, env.single_action_space)
         env.close()
         assert [n.nbytes for n in needs if n.what == 'nets'] == [expected], (algorithm, shared)
 
@@ -156,11 +157,11 @@ def test_the_estimate_counts_each_net_as_built(make_spec):
 def test_the_estimate_counts_the_replay_and_the_on_policy_batch(make_spec):
     spec = validate_spec(make_spec('DQN'))  # CartPole: 4 float32 observations, int64 actions
     env = make_env({**spec['env'], 'num_envs': 1})
-    needs = {n.what: n for n in resources.estimate_session(spec, env.single_observation_space,
+    needs = {n.what: n for n in estimate_session(spec, env.single_observation_space,
                                                             env.single_action_space)}
     assert needs['replay memory'].nbytes == 1000 * (2 * 16 + 8 + 4 * 4)
     spec = validate_spec(make_spec('PPO', num_envs=3))
-    needs = {n.what: n for n in resources.estimate_session(spec, env.single_observation_space,
+    needs = {n.what: n for n in estimate_session(spec, env.single_observation_space,
                                                             env.single_action_space)}
     env.close()
     # the batch buffers twice (and their tensors): at least what the memory allocates
@@ -183,29 +184,27 @@ def test_shipped_specs_pass_the_estimate_on_a_small_machine():
             atari = len(env.single_observation_space.shape) == 3  # frames, wherever the file lies
             machine = resources.MachineMemory(total=24 * 2**30, available=None) if atari else small
             bound = 16 * 2**30 if atari else 2 * 2**30
-            assert resources.check_memory(spec, env.single_observation_space, agent_action_space(env),
-                                          machine) < bound, f'{path.name} {name}'
+            needs = estimate_session(spec, env.single_observation_space, agent_action_space(env))
+            assert resources.check_memory(spec, needs, machine) < bound, f'{path.name} {name}'
             env.close()
 
 
 def test_the_estimate_multiplies_by_the_sessions_that_run_at_once(make_spec, monkeypatch):
     spec = validate_spec(make_spec('DQN', max_session=5))
     env = make_env({**spec['env'], 'num_envs': 1})
-    per_session = sum(n.nbytes for n in resources.estimate_session(spec, env.single_observation_space,
-                                                                    env.single_action_space))
+    needs = estimate_session(spec, env.single_observation_space, env.single_action_space)
+    per_session = sum(n.nbytes for n in needs)
     big = resources.MachineMemory(total=2**50, available=None)
     for width, at_once in ((1, 1), (2, 2), (8, 5)):
         monkeypatch.setattr(resources, 'session_pool_width', lambda w=width: w)
-        assert resources.check_memory(spec, env.single_observation_space, env.single_action_space,
-                                      big) == per_session * at_once
+        assert resources.check_memory(spec, needs, big) == per_session * at_once
     tight = resources.MachineMemory(total=per_session * 4, available=None)
     with pytest.raises(SpecError, match=r'x 5 sessions at once.*or meta\.max_session'):
-        resources.check_memory(spec, env.single_observation_space, env.single_action_space, tight)
+        resources.check_memory(spec, needs, tight)
     # a distributed trial's sessions all start together, however few cores
     monkeypatch.setattr(resources, 'session_pool_width', lambda: 1)
     spec['meta']['distributed'] = 'shared'
-    assert resources.check_memory(spec, env.single_observation_space, env.single_action_space,
-                                  big) == per_session * 5
+    assert resources.check_memory(spec, needs, big) == per_session * 5
     env.close()
 
 

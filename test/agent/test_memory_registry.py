@@ -13,7 +13,8 @@ from slm_lab.agent.memory import MEMORIES, Batch, Memory
 from slm_lab.agent.memory.base import transition_bytes
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field
-from slm_lab.resources import Need, estimate_session
+from slm_lab.agent.estimate import estimate_session
+from slm_lab.resources import Need
 from slm_lab.spec import validate_spec
 
 

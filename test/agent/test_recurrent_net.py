@@ -149,7 +149,7 @@ def test_the_memory_guard_counts_the_stored_contexts(make_spec):
     and the memory estimate counts those, not bare observations."""
     import gymnasium as gym
 
-    from slm_lab.resources import estimate_session
+    from slm_lab.agent.estimate import estimate_session
     from slm_lab.spec import validate_spec
     spec = make_spec('DQN')
     spec['agent']['memory']['max_size'] = 100000

@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from slm_lab.agent.estimate import memory_needs
 from slm_lab.persistence import arrays, snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.agent.memory import replay as replay_module
 from slm_lab.agent.memory.prioritized import PrioritizedReplay
@@ -237,12 +238,11 @@ def test_a_snapshot_of_a_partly_filled_replay_copies_unaligned_chunks_and_resume
 
 
 def test_the_memory_estimate_follows_the_frame_storage():
-    from slm_lab import resources
     obs = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     spec = {'agent': {'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 1_000_000},
                       'algorithm': {'name': 'DQN'}},
             'env': {'num_envs': 1}}
-    needs = {n.what: n for n in resources._memory_needs(spec, obs, gym.spaces.Discrete(4), units=0)}
+    needs = {n.what: n for n in memory_needs(spec, obs, gym.spaces.Discrete(4), units=0)}
     assert 7.0e9 < needs['replay memory'].nbytes < 7.5e9  # was 2 x 28.2 GB of stacks
     mem = memory(max_size=10_000, num_envs=1)
     allocated = sum(a.nbytes for a in (mem.frame_store.frames, mem.frame_store.frame_idx, mem.frame_store.oldest,

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from lab_helpers import DQN, PPO, run_dirs, train_csv, write_spec
 
+from slm_lab.agent.estimate import estimate_session, memory_needs
 from slm_lab import lab, resources, runs
 from slm_lab.persistence import edits
 from slm_lab.persistence import snapshot as checkpoint
@@ -63,7 +64,7 @@ def dqn(**meta) -> dict:
 def settled(raw: dict, spaces=CARTPOLE) -> tuple[dict, list]:
     """The validated spec and its estimate (estimate_session) on `spaces`."""
     spec = validate_spec(copy.deepcopy(raw), 'auto')
-    return spec, resources.estimate_session(spec, *spaces)
+    return spec, estimate_session(spec, *spaces)
 
 
 def replay_need(needs: list) -> resources.Need:
@@ -140,7 +141,7 @@ def test_the_estimate_counts_what_the_kept_snapshots_hold_on_disk():
     atari['agent']['memory']['max_size'] = 100_000
     atari['env']['name'] = 'ALE/Pong-v5'
     spec, _ = settled(atari)
-    (need,) = [n for n in resources._memory_needs(spec, *ATARI, units=0) if n.on_disk]
+    (need,) = [n for n in memory_needs(spec, *ATARI, units=0) if n.on_disk]
     share = (10_000 + 2 * 4096) / 100_000  # keep_checkpoints 2: the first whole, two rewrite that share
     assert need.on_disk == round(need.nbytes * (1 + 2 * share))
     from conftest import build_spec

@@ -91,7 +91,7 @@ class Algorithm:
     @classmethod
     def owned_replay_needs(cls, spec: dict, obs_space: gym.Space, action_space: gym.Space) -> list:
         """What the replays this algorithm keeps itself (owned_replay_keys) take of the machine for
-        a validated spec, as resources.Need items (resources.estimate_session): none by default."""
+        a validated spec, as resources.Need items (agent.estimate.estimate_session): none by default."""
         return []
 
     @classmethod

@@ -31,7 +31,7 @@ def transition_bytes(obs_space: gym.Space, action_space: gym.Space, units: int) 
     """Bytes of one transition (B = 1) for a storage estimate: as stored (two observations, an
     action and four float32 scalars), as the float32 tensors a training pass takes (states, next
     states, four scalars), and the activations of that pass (`units`: the summed widths of the
-    layers a sample goes through, see resources._net_needs)."""
+    layers a sample goes through, see agent.estimate.net_needs)."""
     stored = 2 * space_bytes(obs_space) + space_bytes(action_space) + 4 * FLOAT_BYTES
     as_tensors = (2 * math.prod(obs_space.shape) + 4) * FLOAT_BYTES
     return stored, as_tensors, units * FLOAT_BYTES * ACTIVATION_COPIES
@@ -94,7 +94,7 @@ class Memory:
 
     @classmethod
     def storage_needs(cls, spec: dict, obs_space: gym.Space, action_space: gym.Space, units: int) -> list[Need]:
-        """What this memory takes of the machine for a validated spec (resources.estimate_session):
+        """What this memory takes of the machine for a validated spec (agent.estimate.estimate_session):
         its storage and the batch it hands out, each a resources.Need; obs_space as the memory
         stores observations, `units` as in transition_bytes. None by default (a memory whose size
         is not the spec's to say)."""

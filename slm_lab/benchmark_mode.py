@@ -11,11 +11,11 @@ from slm_lab.experiment import search as search_lib
 from slm_lab.experiment.benchmark import SuiteError, read_suite, select
 from slm_lab.experiment.benchmark import report as bench_report
 from slm_lab.experiment.benchmark import run as bench_run
-from slm_lab.lab import DATA_DIR, check_data_dir, create_run_dir, logger
+from slm_lab.lab import DATA_DIR, check_data_dir, logger
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, ResumeError, SpecError, begin_writing, defer_stops
 from slm_lab.options import check_run_options, is_benchmark_mode
-from slm_lab.persistence.run_dir import RunDir, lock_run, new_experiment_ts
+from slm_lab.persistence.run_dir import RunDir, create_run_dir, lock_run, new_experiment_ts
 from slm_lab.runs import prepare_spec
 from slm_lab.spec import load_spec
 

@@ -17,13 +17,13 @@ from pathlib import Path
 from slm_lab.agent import Agent
 from slm_lab.env import Clock, agent_action_space, make_env
 from slm_lab.experiment.trial import Trial
-from slm_lab.lab import check_data_dir, create_run_dir, logger, run_new, write_specs
+from slm_lab.lab import check_data_dir, logger
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, Preempted
 from slm_lab.persistence import edits, lineage
 from slm_lab.persistence import resume as resume_lib
-from slm_lab.persistence.run_dir import RunDir, new_experiment_ts
-from slm_lab.runs import preflight, prepare_spec
+from slm_lab.persistence.run_dir import RunDir, create_run_dir, new_experiment_ts, write_specs
+from slm_lab.runs import preflight, prepare_spec, run_new
 from slm_lab.spec import check_spec_name, load_raw_spec
 
 

@@ -23,15 +23,17 @@ from slm_lab.experiment.search_space import grid_points, parse_search
 from slm_lab.experiment.tensorboard import require_tensorboard
 from slm_lab.experiment.trial import Trial
 from slm_lab.experiment.wandb_board import require_wandb
-from slm_lab.lab import create_run_dir, load_run_spec, logger, run_new, write_specs
+from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, SpecError, begin_writing, defer_stops
 from slm_lab.lib.io import write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.persistence import edits
 from slm_lab.persistence import resume as resume_lib
-from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, lock_run, new_experiment_ts
+from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, create_run_dir, lock_run, new_experiment_ts, write_specs
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
-from slm_lab.spec import check_frames_reached, session_max_frame
+from slm_lab.spec import check_frames_reached, load_run_spec, session_max_frame
+
+logger = lab_logger.get_logger('slm_lab.lab')
 
 
 def preflight(spec: dict, data_dir: str | os.PathLike, own_snapshots: Path | None = None) -> None:
@@ -113,9 +115,24 @@ def _try_torch_pieces(algorithm) -> None:
                                 f'{FLOAT32_MAX:.3g} (a step_size, T_max or total_iters >= 1)')
 
 
+def run_new(run_dir: RunDir, trial, on_run_dir=None, write=None, what: str = '', fixed: bool = False) -> dict:
+    """Create a new run directory (create_run_dir, `write` filling it; `fixed`: under exactly its
+    name) and run its trial under the run's lock; `what` ends the log line that names the directory."""
+    lock, run_dir = create_run_dir(run_dir, trial, write=write, fixed=fixed)
+    if on_run_dir is not None:
+        on_run_dir(run_dir)
+    logger.info(f'run directory {run_dir.root}{what}')
+    try:
+        metrics = trial.run()
+    finally:
+        lock.close()
+    logger.info(f'done: {run_dir.root}')
+    return metrics
+
+
 def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None,
                  data_dir: str | os.PathLike) -> dict:
-    """Load and validate a spec and fill its run's meta (lab.load_run_spec), then preflight it
+    """Load and validate a spec and fill its run's meta (spec.load_run_spec), then preflight it
     (`data_dir`: where its run goes)."""
     spec = load_run_spec(spec_file, spec_name, mode, overrides)
     preflight(spec, data_dir)
@@ -123,7 +140,7 @@ def prepare_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str]
 
 
 def start(spec: dict, mode: str, data_dir: str, on_run_dir=None) -> dict:
-    """A new run (dev, train) of a spec that lab.load_run_spec loaded: preflighted, then its
+    """A new run (dev, train) of a spec that spec.load_run_spec loaded: preflighted, then its
     directory made under data_dir and its trial run."""
     preflight(spec, data_dir)
     spec_name = spec['name']

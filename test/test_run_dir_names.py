@@ -15,7 +15,7 @@ import pytest
 from conftest import build_spec, write_spec_file
 from lab_helpers import RUN_LAB, lab_env, run_dirs, train_csv, tree_digest
 
-from slm_lab import lab
+from slm_lab import lab, runs
 from slm_lab.persistence import resume as resume_lib
 from slm_lab.persistence.run_dir import TS_FORMAT, new_experiment_ts, next_second
 
@@ -133,7 +133,7 @@ def test_an_empty_directory_at_the_name_is_not_taken_over(tmp_path, monkeypatch,
     data = tmp_path / 'data'
     ts = time.strftime(TS_FORMAT)
     (data / f'{NAME}_{ts}').mkdir(parents=True)
-    monkeypatch.setattr(lab, 'new_experiment_ts',
+    monkeypatch.setattr(runs, 'new_experiment_ts',
                         lambda d, n, after=None: ts if after is None else new_experiment_ts(d, n, after=after))
     lab.run(spec_file, NAME, 'train', data_dir=str(data))
     empty, run = run_dirs(data, NAME)

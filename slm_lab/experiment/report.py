@@ -16,8 +16,10 @@ import math
 import time
 from pathlib import Path
 
+from slm_lab.experiment.analysis import score_summary
 from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, session_csvs
 from slm_lab.lib.errors import LabError
+from slm_lab.lib.io import atomic_write_text
 
 COLUMNS = ('run', 'trial', 'spec_name', 'frames', 'sessions', 'scores', 'mean', 'ci95_low', 'ci95_high', 'lineage')
 
@@ -76,7 +78,6 @@ def describe_lineage(lineage: dict | None) -> str:
 
 def trial_row(run_dir: Path, trial: int, label: str) -> dict:
     """One row of the table: a trial's per-session scores, their summary, frames and lineage."""
-    from slm_lab.experiment.analysis import score_summary  # noqa: PLC0415 numpy: only a report needs it
     spec = _spec(run_dir, trial)
     scores, frames = [], []
     for train_csv in session_csvs(run_dir)[trial]:
@@ -152,7 +153,6 @@ def to_csv(rows: list[dict]) -> str:
 def report(entries: list[str], out: str | None = None, data_dir: str = 'data') -> tuple[list[dict], list[Path]]:
     """The table of `entries` (run directories, RUN_DIR/tN) and the files it was written to:
     `out` (.md, with a .csv beside it), default DATA_DIR/reports/report_{timestamp}.md."""
-    from slm_lab.lib.io import atomic_write_text  # noqa: PLC0415 the lab's atomic writes: the same for every file
     rows = [trial_row(path, trial, label) for arg in entries for path, trial, label in resolve(arg)]
     stamp = f'report_{time.strftime("%Y_%m_%d_%H%M%S")}.md'
     if out is None:

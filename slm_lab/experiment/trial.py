@@ -47,7 +47,7 @@ class Trial:
         self.distributed = (spec['meta'].get('distributed') or False) if self.max_session > 1 else False
 
     def rename_run_dir(self, run_dir: RunDir) -> None:
-        """The run directory took another name as it was created (lab.create_run_dir: another run
+        """The run directory took another name as it was created (run_dir.create_run_dir: another run
         had taken this one's in the same second); nothing of the trial has run yet."""
         self.run_dir = run_dir
 

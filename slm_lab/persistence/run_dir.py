@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from slm_lab.lib.errors import ResumeError
+from slm_lab.lib import logger as lab_logger
+from slm_lab.lib.errors import ResumeError, begin_writing, defer_stops
+from slm_lab.lib.io import rename_no_replace, write_json
+from slm_lab.persistence.tmpfiles import pid_is_stale
 from slm_lab.spec import check_spec_name
+
+logger = lab_logger.get_logger('slm_lab.lab')  # a run's lines name the lab, as the mode's do
 
 TS_FORMAT = '%Y_%m_%d_%H%M%S'
 SUBDIRS = ('info', 'model', 'graph', 'log')
@@ -119,3 +125,67 @@ def lock_run(run_dir: RunDir):
         raise ResumeError(f'{run_dir.root} is being trained by another process; wait for it to finish or '
                           'stop it first') from None
     return f
+
+
+def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None, fixed: bool = False):
+    """Create the run directory with its specs in place, atomically: it is built under a
+    temporary name (`.{name}.tmp-{pid}`) and renamed, so a kill at any instant leaves either no
+    run or a run with its specs (a kill's leftover is removed by the next run of the lab).
+    Returns (the open lock file that keeps other processes off the run while it trains, the run
+    directory). Two runs started in the same second pick the same name: the rename never
+    replaces what is there, and the run that comes second takes the next free second's name,
+    its directory written again with meta.experiment_ts of `spec` (default: the trial's) and
+    the trial's run directory changed to match. A `fixed` name (`--run-dir`, chosen by the user)
+    is never changed: an empty directory there is taken, and one that another process filled
+    meanwhile is a ResumeError. A stop signal while it is built removes it on the way out; once it
+    is renamed into place, the trial (or search) that it is made for stops as on any stop,
+    resumably."""
+    begin_writing()
+    spec = trial.spec if spec is None else spec
+    parent = run_dir.root.parent
+    if parent.is_dir():
+        for leftover in parent.glob('.*.tmp-*'):
+            pid = leftover.name.rsplit('-', 1)[1]
+            if leftover.is_dir() and pid.isdigit() and pid_is_stale(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+    if fixed:
+        try:
+            run_dir.root.rmdir()  # an empty directory made for the run (a job script's mkdir -p): taken
+        except OSError:
+            pass  # none there, or not empty: the rename below tells
+    while True:
+        staging = RunDir(parent / f'.{run_dir.root.name}.tmp-{os.getpid()}', run_dir.spec_name)
+        lock = None
+        try:  # a stop signal may come while the staging directory is made: it goes with it
+            staging.create()
+            lock = lock_run(staging)  # the lock is on the file, which the rename keeps
+            (write or write_specs)(staging, trial)
+            defer_stops()
+            placed = rename_no_replace(staging.root, run_dir.root)
+        except BaseException:
+            if lock is not None:
+                lock.close()
+            shutil.rmtree(staging.root, ignore_errors=True)
+            raise
+        if placed:
+            return lock, run_dir
+        lock.close()
+        shutil.rmtree(staging.root, ignore_errors=True)
+        if fixed:
+            raise ResumeError(f'--run-dir {run_dir.root}: another process started a run there at the same time; '
+                              'run the command again to continue that run (once it is not being trained)')
+        taken = run_dir.root.name
+        spec['meta']['experiment_ts'] = new_experiment_ts(str(parent), run_dir.spec_name,
+                                                          after=spec['meta']['experiment_ts'])
+        run_dir = RunDir.for_spec(str(parent), run_dir.spec_name, spec['meta']['experiment_ts'])
+        if trial is not None:
+            trial.rename_run_dir(run_dir)
+        logger.info(f'{taken} was taken by a run started at the same time: this run is {run_dir.root.name}')
+
+
+def write_specs(run_dir, trial) -> None:
+    """The resolved specs of the run, the trial and each session."""
+    write_json(run_dir.spec_path(), trial.spec)
+    write_json(run_dir.spec_path(trial.index), trial.session_spec(None))
+    for s in range(trial.max_session):
+        write_json(run_dir.spec_path(trial.index, s), trial.session_spec(s))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import secrets
 
+from slm_lab.lib.version import __version__, git_sha
 from slm_lab.spec.compat import flatten_v4_layout
 from slm_lab.spec.overrides import apply_overrides
 from slm_lab.spec.read import get_raw_spec
@@ -49,4 +51,18 @@ def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None
     spec['meta']['spec_file'] = os.path.abspath(spec_file)
     spec['meta']['spec_name'] = spec_name
     spec['meta']['overrides'] = list(overrides or [])
+    return spec
+
+
+def load_run_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:
+    """Load and validate a spec for a run in `mode`, and fill the run's meta (seed, versions)."""
+    spec = load_spec(spec_file, spec_name, overrides)
+    meta = spec['meta']
+    if meta['random_seed'] is None:
+        meta['random_seed'] = secrets.randbelow(2**31 - 10**7)
+    meta['lab_version'] = __version__
+    meta['git_sha'] = git_sha()
+    meta['mode'] = mode
+    if mode == 'dev':  # dev runs one session; the saved specs say so
+        meta['max_session'] = 1
     return spec

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slm_lab.experiment import viz
+from slm_lab.experiment.analysis import baseline_cache_dir, random_baseline
 from slm_lab.experiment.benchmark import stats
 from slm_lab.experiment.benchmark.scores import read_rows, score
 from slm_lab.experiment.benchmark.suite import SCORES, Row, Suite
@@ -64,7 +66,6 @@ def random_scores(run_dir: RunDir, suite: Suite, plan: list[dict]) -> dict[str, 
     lab's random baseline of the row's env (analysis.random_baseline: 20 episodes of uniformly random
     actions, as the lab's strength metric uses; cached under data/.cache)."""
 
-    from slm_lab.experiment.analysis import baseline_cache_dir, random_baseline  # noqa: PLC0415 plays the env when not cached
     out = {}
     for row in suite.rows:
         if row.random_score is not None:
@@ -250,7 +251,6 @@ def plot_row(run_dir: RunDir, result: dict, seeds: list[dict]) -> list[str]:
     bootstrap band (curve_band), each reference as a horizontal line."""
     import pandas as pd  # noqa: PLC0415 (only the graphs need it)
 
-    from slm_lab.experiment import viz  # noqa: PLC0415 plotly: only the graphs need it
     row: Row = result['row']
     mine = [s for s in seeds if s['row'] == row.id]
     dfs = [pd.DataFrame(read_rows(run_dir.session_df_path(s['trial'], 0, 'train'))) for s in mine]

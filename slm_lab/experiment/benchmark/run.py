@@ -21,6 +21,10 @@ import re
 from pathlib import Path
 
 from slm_lab.experiment.benchmark.suite import Suite, SuiteError, parse_suite, suite_to_dict
+from slm_lab.experiment.search.driver import run_on_ray, trial_resources, tune_trials
+from slm_lab.experiment.search.tune import make_queue_searcher
+from slm_lab.experiment.search.watch import SearchWatch
+from slm_lab.experiment.trial import Trial
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, ResumeError
 from slm_lab.lib.io import read_json, write_json
@@ -54,7 +58,6 @@ def seed_spec(row_spec: dict, seed_spec_loaded: dict, trial: int, experiment_ts:
 
 def write_benchmark(staging: RunDir, suite: Suite, plan: list[dict], specs: dict[int, dict]) -> None:
     """The benchmark's files in its (staging) directory: the suite, the plan, each trial's specs."""
-    from slm_lab.experiment.trial import Trial  # noqa: PLC0415 imports torch: only once the suite is known to run
     (staging.root / FOLDER).mkdir()
     (staging.root / 'search').mkdir()
     write_json(staging.root / FOLDER / 'suite.json', suite_to_dict(suite))
@@ -115,9 +118,6 @@ def run_trials(run_dir: RunDir, suite: Suite, plan: list[dict], ray_address: str
     """Run every unfinished trial of the plan on Ray Tune (local, or the cluster at ray_address),
     in plan order; Preempted on a stop signal, once the running trials saved snapshots. Returns
     the trials that ended unfinished (an error: their logs under log/)."""
-    from slm_lab.experiment.search.driver import run_on_ray, trial_resources, tune_trials  # noqa: PLC0415 (Ray: only a run of the trials needs it, not reading a suite)
-    from slm_lab.experiment.search.tune import make_queue_searcher  # noqa: PLC0415 (as above)
-    from slm_lab.experiment.search.watch import SearchWatch  # noqa: PLC0415 (as above)
     todo = [e for e in plan if not finished(run_dir, e['trial'])]
     kept = len(plan) - len(todo)
     if kept:

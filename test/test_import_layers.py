@@ -1,0 +1,70 @@
+"""The package's import structure (issue 31): imports run one way down the layers, and the lab's own
+modules imported inside functions are few, each with its reason."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SLM_LAB = Path(__file__).resolve().parent.parent / 'slm_lab'
+# lower first: a module may import its own layer's and lower layers' modules at the top
+LAYERS = {'lib': 0, 'resources': 0, 'env': 1, 'spec': 2, 'persistence': 3, 'agent': 4, 'experiment': 5}
+TOP = 6  # lab, runs, cli, api, branch, benchmark_mode, options, entry and the package itself
+# imports up the layers, each inside a function, and why
+UPWARD_ALLOWED = {('spec/validate.py', 'agent'): 'validate_spec reads each algorithm, memory and net class schema '
+                                                  'from the agent registries'}
+MAX_FUNCTION_IMPORTS = 30
+
+
+def layer(module: str) -> int:
+    parts = module.split('.')
+    return LAYERS.get(parts[1], TOP) if len(parts) > 1 else TOP
+
+
+def own_imports(tree: ast.AST):
+    """(node, imported module names, inside a function) for each import of the lab's own modules."""
+    inside = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inside.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith('slm_lab'):
+            names = [f'slm_lab.{a.name}' for a in node.names] if node.module == 'slm_lab' else [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith('slm_lab')]
+        else:
+            continue
+        if names:
+            yield node, names, id(node) in inside
+
+
+def modules():
+    for path in sorted(SLM_LAB.rglob('*.py')):
+        rel = path.relative_to(SLM_LAB).as_posix()
+        dotted = rel[:-3].replace('/', '.').removesuffix('.__init__')
+        module = 'slm_lab' if rel == '__init__.py' else f'slm_lab.{dotted}'
+        yield rel, module, path.read_text().splitlines(), ast.parse(path.read_text())
+
+
+def test_imports_run_down_the_layers():
+    upward = []
+    for rel, module, _, tree in modules():
+        for node, names, in_function in own_imports(tree):
+            for name in names:
+                if layer(name) > layer(module) and not (in_function and (rel, name.split('.')[1]) in UPWARD_ALLOWED):
+                    upward.append(f'{rel}:{node.lineno} imports {name}')
+    assert not upward, upward
+
+
+def test_the_lab_imports_its_own_modules_inside_functions_rarely_and_says_why():
+    found, unexplained = [], []
+    for rel, _, lines, tree in modules():
+        for node, _, in_function in own_imports(tree):
+            if not in_function:
+                continue
+            found.append(f'{rel}:{node.lineno}')
+            line = lines[node.end_lineno - 1]
+            reason = line.split('# noqa: PLC0415', 1)[1].strip(' ()') if '# noqa: PLC0415' in line else ''
+            if len(reason) < 8:
+                unexplained.append(f'{rel}:{node.lineno}')
+    assert len(found) <= MAX_FUNCTION_IMPORTS, found
+    assert not unexplained, f'give each a reason after "# noqa: PLC0415": {unexplained}'

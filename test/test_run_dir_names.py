@@ -25,14 +25,14 @@ NAME = 'together'
 # clock in the same second before any had made its directory), so the renames are sure to collide
 DRIVER = """
 import os, sys, time
-from slm_lab import branch, lab
+from slm_lab import branch, runs
 from slm_lab.persistence import run_dir
 import run_lab
 barrier, count, ts, argv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 if ts != '-':
     def same_second(data_dir, spec_name, after=None):
         return ts if after is None else run_dir.new_experiment_ts(data_dir, spec_name, after=after)
-    lab.new_experiment_ts = branch.new_experiment_ts = same_second
+    runs.new_experiment_ts = branch.new_experiment_ts = same_second
 open(os.path.join(barrier, str(os.getpid())), 'w').close()
 deadline = time.time() + 240
 while len(os.listdir(barrier)) < count and time.time() < deadline:

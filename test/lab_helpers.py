@@ -304,7 +304,7 @@ class TwoNodeRayCluster:
         import secrets
         import socket
 
-        from slm_lab.experiment.search_reaper import MARKER_VAR
+        from slm_lab.experiment.search.reaper import MARKER_VAR
         with socket.socket() as s:
             s.bind(('127.0.0.1', 0))
             port = s.getsockname()[1]
@@ -333,7 +333,7 @@ class TwoNodeRayCluster:
     def __exit__(self, exc_type, exc, tb):
         import shutil
 
-        from slm_lab.experiment.search_reaper import sweep
+        from slm_lab.experiment.search.reaper import sweep
         sweep(self.marker, self.token)  # Ray's agents too (their RAY_RAYLET_PID names a marked raylet)
         shutil.rmtree(self.temp, ignore_errors=True)
         if exc_type is None:

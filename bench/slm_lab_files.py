@@ -88,7 +88,7 @@ def main() -> None:
                     notes.append(f'traceback {path} {name}: {type(e).__name__}: {e}')
                     continue
                 if args.search and loaded.get('search'):
-                    from slm_lab.experiment.search import search_params
+                    from slm_lab.experiment.search.specs import search_params
                     try:
                         search_params(loaded)
                         counts['search ok'] += 1

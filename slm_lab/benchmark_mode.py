@@ -7,10 +7,10 @@ import dataclasses
 import logging
 import os
 
-from slm_lab.experiment import search as search_lib
 from slm_lab.experiment.benchmark import SuiteError, read_suite, select
 from slm_lab.experiment.benchmark import report as bench_report
 from slm_lab.experiment.benchmark import run as bench_run
+from slm_lab.experiment.search import specs as search_specs
 from slm_lab.lab import DATA_DIR, check_data_dir, logger
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ModeError, ResumeError, SpecError, begin_writing, defer_stops
@@ -32,11 +32,11 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
     if not is_benchmark_mode(mode):
         raise ModeError(f"unknown mode '{mode}' for a suite file; use benchmark, benchmark@latest or "
                         'benchmark@<benchmark dir>')
-    search_lib.check_installed('benchmark')
+    search_specs.check_installed('benchmark')
     if ray_address is None:
         ray_address = os.environ.get('RAY_ADDRESS') or None
     if ray_address:
-        search_lib.check_ray_address(ray_address)
+        search_specs.check_ray_address(ray_address)
     suite = read_suite(suite_file)
     data_dir = check_data_dir(data_dir, new_run=mode == 'benchmark')
     lab_logger.setup_console(logging.INFO)

@@ -17,9 +17,10 @@ from slm_lab.agent import Agent
 from slm_lab.agent.estimate import estimate_session
 from slm_lab.agent.net.net_util import step_lr_scheduler
 from slm_lab.env import Clock, agent_action_space, make_env
-from slm_lab.experiment import search as search_lib
 from slm_lab.experiment.results import complete_finished_run
-from slm_lab.experiment.search_space import grid_points, parse_search
+from slm_lab.experiment.search import driver as search_driver
+from slm_lab.experiment.search import specs as search_specs
+from slm_lab.experiment.search.space import grid_points, parse_search
 from slm_lab.experiment.tensorboard import require_tensorboard
 from slm_lab.experiment.trial import Trial
 from slm_lab.experiment.wandb_board import require_wandb
@@ -248,16 +249,16 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     """search / search@latest / search@<run dir>: an experiment of meta.max_trial trials on Ray
     Tune (slm_lab.experiment.search). Everything is checked before a run directory is made or
     touched. Returns the experiment dataframe."""
-    search_lib.check_installed()
+    search_specs.check_installed()
     if ray_address is None:
         ray_address = os.environ.get('RAY_ADDRESS') or None
     if ray_address:
-        search_lib.check_ray_address(ray_address)
+        search_specs.check_ray_address(ray_address)
     if keep is not None and keep < 0:
         raise ModeError(f'--keep {keep}: give the number of best trials whose models to keep (>= 0)')
     if mode == 'search':
         spec = prepare_spec(spec_file, spec_name, mode, overrides, data_dir)
-        params = search_lib.search_params(spec)
+        params = search_specs.search_params(spec)
         ts = new_experiment_ts(data_dir, spec_name)
         spec['meta']['experiment_ts'] = ts
         run_dir = RunDir.for_spec(data_dir, spec_name, ts)
@@ -265,14 +266,14 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
             write_json(staging.spec_path(), spec)
             (staging.root / 'search').mkdir()  # what makes it a search's directory (resume.is_search_run)
         lock, run_dir = create_run_dir(run_dir, None, write=write_search, spec=spec)
-        logger.info(f'run directory {run_dir.root}: search of {search_lib.total_trials(spec, params)} trial(s)')
+        logger.info(f'run directory {run_dir.root}: search of {search_specs.total_trials(spec, params)} trial(s)')
     else:
         target = mode[len('search@'):]
         run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search')
         lock = lock_run(run_dir)
         try:
             old_spec = resume_lib.read_run_spec(run_dir)
-            spec, params = search_lib.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
+            spec, params = search_specs.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
             preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
             begin_writing()  # a stop signal during the checks ended the command before anything was written
             write_json(run_dir.spec_path(), spec)
@@ -284,7 +285,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     if on_run_dir is not None:
         on_run_dir(run_dir)
     try:
-        df = search_lib.run_search(spec, run_dir, params, ray_address, keep)
+        df = search_driver.run_search(spec, run_dir, params, ray_address, keep)
     finally:
         lock.close()
     logger.info(f'done: {run_dir.root}')

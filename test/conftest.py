@@ -70,22 +70,36 @@ def build_spec(algorithm: str, env: str = 'CartPole-v1', max_frame: int = 256, n
     }
 
 
-def make_agent(spec: dict, seed: int = 0):
+def make_agent(spec: dict, seed: int = 0, obs_dim: int | None = None, n_actions: int = 2,
+               num_envs: int | None = None):
     """The Agent (and its Clock) a session would build from a raw spec, without a session: for
-    tests of an algorithm's nets, losses and state. Returns (agent, clock)."""
+    tests of an algorithm's nets, losses and state. Its spaces are its env's (env.name), or, given
+    `obs_dim`, a Box(obs_dim) observation and Discrete(n_actions) actions, for a test that feeds
+    arrays of its own; `num_envs`: env.num_envs unless given. Returns (agent, clock)."""
     import gymnasium as gym
+    import numpy as np
+    import torch
 
     from slm_lab.agent import Agent
     from slm_lab.env.clock import Clock
     from slm_lab.spec import validate_spec
-    import torch
     spec = validate_spec(spec)
     torch.manual_seed(seed)  # as a session seeds torch before building: nets start the same in any test order
-    env = gym.make(spec['env']['name'])
-    clock = Clock(spec['env']['max_frame'], spec['env']['num_envs'])
-    agent = Agent(spec, env.observation_space, env.action_space, spec['env']['num_envs'], clock, seed=seed)
-    env.close()
-    return agent, clock
+    if obs_dim is None:
+        env = gym.make(spec['env']['name'])
+        obs_space, action_space = env.observation_space, env.action_space
+        env.close()
+    else:
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
+        action_space = gym.spaces.Discrete(n_actions)
+    num_envs = spec['env']['num_envs'] if num_envs is None else num_envs
+    clock = Clock(spec['env']['max_frame'], num_envs)
+    return Agent(spec, obs_space, action_space, num_envs, clock, seed=seed), clock
+
+
+def make_algorithm(spec: dict, num_envs: int = 1, obs_dim: int = 4, seed: int = 0):
+    """The algorithm of a raw spec on a Box(obs_dim) observation and Discrete(2) actions (make_agent)."""
+    return make_agent(spec, seed, obs_dim=obs_dim, num_envs=num_envs)[0].algorithm
 
 
 def write_spec_file(path: Path, specs: dict) -> str:

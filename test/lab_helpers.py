@@ -150,6 +150,16 @@ def cli(args: list[str], cwd: Path, timeout: float = 300, **kwargs) -> subproces
                           timeout=timeout, **kwargs)
 
 
+def resume_spec(make_spec, *args, **keys) -> dict:
+    """A test file's small spec of an algorithm with a replay, `make_spec(*args, **keys)`, as its
+    exact-resume checks run it (check_resume_after_max_frame, check_resume_after_sigterm): 300
+    frames on 2 envs, training from step 50 (before the stop and after the resume), the replay's
+    contents in the snapshots, a record and an evaluation every 100 frames."""
+    spec = make_spec(*args, **{'max_frame': 300, 'num_envs': 2, 'training_start_step': 50, **keys})
+    spec['meta'].update(snapshot_replay=True, log_frequency=100, eval_frequency=100)
+    return spec
+
+
 def check_resume_after_max_frame(tmp_path: Path, name: str, spec: dict) -> None:
     """Stopped at F by max_frame, resumed to 2F == one uninterrupted run of 2F: the same CSV
     cells (COMPARE, train and eval) and the same final weights. Call it from any algorithm's
@@ -304,7 +314,7 @@ class TwoNodeRayCluster:
         import secrets
         import socket
 
-        from slm_lab.experiment.search_reaper import MARKER_VAR
+        from slm_lab.experiment.search.reaper import MARKER_VAR
         with socket.socket() as s:
             s.bind(('127.0.0.1', 0))
             port = s.getsockname()[1]
@@ -333,7 +343,7 @@ class TwoNodeRayCluster:
     def __exit__(self, exc_type, exc, tb):
         import shutil
 
-        from slm_lab.experiment.search_reaper import sweep
+        from slm_lab.experiment.search.reaper import sweep
         sweep(self.marker, self.token)  # Ray's agents too (their RAY_RAYLET_PID names a marked raylet)
         shutil.rmtree(self.temp, ignore_errors=True)
         if exc_type is None:

@@ -21,11 +21,9 @@ import sys
 from pathlib import Path
 
 from slm_lab.agent.algorithm import ALGORITHMS, PLANNED_ALGORITHMS, policy_util
-from slm_lab.agent.algorithm import PLANNED_KEYS as ALGORITHM_KEYS
 from slm_lab.agent.algorithm.base import BASE_SCHEMA
 from slm_lab.agent.algorithm.policy_util import PLANNED_PDTYPES
 from slm_lab.agent.memory import MEMORIES, PLANNED_MEMORIES
-from slm_lab.agent.memory import PLANNED_KEYS as MEMORY_KEYS
 from slm_lab.agent.net import NETS, PLANNED_NETS
 from slm_lab.agent.net import PLANNED_KEYS as NET_KEYS
 from slm_lab.agent.net.net_util import PLANNED_OPTIMIZERS
@@ -314,8 +312,7 @@ def slm_lab_tables() -> dict[str, str]:
     accepted += [f'| `{path}` | {owners} | {_cell(fld.doc)} |' for path, owners, _, fld in fields
                  if not fld.aliases and not fld.planned]
     planned = ['| Key or value | What it needs |', '|---|---|']
-    for prefix, keys in (('agent.algorithm', ALGORITHM_KEYS), ('agent.memory', MEMORY_KEYS),
-                         ('agent.net', NET_KEYS), ('env', ENV_PLANNED_KEYS)):
+    for prefix, keys in (('agent.net', NET_KEYS), ('env', ENV_PLANNED_KEYS)):
         planned += [f'| `{prefix}.{key}` | {_cell(what)} |' for key, what in keys.items()]
     for path, _, _, fld in fields:
         planned += [f'| `{path}`: `{json_text(value)}` | {_cell(what)} |' for value, what in fld.planned.items()] \

@@ -207,20 +207,18 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
     # the registries import torch (seconds): reading a spec file, and a mistake in its top level,
     # env or meta (the agent's keys are checked against its classes' schemas), need not wait for it
     from slm_lab.agent import algorithm, memory, net  # noqa: PLC0415 (the registries: see above)
-    ALGORITHMS, PLANNED_ALGORITHMS, PLANNED_ALGORITHM_KEYS = (algorithm.ALGORITHMS, algorithm.PLANNED_ALGORITHMS,
-                                                              algorithm.PLANNED_KEYS)
-    MEMORIES, PLANNED_MEMORIES, PLANNED_MEMORY_KEYS = memory.MEMORIES, memory.PLANNED_MEMORIES, memory.PLANNED_KEYS
+    ALGORITHMS, PLANNED_ALGORITHMS = algorithm.ALGORITHMS, algorithm.PLANNED_ALGORITHMS
+    MEMORIES, PLANNED_MEMORIES = memory.MEMORIES, memory.PLANNED_MEMORIES
     NETS, PLANNED_NETS, PLANNED_NET_KEYS = net.NETS, net.PLANNED_NETS, net.PLANNED_KEYS
     agent = spec['agent']
     if isinstance(agent, dict) and isinstance(agent.get('algorithm'), dict):  # a later algorithm's keys wait for it
         _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
     agent = check_object(agent, AGENT_SCHEMA, 'agent')
     algo_cls = _component_schema('algorithm', ALGORITHMS, PLANNED_ALGORITHMS, agent['algorithm'], 'agent.algorithm')
-    agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm',
-                                      planned_keys=PLANNED_ALGORITHM_KEYS)
+    agent['algorithm'] = check_object(agent['algorithm'], algo_cls.spec_schema, 'agent.algorithm')
     if agent['name'] is None:
         agent['name'] = agent['algorithm']['name']
-    for section, registry, planned, planned_keys in (('memory', MEMORIES, PLANNED_MEMORIES, PLANNED_MEMORY_KEYS),
+    for section, registry, planned, planned_keys in (('memory', MEMORIES, PLANNED_MEMORIES, None),
                                                      ('net', NETS, PLANNED_NETS, PLANNED_NET_KEYS)):
         required = section in algo_cls.requires
         if agent[section] == {} and not required:  # SLM-Lab's "net": {} for an agent without one

@@ -7,13 +7,13 @@ other way round) fails a test.
 """
 from __future__ import annotations
 
-import copy
 import math
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import make_algorithm
 from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, value_from_first_entry
 
 from slm_lab.agent import Agent
@@ -29,7 +29,7 @@ def t(values) -> torch.Tensor:
 
 
 def a2c_spec(memory: str = 'OnPolicyBatchReplay', net: dict | None = None, env: str = 'CartPole-v1',
-             num_envs: int = 1, max_frame: int = 100, **algo) -> dict:
+             num_envs: int = 1, max_frame: int = 100, log_frequency: int | None = None, **algo) -> dict:
     """A small A2C spec; algorithm keys override the GAE defaults below."""
     algorithm = {'name': 'ActorCritic', 'gamma': 0.99, 'lam': 0.95, 'training_frequency': 8,
                  'entropy_coef_spec': {'name': 'no_decay', 'start_val': 0.01}, **algo}
@@ -37,17 +37,7 @@ def a2c_spec(memory: str = 'OnPolicyBatchReplay', net: dict | None = None, env: 
                       'net': {'type': 'MLPNet', 'hid_layers': [16], 'hid_layers_activation': 'tanh',
                               'shared': False, 'optim_spec': {'name': 'Adam', 'lr': 1e-3}, **(net or {})}},
             'env': {'name': env, 'num_envs': num_envs, 'max_frame': max_frame},
-            'meta': {'log_frequency': max(max_frame // 4, num_envs), 'random_seed': 42}}
-
-
-def make_algorithm(spec: dict, num_envs: int = 1, obs_dim: int = 4, seed: int = 0):
-    """The algorithm of a validated spec on a Box(obs_dim) observation and Discrete(2) actions."""
-    spec = validate_spec(spec)
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
-    torch.manual_seed(seed)  # the session seeds torch before it builds the nets
-    agent = Agent(spec, obs_space, gym.spaces.Discrete(2), num_envs, Clock(spec['env']['max_frame'], num_envs),
-                  seed=seed)
-    return agent.algorithm
+            'meta': {'log_frequency': log_frequency or max(max_frame // 4, num_envs), 'random_seed': 42}}
 
 
 # --- n-step returns ---------------------------------------------------------------------------
@@ -298,15 +288,13 @@ def test_a2c_refuses_a_replay_memory():
 
 # --- exact resume -----------------------------------------------------------------------------------
 
-def resume_spec(**algo) -> dict:
-    spec = a2c_spec(net=SEPARATE, num_envs=4, max_frame=1200, **algo)
-    spec['meta']['log_frequency'] = 200
-    return spec
+# A2C's exact resume: separate nets, 4 envs, 1200 frames, a record every 200
+RESUME = {'net': SEPARATE, 'num_envs': 4, 'max_frame': 1200, 'log_frequency': 200}
 
 
 @pytest.mark.slow
 def test_a2c_nstep_with_normalized_v_targets_resumes_exactly_after_max_frame(tmp_path):
-    spec = resume_spec(lam=None, num_step_returns=5, normalize_v_targets=True)
+    spec = a2c_spec(**RESUME, lam=None, num_step_returns=5, normalize_v_targets=True)
     spec['agent']['net'] = {'type': 'MLPNet', 'hid_layers': [16], 'shared': True,
                             'optim_spec': {'name': 'RMSprop', 'lr': 1e-3}}
     check_resume_after_max_frame(tmp_path, 'a2c_nstep', spec)
@@ -315,5 +303,5 @@ def test_a2c_nstep_with_normalized_v_targets_resumes_exactly_after_max_frame(tmp
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a2c_resumes_exactly_after_sigterm(tmp_path):
-    spec = copy.deepcopy(resume_spec(training_frequency=16))
+    spec = a2c_spec(**RESUME, training_frequency=16)
     check_resume_after_sigterm(tmp_path, 'a2c_sigterm', spec)

@@ -11,31 +11,28 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import make_agent, make_algorithm
 
 from slm_lab.persistence import snapshot as checkpoint
-from slm_lab.agent import Agent
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.reinforce import scale_returns
 from slm_lab.agent.net import MLPNet
-from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
 NET = {'type': 'MLPNet', 'hid_layers': [8]}
 
 
-def make_agent(algorithm: dict, memory: dict, num_envs: int = 1, seed: int = 0) -> Agent:
-    spec = validate_spec({'agent': {'algorithm': algorithm, 'memory': memory, 'net': NET},
-                          'env': {'name': 'CartPole-v1', 'max_frame': 1000}})
-    torch.manual_seed(seed)
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
-    return Agent(spec, obs_space, gym.spaces.Discrete(2), num_envs, Clock(1000, num_envs), seed=seed)
+def small_spec(algorithm: dict, memory: dict) -> dict:
+    """A spec of `algorithm` and `memory` with a small MLP."""
+    return {'agent': {'algorithm': algorithm, 'memory': memory, 'net': NET},
+            'env': {'name': 'CartPole-v1', 'max_frame': 1000}}
 
 
 def test_ppo_trains_on_every_sample_each_epoch(monkeypatch):
     # batch 5 steps x 2 envs = 10 samples, minibatch 4: minibatches of 4, 4 and 2 in each epoch
-    agent = make_agent({'name': 'PPO', 'time_horizon': 5, 'minibatch_size': 4, 'training_epoch': 3},
-                       {'name': 'OnPolicyBatchReplay'}, num_envs=2)
+    agent, _ = make_agent(small_spec({'name': 'PPO', 'time_horizon': 5, 'minibatch_size': 4, 'training_epoch': 3},
+                                     {'name': 'OnPolicyBatchReplay'}), obs_dim=4, num_envs=2)
     model = agent.algorithm.model
     sizes, forward = [], model.pd_out_and_value
     monkeypatch.setattr(model, 'pd_out_and_value', lambda x, **kw: (sizes.append(len(x)), forward(x, **kw))[1])
@@ -85,8 +82,9 @@ def test_dqn_targets_are_computed_again_before_each_step_on_a_batch_when_the_onl
     double_q (its default) depend on the online net, which each step moves, so y is computed again
     before each step (as SLM-Lab computes the loss anew); the y of DQN without double_q, from the
     target net alone, is the same for all of them."""
-    agent = make_agent({'name': name, 'training_iter': 1, 'training_batch_iter': 3, 'training_start_step': 1,
-                        'gamma': 0.9, **keys}, {'name': 'Replay', 'batch_size': 16, 'max_size': 100}, num_envs=2)
+    agent, _ = make_agent(small_spec({'name': name, 'training_iter': 1, 'training_batch_iter': 3,
+                                      'training_start_step': 1, 'gamma': 0.9, **keys},
+                                     {'name': 'Replay', 'batch_size': 16, 'max_size': 100}), obs_dim=4, num_envs=2)
     alg = agent.algorithm
     rng = np.random.default_rng(0)
     for _ in range(10):
@@ -116,8 +114,8 @@ def test_reinforce_normalize_return_works_without_center_return():
     algorithm = {'name': 'Reinforce', 'center_return': False, 'normalize_return': True}
     states = np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32)
     actions, returns = np.array([0, 1, 1, 0]), np.array([1.0, 2.0, 4.0, 3.0], np.float32)
-    losses = [make_agent(algorithm, {'name': 'OnPolicyReplay'}).algorithm.train(states, actions,
-                                                                               scale * returns)['loss']
+    losses = [make_algorithm(small_spec(algorithm, {'name': 'OnPolicyReplay'})).train(states, actions,
+                                                                                     scale * returns)['loss']
               for scale in (1.0, 3.0)]
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
 

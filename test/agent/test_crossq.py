@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_agent
-from lab_helpers import check_resume_after_max_frame, fill_replay
+from lab_helpers import check_resume_after_max_frame, fill_replay, resume_spec
 
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d, LazyBatchRenorm1d, batch_renorm, renorm_limits
 from slm_lab.lib.errors import SpecError
@@ -156,13 +156,7 @@ def test_critic_batch_renorm_needs_linear_layers_to_normalise():
 
 
 # --- exact resume -------------------------------------------------------------------------------------
-def resume_spec(env: str, **algo) -> dict:
-    spec = crossq_spec(env, max_frame=300, training_start_step=50, **algo)
-    spec['meta'].update(snapshot_replay=True)
-    return spec
-
-
 @pytest.mark.slow
 def test_discrete_crossq_resumes_exactly_after_max_frame(tmp_path):
-    check_resume_after_max_frame(tmp_path, 'crossq_cartpole', resume_spec('CartPole-v1'))
+    check_resume_after_max_frame(tmp_path, 'crossq_cartpole', resume_spec(crossq_spec, 'CartPole-v1'))
 

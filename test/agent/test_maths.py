@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import make_agent, make_algorithm
 from lab_helpers import value_from_first_entry
 
 from slm_lab.persistence import snapshot as checkpoint
@@ -34,11 +35,6 @@ def t(values) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def make_agent(spec: dict, obs_dim: int = 4, n_actions: int = 2, num_envs: int = 1) -> Agent:
-    spec = validate_spec(spec)
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32)
-    return Agent(spec, obs_space, gym.spaces.Discrete(n_actions), num_envs,
-                 Clock(spec['env']['max_frame'], num_envs), seed=0)
 
 
 # --- REINFORCE --------------------------------------------------------------------------------
@@ -63,7 +59,7 @@ def reinforce_spec(memory: dict, **algo) -> dict:
 def test_reinforce_batch_returns_stop_at_truncation_and_termination(monkeypatch):
     # two envs, 4 vector steps: env 0 is truncated at t=1, env 1 terminates at t=3 (the numbers
     # of the test above); a Monte-Carlo return never crosses either end
-    agent = make_agent(reinforce_spec({'name': 'OnPolicyBatchReplay'}, training_frequency=4), num_envs=2)
+    agent, _ = make_agent(reinforce_spec({'name': 'OnPolicyBatchReplay'}, training_frequency=4), obs_dim=4, num_envs=2)
     seen = {}
     monkeypatch.setattr(agent.algorithm, 'train', lambda states, actions, returns: seen.setdefault('G', returns))
     rewards = [[1, 1], [2, 1], [3, 1], [4, 1]]
@@ -77,7 +73,7 @@ def test_reinforce_batch_returns_stop_at_truncation_and_termination(monkeypatch)
 
 
 def test_reinforce_episode_memory_ends_an_episode_at_truncation(monkeypatch):
-    agent = make_agent(reinforce_spec({'name': 'OnPolicyReplay'}, training_frequency=1))
+    agent, _ = make_agent(reinforce_spec({'name': 'OnPolicyReplay'}, training_frequency=1), obs_dim=4, num_envs=1)
     seen = {}
     monkeypatch.setattr(agent.algorithm, 'train', lambda states, actions, returns: seen.setdefault('G', returns))
     obs, action = np.zeros((1, 4), np.float32), np.zeros(1, np.int64)
@@ -117,7 +113,7 @@ def ppo_spec(**algo) -> dict:
 
 def test_ppo_advantages_from_a_batch_use_terminated_and_done_where_each_belongs():
     # the same case through PPO's batch: a value "net" that reads V from the first state entry
-    algo = make_agent(ppo_spec(), num_envs=2).algorithm
+    algo = make_algorithm(ppo_spec(), num_envs=2)
     value_from_first_entry(algo)
     states = np.zeros((3, 2, 4), np.float32)
     next_states = np.zeros((3, 2, 4), np.float32)
@@ -162,7 +158,7 @@ def test_ppo_trains_with_the_per_sample_clipped_value_loss(monkeypatch):
         return ppo_value_loss(values, old_values, returns, clip_eps, sample_loss)
 
     monkeypatch.setattr(ppo, 'ppo_value_loss', spy)
-    algo = make_agent(ppo_spec(clip_vloss=True), num_envs=2).algorithm
+    algo = make_algorithm(ppo_spec(clip_vloss=True), num_envs=2)
     rng = np.random.default_rng(0)
     for _ in range(3):
         algo.update(rng.normal(size=(2, 4)).astype(np.float32), np.array([0, 1]), np.ones(2, np.float32),
@@ -210,7 +206,7 @@ def v4_layout(spec: dict) -> dict:
     ('DoubleDQN', {}, 'DoubleDQN'),
 ])
 def test_each_dqn_variant_bootstraps_from_its_nets(name, keys, expected):
-    algo = make_agent(dqn_spec(name, **keys)).algorithm
+    algo = make_algorithm(dqn_spec(name, **keys))
     algo.net = lambda next_states: t(NEXT_Q_ONLINE)
     if algo.target_net is not None:
         algo.target_net = lambda next_states: t(NEXT_Q_TARGET)
@@ -249,7 +245,7 @@ def test_dqn_targets_by_hand_follow_the_spec_generation(layout, expected):
     spec['agent']['net'].update(hid_layers=[2], hid_layers_activation='relu')
     spec = validate_spec(layout(spec))
     assert spec['agent']['algorithm']['double_q'] is (expected is V5_TARGETS)  # recorded in the saved spec
-    algo = make_agent(spec, obs_dim=2).algorithm
+    algo = make_algorithm(spec, obs_dim=2)
     set_q_net(algo.net, [[1, 0], [0, 1]])
     set_q_net(algo.target_net, [[3, 0], [0, 1]])
     next_states = t([[1, 2], [2, 1], [1, 2]])

@@ -8,13 +8,13 @@ import copy
 import pytest
 import torch
 import torch.nn as nn
-from lab_helpers import check_resume_after_max_frame
+from lab_helpers import check_resume_after_max_frame, resume_spec
 
 from slm_lab.agent.net import build_net
 from slm_lab.agent.net.onednn_linear import MIN_WIDTH, OneDNNLinear, use_linear_kernel
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
-from test_td3 import resume_spec
+from test_td3 import td3_spec
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason='torch without oneDNN')
 
@@ -76,7 +76,7 @@ def test_no_grad_and_other_inputs_fall_back_to_the_same_maths():
 
 
 def test_an_unknown_kernel_is_refused_by_name():
-    spec = resume_spec()
+    spec = resume_spec(td3_spec)
     spec['agent']['net']['linear_kernel'] = 'blas'
     with pytest.raises(SpecError, match='agent.net.linear_kernel'):
         validate_spec(spec)
@@ -98,6 +98,6 @@ def test_a_torch_without_the_onednn_op_trains_on_the_default_kernel_with_one_war
 
 
 def test_td3_on_onednn_resumes_exactly_after_max_frame(tmp_path):
-    spec = resume_spec(policy_delay=2)
+    spec = resume_spec(td3_spec, policy_delay=2)
     spec['agent']['net'].update(linear_kernel='onednn', hid_layers=[64, 64])
     check_resume_after_max_frame(tmp_path, 'td3_onednn', spec)

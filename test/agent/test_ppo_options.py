@@ -3,15 +3,13 @@
 """
 from __future__ import annotations
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import make_algorithm
 from lab_helpers import check_resume_after_max_frame, value_from_first_entry
 
-from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.ppo import PercentileNormalizer
-from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -28,14 +26,6 @@ def ppo_spec(memory: str = 'OnPolicyBatchReplay', num_envs: int = 1, max_frame: 
                               'optim_spec': {'name': 'Adam', 'lr': 1e-3}}},
             'env': {'name': 'CartPole-v1', 'num_envs': num_envs, 'max_frame': max_frame},
             'meta': {'log_frequency': max(max_frame // 4, num_envs), 'random_seed': 42}}
-
-
-def make_algorithm(spec: dict, num_envs: int = 1):
-    spec = validate_spec(spec)
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
-    torch.manual_seed(0)
-    return Agent(spec, obs_space, gym.spaces.Discrete(2), num_envs, Clock(spec['env']['max_frame'], num_envs),
-                 seed=0).algorithm
 
 
 # --- normalize_advantages "percentile" ------------------------------------------------------------

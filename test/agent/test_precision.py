@@ -8,8 +8,8 @@ import copy
 import numpy as np
 import pytest
 import torch
-from lab_helpers import PPO, check_resume_after_max_frame, run_dirs, train_csv, write_spec
-from test_td3 import resume_spec as td3_resume_spec
+from lab_helpers import PPO, check_resume_after_max_frame, resume_spec, run_dirs, train_csv, write_spec
+from test_td3 import td3_spec
 
 from slm_lab import lab
 from slm_lab.agent.net import build_net
@@ -82,10 +82,10 @@ def test_ppo_in_bf16_resumes_exactly(tmp_path):
 
 @pytest.mark.slow
 def test_td3_in_bf16_resumes_exactly_and_differs_from_fp32(tmp_path):
-    spec = td3_resume_spec()
+    spec = resume_spec(td3_spec)
     spec['agent']['net']['precision'] = 'bf16'
     check_resume_after_max_frame(tmp_path, 'td3_bf16', spec)
-    fp32 = write_spec(tmp_path, 'td3_fp32', td3_resume_spec())
+    fp32 = write_spec(tmp_path, 'td3_fp32', resume_spec(td3_spec))
     lab.run(fp32, 'td3_fp32', 'train', data_dir=str(tmp_path / 'c'))
     (bf16_run,), (fp32_run,) = run_dirs(tmp_path / 'b', 'td3_bf16'), run_dirs(tmp_path / 'c', 'td3_fp32')
     losses = [train_csv(r, n)['loss'].dropna().tolist() for r, n in ((bf16_run, 'td3_bf16'), (fp32_run, 'td3_fp32'))]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_agent
-from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, fill_replay
+from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, fill_replay, resume_spec
 
 from slm_lab.agent.algorithm.sac import continuous_policy_loss, continuous_soft_value, soft_q_targets, temperature_loss
 from slm_lab.agent.algorithm.sac_discrete import discrete_policy_loss, discrete_soft_value, discrete_target_entropy
@@ -251,30 +251,24 @@ def test_state_dict_brings_back_every_net_optimizer_and_counter():
 
 
 # --- exact resume -------------------------------------------------------------------------------------
-def resume_spec(env: str, **algo) -> dict:
-    spec = sac_spec(env, max_frame=300, num_envs=2, training_start_step=50, **algo)
-    spec['meta'].update(snapshot_replay=True, log_frequency=100, eval_frequency=100)
-    return spec
-
-
 @pytest.mark.slow
 def test_sac_on_a_mujoco_env_resumes_exactly_mid_episode(tmp_path):
     """Hopper-v5 (MuJoCo's integration state and derived quantities in the snapshot), SAC's
     replay in the snapshot: stopped at F and resumed to 2F == a straight run of 2F."""
     pytest.importorskip('mujoco', reason='the MuJoCo extra is not installed')
-    check_resume_after_max_frame(tmp_path, 'sac_hopper', resume_spec('Hopper-v5'))
+    check_resume_after_max_frame(tmp_path, 'sac_hopper', resume_spec(sac_spec, 'Hopper-v5'))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize('pdtype', ['Categorical', 'GumbelSoftmax'])
 def test_discrete_sac_resumes_exactly_after_max_frame(tmp_path, pdtype):
-    check_resume_after_max_frame(tmp_path, 'sac_cartpole', resume_spec('CartPole-v1', training_iter=2,
+    check_resume_after_max_frame(tmp_path, 'sac_cartpole', resume_spec(sac_spec, 'CartPole-v1', training_iter=2,
                                                                        action_pdtype=pdtype))
 
 
 @pytest.mark.slow
 def test_sac_on_prioritized_replay_resumes_exactly_after_max_frame(tmp_path):
-    spec = resume_spec('Pendulum-v1')
+    spec = resume_spec(sac_spec, 'Pendulum-v1')
     spec['agent']['memory'].update(name='PrioritizedReplay', alpha=0.6, epsilon=1e-4, beta=0.4)
     check_resume_after_max_frame(tmp_path, 'sac_per_pendulum', spec)
 
@@ -293,5 +287,5 @@ def test_sac_gives_prioritized_replay_its_td_errors():
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_continuous_sac_resumes_exactly_after_sigterm(tmp_path):
-    check_resume_after_sigterm(tmp_path, 'sac_pendulum', resume_spec('Pendulum-v1', policy_delay=4))
+    check_resume_after_sigterm(tmp_path, 'sac_pendulum', resume_spec(sac_spec, 'Pendulum-v1', policy_delay=4))
 

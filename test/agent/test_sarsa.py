@@ -15,6 +15,7 @@ from slm_lab.agent.memory.onpolicy import OnPolicyCrossEntropy, elite_episodes
 from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
+from conftest import make_agent, make_algorithm
 from lab_helpers import check_resume_after_sigterm
 
 
@@ -36,12 +37,6 @@ def sarsa_spec(memory: str = 'OnPolicyBatchReplay', training_frequency: int = 2,
         'env': {'name': 'CartPole-v1', 'num_envs': num_envs, 'max_frame': max_frame},
         'meta': {'log_frequency': 250, 'eval_frequency': 500, 'random_seed': 3},
     }
-
-
-def make_agent(spec: dict, num_envs: int = 1) -> Agent:
-    spec = validate_spec(spec)
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    return Agent(spec, obs_space, gym.spaces.Discrete(2), num_envs, Clock(spec['env']['max_frame'], num_envs), seed=0)
 
 
 # --- the maths -------------------------------------------------------------------------------------
@@ -83,7 +78,7 @@ def test_train_loss_on_a_net_of_known_values():
     #   step a=1 truncated:               y = 1 + 0.5*2.5 = 2.25, q = 3, error 0.75
     #   step a=0 going on, next a'=1:     y = 1 + 0.5*3 = 2.5,    q = 1, error 1.5
     # MSE = (0 + 0.5625 + 2.25) / 3 = 0.9375
-    algo = make_agent(sarsa_spec(hid_layers=())).algorithm
+    algo = make_algorithm(sarsa_spec(hid_layers=()), obs_dim=2)
     with torch.no_grad():
         for p in algo.net.parameters():
             p.zero_()
@@ -115,7 +110,7 @@ def recording(algo) -> list[dict]:
 
 
 def test_the_last_step_of_a_batch_waits_for_its_next_action():
-    algo = make_agent(sarsa_spec(training_frequency=2, num_envs=2), num_envs=2).algorithm
+    algo = make_algorithm(sarsa_spec(training_frequency=2, num_envs=2), num_envs=2, obs_dim=2)
     calls = recording(algo)
     feed(algo, 2, num_envs=2)
     # first batch: steps 0 and 1; only step 0 knows its next action (step 1's), step 1 is held
@@ -138,10 +133,10 @@ def test_the_last_step_of_a_batch_waits_for_its_next_action():
 
 def test_the_held_step_is_in_the_state_and_comes_back():
     spec = sarsa_spec(training_frequency=2, num_envs=2)
-    first = make_agent(spec, num_envs=2)
+    first = make_agent(spec, obs_dim=2, num_envs=2)[0]
     calls_a = recording(first.algorithm)
     feed(first.algorithm, 3, num_envs=2)  # step 1 held, step 2 in the memory's partial batch
-    second = make_agent(spec, num_envs=2)
+    second = make_agent(spec, obs_dim=2, num_envs=2)[0]
     second.load_state_dict(first.state_dict())
     calls_b = recording(second.algorithm)
     feed(first.algorithm, 1, num_envs=2, start=3)
@@ -153,7 +148,7 @@ def test_the_held_step_is_in_the_state_and_comes_back():
 
 
 def test_episodes_memory_trains_every_training_frequency_episodes():
-    algo = make_agent(sarsa_spec(memory='OnPolicyReplay', training_frequency=1)).algorithm
+    algo = make_algorithm(sarsa_spec(memory='OnPolicyReplay', training_frequency=1), obs_dim=2)
     calls = recording(algo)
     feed(algo, 3, num_envs=1)  # env 0 terminates at step 2: one episode of 3 steps
     assert len(calls) == 1

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import make_agent
-from lab_helpers import check_resume_after_sigterm, fill_replay
+from lab_helpers import check_resume_after_sigterm, fill_replay, resume_spec
 
 from slm_lab.agent.algorithm.td3 import clipped_double_q_targets, deterministic_policy_loss, smoothed_target_actions
 from slm_lab.lib.errors import SpecError
@@ -146,12 +146,6 @@ def test_the_benchmark_spec_has_rl_zoo3s_pendulum_settings():
 
 
 # --- exact resume -------------------------------------------------------------------------------------
-def resume_spec(**algo) -> dict:
-    spec = td3_spec(max_frame=300, num_envs=2, training_start_step=50, **algo)
-    spec['meta'].update(snapshot_replay=True, log_frequency=100, eval_frequency=100)
-    return spec
-
-
 @pytest.mark.subprocess
 def test_td3_resumes_exactly_after_sigterm(tmp_path):
-    check_resume_after_sigterm(tmp_path, 'td3_pendulum', resume_spec(policy_delay=4))
+    check_resume_after_sigterm(tmp_path, 'td3_pendulum', resume_spec(td3_spec, policy_delay=4))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from lab_helpers import TwoNodeRayCluster, cli, lab_processes
 
-from slm_lab.experiment.search_space import Param, grid_points, parse_search
+from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
 
 pytestmark = pytest.mark.ray
@@ -140,7 +140,7 @@ def test_a_bad_search_block_is_one_line_naming_the_entry(block, message):
 
 
 def test_keys_slm_lab_does_not_read_are_left_out_with_a_warning_and_an_empty_block_searches_seeds(caplog):
-    from slm_lab.experiment.search import search_params
+    from slm_lab.experiment.search.specs import search_params
     from slm_lab.lib.logger import warn_once
     from slm_lab.spec import validate_spec
     warn_once.cache_clear()
@@ -187,7 +187,7 @@ def test_a_value_that_fits_beside_another_searched_key_is_kept_and_one_that_fits
     """SLM-Lab's pendulum.json searches an entropy schedule's start_step and end_step together: a
     start_step past the spec's own end_step fits with a drawn end_step, so the search starts (a
     trial drawing a pair that does not fit fails alone); a start_step past every end_step is refused."""
-    from slm_lab.experiment.search import search_params
+    from slm_lab.experiment.search.specs import search_params
     from slm_lab.spec import validate_spec
     spec = search_spec()
     spec['agent']['algorithm']['entropy_coef_spec'] = {'name': 'linear_decay', 'start_val': 0.01, 'end_val': 0.001,
@@ -483,7 +483,7 @@ def test_a_grace_period_longer_than_a_trial_runs_every_trial_to_its_end_with_a_w
     grace_period still runs, without early stopping, and says so."""
     from ray.tune.schedulers import AsyncHyperBandScheduler
 
-    from slm_lab.experiment.search import make_scheduler
+    from slm_lab.experiment.search.driver import make_scheduler
     from slm_lab.lib.logger import warn_once
     from slm_lab.spec import validate_spec
     warn_once.cache_clear()

@@ -18,7 +18,3 @@ ALGORITHMS = {cls.__name__: cls for cls in (Random, Reinforce, SARSA, VanillaDQN
                                             PPOSIL, SoftActorCritic, CrossQ, TD3)}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
 PLANNED_ALGORITHMS = ('HydraDQN',)
-# keys SLM-Lab reads only in algorithms of a later version, and what they are: an algorithm here
-# that meets one refuses it with the "not available yet" line, not as an unknown key
-PLANNED_KEYS = {
-}

@@ -12,9 +12,6 @@ MEMORIES = {'OnPolicyReplay': OnPolicyReplay, 'OnPolicyBatchReplay': OnPolicyBat
             'PrioritizedReplay': PrioritizedReplay, 'OnPolicyCrossEntropy': OnPolicyCrossEntropy}
 # SLM-Lab names that come in a later version: validation says so instead of "unknown"
 PLANNED_MEMORIES = ()
-# keys SLM-Lab reads only in memories or algorithms of a later version, and what they are
-PLANNED_KEYS = {
-}
 
 __all__ = ['Batch', 'MEMORIES', 'Memory', 'OnPolicyBatchReplay', 'OnPolicyCrossEntropy', 'OnPolicyReplay',
-           'PLANNED_KEYS', 'PLANNED_MEMORIES', 'PrioritizedReplay', 'Replay']
+           'PLANNED_MEMORIES', 'PrioritizedReplay', 'Replay']

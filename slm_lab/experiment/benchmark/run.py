@@ -1,6 +1,6 @@
 """A benchmark's directory and its row-seeds run as Ray Tune trials, on the engine search mode uses
-(search/driver.run_on_ray, search/tune: each trial an ordinary Trial in a search_trial process, with
-its snapshots; a stop signal saves them; search_trial continues a trial from them).
+(search/driver.run_on_ray, search/tune: each trial an ordinary Trial in a search/trial.py process, with
+its snapshots; a stop signal saves them; search/trial.py continues a trial from them).
 
     data/{suite}_{timestamp}/
       benchmark/suite.json          the suite as it runs (rows narrowed by --rows, seeds by --seeds)

@@ -33,7 +33,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from slm_lab.lib.errors import LabError
+from slm_lab.lib.errors import LabError, SpecError
 
 # what a row's score means, per seed (the report prints the definition beside the number)
 SCORES = {
@@ -256,7 +256,6 @@ def parse_suite(data, path: str) -> Suite:
 
 def read_suite(path: str) -> Suite:
     """Read and check a suite file (JSON or YAML, as the spec reader reads them)."""
-    from slm_lab.lib.errors import SpecError  # noqa: PLC0415 (lib.errors: kept out of reading the suite module (a cycle through spec))
     from slm_lab.spec.read import read_spec_file  # noqa: PLC0415 yaml: only when a suite is read
     if not isinstance(path, (str, os.PathLike)):
         raise SuiteError(f'suite file {path!r}: give the path of a JSON or YAML suite file')

@@ -21,9 +21,9 @@ from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, t
 from slm_lab.experiment.search.processes import DriverSpare
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
 from slm_lab.experiment.search.watch import SearchWatch, make_callback
-from slm_lab.experiment.search_ray_head import RayHead
-from slm_lab.experiment.search_reaper import MARKER_VAR, sweep
-from slm_lab.experiment.search_space import LOG_SPACES, Param
+from slm_lab.experiment.search.ray_head import RayHead
+from slm_lab.experiment.search.reaper import MARKER_VAR, sweep
+from slm_lab.experiment.search.space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal, keep_stop_handlers
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.cores import usable_cores
@@ -67,7 +67,7 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
 def run_on_ray(run_dir: RunDir, ray_address: str | None, fit):
     """`fit(stop)` with this process connected to Ray (the cluster at ray_address, or a local Ray of
     its own), the stop signals the lab's from the first instant: what fit returns. The engine of
-    search and benchmark mode, whose trials run as search_trial processes of run_dir. A stop
+    search and benchmark mode, whose trials run as search/trial.py processes of run_dir. A stop
     signal at any instant raises Preempted once the running trials have saved snapshots and Ray
     is gone."""
     shutil.rmtree(run_dir.root / 'search' / 'stop', ignore_errors=True)  # of the previous run in run_dir
@@ -103,7 +103,7 @@ def ray_environment(ray_address: str | None) -> None:
 @contextlib.contextmanager
 def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
     """This process connected to Ray: the cluster at ray_address, or a local Ray of this search's
-    own (its head in a session of its own: search_ray_head), started while this process imports
+    own (its head in a session of its own: ray_head.py), started while this process imports
     Ray and Tune. Yields False when a stop signal came before Ray was up (the search does not wait
     for it). On the way out: disconnected, and a local Ray stopped with nothing of it left."""
     temp_dir = reaper = spare = head = None
@@ -162,7 +162,7 @@ def run_trials(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
 def tune_trials(run_dir: RunDir, searcher, watch: SearchWatch, num_samples: int, resources, scheduler=None,
                 max_session: int = 1, max_frame: int = 0) -> None:
     """`num_samples` trials of run_dir on Ray Tune, in the order `searcher` gives them, each in a
-    search_trial process of its own (tune.make_trainable); `resources`: what each trial reserves,
+    search/trial.py process of its own (tune.make_trainable); `resources`: what each trial reserves,
     a dict or a function of the trial's config; `max_session`, `max_frame`: each trial's, unless
     its config names its own."""
     from ray import tune  # noqa: PLC0415 the search extra, found by check_installed
@@ -198,13 +198,13 @@ def trial_resources(meta: dict, local: bool) -> dict:
 
 
 def start_reaper() -> tuple[subprocess.Popen, str]:
-    """The watchdog (search_reaper) that kills the local Ray's processes if this process dies;
+    """The watchdog (reaper.py) that kills the local Ray's processes if this process dies;
     they are marked through the environment they inherit from here."""
     marker = secrets.token_hex(8)
     env = {k: v for k, v in os.environ.items() if k not in (MARKER_VAR, 'RAY_AUTH_TOKEN')}
     if _OWN_TOKEN:
         env['SLM_LAB_REAPER_TOKEN'] = _OWN_TOKEN  # not on its command line, which any user can read
-    reaper = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_reaper', marker, str(os.getpid())],
+    reaper = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search.reaper', marker, str(os.getpid())],
                               env=env, start_new_session=True, stdin=subprocess.DEVNULL)
     os.environ[MARKER_VAR] = marker
     return reaper, marker

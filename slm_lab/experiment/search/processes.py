@@ -1,4 +1,4 @@
-"""A search's trial processes: each trial runs in a process of search_trial started ahead of
+"""A search's trial processes: each trial runs in a process of trial.py started ahead of
 its turn (its imports done while the trial before trains), by its Ray worker or, for the first
 trial of a local search, by the driver before Ray starts; stopping one as SIGTERM does (its
 sessions save snapshots)."""
@@ -24,18 +24,18 @@ _SPARE: subprocess.Popen | None = None  # per Ray worker: a trial process starte
 
 
 def _spawn_trial_process(args: tuple[str, ...] = (), **popen) -> subprocess.Popen:
-    """A search_trial process (its line on stdin unless `args` say otherwise), in its own session,
+    """A trial.py process (its line on stdin unless `args` say otherwise), in its own session,
     with the lab on its path."""
     env = dict(os.environ)
     paths = [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
     env['PYTHONPATH'] = os.pathsep.join([str(REPO_ROOT)] + paths)
-    return subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_trial', *args], env=env,
+    return subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search.trial', *args], env=env,
                             stdin=popen.pop('stdin', subprocess.PIPE), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, **popen)
 
 
 def start_trial_process(run_dir: RunDir, index: int):
-    """Trial `index` in a process of search_trial, started ahead: the one the search's driver
+    """Trial `index` in a process of trial.py, started ahead: the one the search's driver
     started before Ray (see DriverSpare), for the first trial that claims it, or the one this Ray
     worker started while its previous trial trained; else a new child. Another is started ahead
     for this worker's next trial. Returns a subprocess.Popen, or an AdoptedProcess (the driver's)."""

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import socket
 
-from slm_lab.experiment.search_space import Param, grid_points, parse_search
+from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, ResumeError, SpecError
 from slm_lab.lib.io import write_json

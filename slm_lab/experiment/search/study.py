@@ -6,7 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-from slm_lab.experiment.search_space import Param
+from slm_lab.experiment.search.space import Param
 from slm_lab.persistence.run_dir import RunDir
 
 METRIC, TIME_ATTR = 'total_reward_ma', 'frame'

@@ -8,7 +8,7 @@ import math
 import time
 from pathlib import Path
 
-from slm_lab.experiment.search_space import Param, grid_points
+from slm_lab.experiment.search.space import Param, grid_points
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError
 from slm_lab.lib.io import atomic_write_text
@@ -24,7 +24,7 @@ STOPPED_CODES = (130, 143)  # a trial process stopped by SIGINT / SIGTERM after 
 
 def stop_file(run_dir: RunDir, index: int | None = None) -> Path:
     """search/stop/all (the whole search stops) or search/stop/{i} (trial i stops, e.g. by ASHA):
-    the trial's process watches for them (search_trial.py), on whichever node it runs, and stops
+    the trial's process watches for them (search/trial.py), on whichever node it runs, and stops
     with a snapshot as on SIGTERM."""
     return run_dir.root / 'search' / 'stop' / ('all' if index is None else str(index))
 

@@ -1,5 +1,5 @@
 """One trial of a search, run by its Ray trainable as a child process:
-python -m slm_lab.experiment.search_trial, then one line on stdin: ["RUN_DIR", "SPEC_NAME", TRIAL]
+python -m slm_lab.experiment.search.trial, then one line on stdin: ["RUN_DIR", "SPEC_NAME", TRIAL]
 (or, started by the search's driver before Ray, `--fd N`: the line comes through that pipe)
 
 The process imports the lab first and then waits for its trial, so a trainable can start it
@@ -18,6 +18,9 @@ import json
 import os
 import sys
 from pathlib import Path
+
+# pure Python, no more of the lab: the stop handler is in place before the lab loads (see main)
+from slm_lab.lib.errors import LabError, Preempted, catch_stops
 
 
 def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
@@ -68,13 +71,11 @@ def main(pipe: int | None = None) -> int:
     # a stop (the search's stop file, or its Ray worker's SIGTERM) before the trial takes the signal
     # over ends this process at once with 143, which the trainable reads as a trial stopped with the
     # search: nothing is written until then (killed by SIGTERM meanwhile, it was an error)
-    from slm_lab.lib.errors import catch_stops  # noqa: PLC0415 (the stop handler before the lab loads (see the comment))
     catch_stops(at_once=True)
     # torch and the lab load after the Ray worker has started this process (see warm_up)
     from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (torch: after the Ray worker started this process)
     from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (as above)
     from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415 (as above)
-    from slm_lab.lib.errors import LabError, Preempted  # noqa: PLC0415 (as above)
     die_with_parent()  # a trial never outlives its Ray worker
     try:
         warm_up()

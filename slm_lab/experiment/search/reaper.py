@@ -4,7 +4,7 @@ behind. The marker is SLM_LAB_SEARCH_ID, which Ray's head processes, workers and
 processes inherit, or the search's own RAY_AUTH_TOKEN, which Ray passes to its agents (they get
 a fresh environment otherwise).
 
-python -m slm_lab.experiment.search_reaper MARKER PARENT_PID   (Linux: /proc; the token, when the
+python -m slm_lab.experiment.search.reaper MARKER PARENT_PID   (Linux: /proc; the token, when the
 search made its own, comes in SLM_LAB_REAPER_TOKEN)
 """
 from __future__ import annotations

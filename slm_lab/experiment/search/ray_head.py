@@ -5,7 +5,7 @@ alone, which stops the trials with snapshots and then this Ray. Started by the d
 processes got the group's SIGTERM too: the GCS died under the running search, whose driver then
 stalled (`Failed to connect to GCS within 60 seconds`) and exited 1.
 
-python -m slm_lab.experiment.search_ray_head TEMP_DIR NUM_CPUS PARENT_PID: starts Ray (ray.init,
+python -m slm_lab.experiment.search.ray_head TEMP_DIR NUM_CPUS PARENT_PID: starts Ray (ray.init,
 its head on this machine, as the driver started it before), prints its GCS address on stdout and
 holds it until the driver kills this process's group (RayHead.stop) or dies (then the kernel kills
 this process, and Ray's processes with it)."""
@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from slm_lab.experiment.signals import die_with_parent
+
 
 class RayHead:
     """The driver's side: the process holding the search's local Ray, and its GCS address."""
@@ -30,10 +32,10 @@ class RayHead:
     @classmethod
     def start(cls, temp_dir: str, num_cpus: int, log: Path) -> 'RayHead':
         """Start it (Ray starts meanwhile, while the driver imports Ray and Tune); its stderr goes
-        to `log`. It inherits the driver's environment: the search's marker (search_reaper), Ray's
+        to `log`. It inherits the driver's environment: the search's marker (search/reaper.py), Ray's
         token, the lab on PYTHONPATH, which Ray's processes get from it."""
         with open(log, 'ab') as err:
-            proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search_ray_head', temp_dir,
+            proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search.ray_head', temp_dir,
                                      str(num_cpus), str(os.getpid())], stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         return cls(proc, log)
@@ -59,7 +61,7 @@ class RayHead:
     def stop(self) -> None:
         """Kill Ray's head processes at once (the trials have stopped by then; what they hold is in
         the run directory). Ray's workers, in process groups of their own, end with their raylet,
-        and the search's sweep (search_reaper) kills whatever is left."""
+        and the search's sweep (search/reaper.py) kills whatever is left."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -71,7 +73,6 @@ class RayHead:
 def main(temp_dir: str, num_cpus: int, parent: int) -> None:
     """Start Ray (its session files in temp_dir), print its GCS address and hold it; `parent` is the
     search's driver."""
-    from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (this process holds Ray alone: the lab loads after its start)
     die_with_parent()  # the kernel kills this process when the driver dies; Ray's own die with it
     if os.getppid() != parent:  # the driver died before that was in place
         return

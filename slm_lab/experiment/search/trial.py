@@ -74,8 +74,8 @@ def main(pipe: int | None = None) -> int:
     catch_stops(at_once=True)
     # torch and the lab load after the Ray worker has started this process (see warm_up)
     from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (torch: after the Ray worker started this process)
-    from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (as above)
-    from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415 (as above)
+    from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (the lab loads only once the stop handler is in place)
+    from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415 (the lab loads only once the stop handler is in place)
     die_with_parent()  # a trial never outlives its Ray worker
     try:
         warm_up()

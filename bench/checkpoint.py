@@ -235,7 +235,8 @@ def write_twice(write, remove) -> tuple[float, float]:
 
 
 def phase_snapshot_save(work: Path, size: int) -> dict:
-    from slm_lab.persistence import arrays, snapshot as checkpoint
+    from slm_lab.lib import arrays
+    from slm_lab.persistence import snapshot as checkpoint
     from slm_lab.lib.version import git_sha
     replay = make_replay(size, fill=True)
     state = {'memory': replay.state_dict()}
@@ -382,7 +383,8 @@ def phase_verify_steps(work: Path, size: int, path: str, mode: str, steps: int) 
     verify_arrays=True: a full read before the first step). A step is one replay.sample() and an
     Adam update of a small MLP on it, as a DQN step does."""
     import torch
-    from slm_lab.persistence import arrays, snapshot as checkpoint
+    from slm_lab.lib import arrays
+    from slm_lab.persistence import snapshot as checkpoint
     torch.manual_seed(0)
     path = Path(path)
     replay = make_replay(size, fill=False)

@@ -27,7 +27,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
 from slm_lab.persistence import state as snapshot_parts
-from slm_lab.persistence.arrays import verify_arrays_async
+from slm_lab.lib.arrays import verify_arrays_async
 from slm_lab.persistence.env_state import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
                                            vector_env_state_dict)
 from slm_lab.persistence.lineage import load_warm_start

@@ -52,7 +52,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import _fsync_dir, disk_full_error, is_disk_full, read_json, write_json
 from slm_lab.lib.version import __version__, git_sha
-from slm_lab.persistence.arrays import (ARRAY_KEY, CONTENT_ID_KEY, PAGE, STATE_FILE, ArrayVerifier, _crc_array,
+from slm_lab.lib.arrays import (ARRAY_KEY, CONTENT_ID_KEY, PAGE, STATE_FILE, ArrayVerifier, _crc_array,
                                         _crc_file, _file_check, _FileCheck, _is_identified, _mapped_checks,
                                         map_arrays)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.io import _fsync_dir
-from slm_lab.persistence.arrays import map_arrays
+from slm_lab.lib.arrays import map_arrays
 from slm_lab.persistence.snapshot import (SET_ASIDE_DIR, SNAPSHOT_DIR, STATE_FILE, UnknownSnapshotFormat,
                                           check_file_crc, list_snapshots, read_snapshot, scan_dirs, verify_snapshot)
 from slm_lab.persistence.state import PassedOver, Snapshot

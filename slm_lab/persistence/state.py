@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from slm_lab.persistence.arrays import map_arrays
+from slm_lab.lib.arrays import map_arrays
 from slm_lab.persistence.env_state import obs_norm_from_state
 
 

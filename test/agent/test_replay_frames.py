@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from slm_lab.agent.estimate import memory_needs
-from slm_lab.persistence import arrays, snapshot as checkpoint, snapshots as session_snapshots
+from slm_lab.lib import arrays
+from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.agent.memory import replay as replay_module
 from slm_lab.agent.memory.prioritized import PrioritizedReplay
 from slm_lab.agent.memory.replay import Replay

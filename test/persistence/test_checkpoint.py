@@ -19,7 +19,8 @@ import torch
 
 from conftest import tmpfs
 
-from slm_lab.persistence import arrays, snapshot as checkpoint, snapshots as session_snapshots
+from slm_lab.lib import arrays
+from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
 from slm_lab.lib.errors import DiskFullError, ResumeError
 from slm_lab.lib.io import atomic_write_bytes, atomic_write_with, tmp_file_pid
 

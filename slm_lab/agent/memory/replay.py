@@ -24,7 +24,7 @@ from slm_lab.agent.memory.base import Batch, Memory, space_bytes, space_shape_dt
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.schema import Field
-from slm_lab.persistence.arrays import identified_array, join_chunks
+from slm_lab.lib.arrays import identified_array, join_chunks
 from slm_lab.resources import Need, kept_on_disk, replay_in_snapshots
 
 logger = lab_logger.get_logger('slm_lab.agent.memory.replay')

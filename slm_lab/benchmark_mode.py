@@ -13,9 +13,9 @@ from slm_lab.experiment.benchmark import run as bench_run
 from slm_lab.experiment.search import specs as search_specs
 from slm_lab.lab import DATA_DIR, check_data_dir, logger
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError, ResumeError, SpecError, begin_writing, defer_stops
+from slm_lab.lib.errors import ModeError, ResumeError, SpecError
 from slm_lab.options import check_run_options, is_benchmark_mode
-from slm_lab.persistence.run_dir import RunDir, create_run_dir, lock_run, new_experiment_ts
+from slm_lab.persistence.run_dir import RunDir, create_run_dir, locked_to_continue, new_experiment_ts
 from slm_lab.runs import prepare_spec
 from slm_lab.spec import load_spec
 
@@ -72,14 +72,8 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
         if run_dir.spec_name != suite.name:
             raise ResumeError(f"{mode}: {run_dir.root} is a benchmark of suite '{run_dir.spec_name}', not of "
                               f"{suite_file}'s '{suite.name}'")
-        lock = lock_run(run_dir)
-        try:
+        with locked_to_continue(run_dir) as lock:
             suite, plan = bench_run.read_benchmark(run_dir)
-            begin_writing()  # a stop signal during the checks ended the command before anything was written
-            defer_stops()  # the trials stop resumably (run_on_ray)
-        except BaseException:
-            lock.close()
-            raise
         logger.info(f'continuing the benchmark in {run_dir.root}')
     if on_run_dir is not None:
         on_run_dir(run_dir)

@@ -133,8 +133,7 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
                 lineage.copy_rows(parent.session_df_path(0, s, df_mode), staging.session_df_path(0, s, df_mode),
                                   frames[s])
 
-    trained: list[bool] = []  # set once a session of the fork first writes: from then on it is a run of its own
-    trial = Trial(spec, run_dir, 'train', trial=0, resume=True, on_resumed=lambda: trained.append(True))
+    trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
     lock, run_dir = create_run_dir(run_dir, trial, write=write_fork)
     if on_run_dir is not None:
         on_run_dir(run_dir)
@@ -151,6 +150,8 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
         # a fork that fails before any of its sessions wrote is no run: its directory goes, so that
         # train@latest does not take it for one. Stopped by a signal (Preempted, a second Ctrl-C), it
         # stays: its copied snapshots continue with train@latest as the stop's message says
+        # a session of the fork that wrote (from then on it is a run of its own) recorded its resume first
+        trained = any(run_dir.session_resume_log_path(0, s).exists() for s in range(n_sessions))
         if not trained and not isinstance(e, (Preempted, KeyboardInterrupt)) and run_dir.root != parent.root:
             shutil.rmtree(run_dir.root, ignore_errors=True)
             logger.info(f'removed {run_dir.root}: the fork failed before it trained')

@@ -25,12 +25,13 @@ from slm_lab.experiment.tensorboard import require_tensorboard
 from slm_lab.experiment.trial import Trial
 from slm_lab.experiment.wandb_board import require_wandb
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.errors import ModeError, SpecError, begin_writing, defer_stops
+from slm_lab.lib.errors import ModeError, SpecError, begin_writing
 from slm_lab.lib.io import write_json
 from slm_lab.lib.schema import FLOAT32_MAX
 from slm_lab.persistence import edits
 from slm_lab.persistence import resume as resume_lib
-from slm_lab.persistence.run_dir import TS_FORMAT, RunDir, create_run_dir, lock_run, new_experiment_ts, write_specs
+from slm_lab.persistence.run_dir import (TS_FORMAT, RunDir, create_run_dir, lock_run, locked_to_continue,
+                                         new_experiment_ts, write_specs)
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
 from slm_lab.spec import check_frames_reached, load_run_spec, session_max_frame
 
@@ -216,10 +217,7 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
               f'{done}; to continue, raise it, e.g. -s env.max_frame={2 * total}')
         return None
     preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
-    record = {}
-    # recorded once a session has resumed (its snapshot verified): a try that fails before is no resume
-    trial = Trial(spec, run_dir, 'train', trial=0, resume=True,
-                  on_resumed=lambda: resume_lib.append_run_record(run_dir, record))
+    trial = Trial(spec, run_dir, 'train', trial=0, resume=True)
     try:
         approximate = trial.check_resume(loaded, seconds)
         del loaded  # the trial keeps what its sessions continue from
@@ -229,15 +227,16 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
         removed = cleanup_stale_tmp(run_dir.root)
         if removed:
             logger.info(f'removed {len(removed)} leftover temporary file(s) of interrupted writes')
-        record.update({
+        # recorded once a session has resumed (its snapshot verified): a try that fails before is no resume
+        record = {
             'when': time.strftime('%Y-%m-%dT%H:%M:%S'), 'mode': f'train@{target}',
             'frames': {str(s): f for s, f in frames.items()},
             'spec_diff': [{'key': k, 'old': o, 'new': n} for k, o, n in diff], 'forced': force,
             'schedule_changes': changes,
-            'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}})
+            'approximate': {str(s): reasons for s, reasons in approximate.items() if reasons}}
         logger.info(f'resuming {run_dir.root} at frame(s) {frames or 0} to max_frame {spec["env"]["max_frame"]}')
         write_specs(run_dir, trial)
-        metrics = trial.run()
+        metrics = trial.run(run_record=record)
     finally:
         trial.release()
     logger.info(f'done: {run_dir.root}')
@@ -270,14 +269,12 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
     else:
         target = mode[len('search@'):]
         run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search')
-        lock = lock_run(run_dir)
-        try:
+        with locked_to_continue(run_dir) as lock:
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_specs.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)
             preflight(spec, run_dir.root, own_snapshots=run_dir.root / 'ckpt')
-            begin_writing()  # a stop signal during the checks ended the command before anything was written
+        try:
             write_json(run_dir.spec_path(), spec)
-            defer_stops()  # the search stops resumably (run_search)
         except BaseException:
             lock.close()
             raise

@@ -1,6 +1,6 @@
-"""Running a trial's sessions: one session with its own log file (run_session, in the lab's
-process or in a child), and several in spawned processes (run_in_processes): at most one per CPU
-core at once, stop signals passed on once, a killed or failing session stopping the others."""
+"""Running a trial's sessions in spawned processes (run_in_processes), each as session.run_session
+runs one: at most one per CPU core at once, stop signals passed on once, a killed or failing
+session stopping the others, the run's resume recorded once at the first session's first write."""
 from __future__ import annotations
 
 import contextlib
@@ -8,86 +8,22 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-import time
 import traceback
 import types
 from queue import Empty
-from typing import NamedTuple
 
 from slm_lab import resources
 from slm_lab.experiment import viz
-from slm_lab.experiment.session import Session, Start, continue_mode
+from slm_lab.experiment.session import ResumePoint, continue_mode, run_session
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import errors as lab_errors_module
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, Preempted, SessionKilled
+from slm_lab.persistence.resume import append_run_record
 from slm_lab.persistence.run_dir import RunDir
-from slm_lab.persistence.snapshots import DamagedSnapshot, IntactSnapshots
 from slm_lab.persistence.state import Portable, Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
-
-
-class ResumePoint(NamedTuple):
-    """What the lab read and checked before a resumed session runs in its own process: the
-    session's newest intact snapshot, the session it built to check that the snapshot fits (its
-    state loaded; None to build it again), why that continuation is approximate, and how long
-    reading and loading took (the session's resume record counts it)."""
-
-    snapshot: Snapshot
-    session: Session | None
-    approximate: list[str] | None
-    seconds: float
-
-
-def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
-                resume: bool = False, stop: StopSignal | None = None, global_nets=None,
-                on_first_write=None, resume_point: ResumePoint | None = None) -> dict:
-    """Run one session with its own log file (in-process, or as a child process). With `resume`,
-    continue from the session's newest intact snapshot (a session without one starts fresh: the
-    lab has checked that it recorded nothing): `resume_point`'s when the lab read it already (the
-    snapshot is then not read again, and its session, when given, not built again: it was built
-    with this `stop`), else read here (a session in a child process reads its snapshot itself:
-    its replay arrays are memory-mapped from the files, not sent through a pipe). When a
-    snapshot's arrays turn out damaged before anything was written, the session starts again
-    from the next older intact snapshot (persistence.snapshots.IntactSnapshots). `global_nets`:
-    the trial's shared nets of meta.distributed, which the session trains. `on_first_write`:
-    called once, just before the session first writes to the run (a resumed session's snapshot
-    has then passed its checks)."""
-    lab_logger.setup_console(log_level)
-    handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
-    own_stop = stop is None
-    stop = (stop or StopSignal()).install() if own_stop else stop
-    built = resume_point.session if resume_point is not None else None  # the session the lab built, if any
-    try:
-        if not resume:
-            sess = Session(spec, run_dir, mode, trial, session, stop=stop)
-            try:
-                return sess.run(Start(global_nets=global_nets, on_first_write=on_first_write))
-            finally:
-                sess.close()
-        first = resume_point.snapshot if resume_point is not None else None
-        candidates = IntactSnapshots(run_dir.ckpt_dir(trial, session), run_dir.prename(trial, session), first)
-        for snapshot, skipped in candidates:
-            t0 = time.perf_counter()
-            sess, built = built or Session(spec, run_dir, mode, trial, session, stop=stop), None
-            approximate = None
-            if snapshot is not None and snapshot is first:
-                t0 -= resume_point.seconds  # read and loaded by the lab
-                approximate = resume_point.approximate if sess is resume_point.session else None
-            try:
-                return sess.run(Start(snapshot, approximate, tuple(skipped), t0, True, global_nets, on_first_write))
-            except DamagedSnapshot as e:
-                candidates.damaged(e)
-            finally:
-                sess.close()
-        raise AssertionError('unreachable: IntactSnapshots ends after a run that did not find damage')
-    finally:
-        if built is not None:  # not run (a damaged snapshot stopped it first)
-            built.close()
-        if own_stop:
-            stop.uninstall()
-        lab_logger.remove_handler(handler)
 
 
 def _warm_up() -> None:
@@ -135,12 +71,12 @@ def _run_worker(args, queue, global_nets, report_first_write: bool, read: tuple[
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     queue.put(('started', session, None))  # from now on a SIGTERM from the lab is handled
     try:
-        first_write = (lambda: queue.put(('first_write', session, None))) if report_first_write else None
+        report_to = (queue, session) if report_first_write else None  # the lab records the run's resume
         # the snapshot the lab read and checked: its state file's contents came with `read`, so
         # only its arrays are mapped again here
         point = ResumePoint(Snapshot.reopen(read[0]), None, None, read[1]) if read is not None else None
         queue.put(('ok', session, run_session(*args, stop=stop, global_nets=global_nets,
-                                              on_first_write=first_write, resume_point=point)))
+                                              report_to=report_to, resume_point=point)))
     except Preempted as e:
         queue.put(('preempted', session, (e.signum, e.frame)))
     except LabError as e:  # a user-facing error (diverged, disk full, ...): the lab prints its line
@@ -168,7 +104,7 @@ def without_user_main():
 
 
 def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, log_level: int, resume: bool,
-                     stop: StopSignal, global_nets=None, on_first_write=None,
+                     stop: StopSignal, global_nets=None, run_record: dict | None = None,
                      read: dict[int, tuple[Portable, float]] | None = None) -> list[dict]:
     """Run each session in its own process, at most `resources.session_pool_width()` (the CPU
     cores) running at once; the next runs when one ends. With more sessions than that, the next
@@ -179,8 +115,8 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
     (`global_nets`) do start all together, as SLM-Lab's: they are the workers of one training.
     On a stop signal the started sessions are asked to stop once (each saves a snapshot) and
     the ones not started yet count as stopped; a failing session stops the others. Returns the
-    session metrics in session order. `on_first_write`: called (in this process) each time a
-    session is about to write to the run for the first time. `read`: by session index, the
+    session metrics in session order. `run_record`: train@'s record of the run's resume, appended
+    to the run's resume log when the first session is about to write to the run. `read`: by session index, the
     snapshot the lab read and checked for it (Snapshot.portable()) and the seconds that took; the
     session continues from it without reading it again."""
     read = dict(read or {})
@@ -207,7 +143,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
         go[s] = ctx.Event() if ahead else None
         proc = ctx.Process(target=_session_worker,
                            args=((specs[s], run_dir, mode, trial, s, log_level, resume),
-                                 queue, os.getpid(), global_nets, on_first_write is not None, go[s],
+                                 queue, os.getpid(), global_nets, run_record is not None, go[s],
                                  read.pop(s, None)))
         previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # inherited by the child
         try:
@@ -285,7 +221,9 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                 started.add(s)
                 continue
             if status == 'first_write':
-                on_first_write()
+                if run_record is not None:  # once: the sessions started later need not report
+                    append_run_record(run_dir, run_record)
+                    run_record = None
                 continue
             if s in ended:  # killed while starting up and already counted as stopped
                 continue

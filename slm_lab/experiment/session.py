@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,7 +33,8 @@ from slm_lab.persistence.lineage import load_warm_start
 from slm_lab.persistence.model_file import reconcile_best_model, save_model_file
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import save_snapshot as write_snapshot
-from slm_lab.persistence.snapshots import DamagedSnapshot, prune_snapshots
+from slm_lab.persistence.resume import append_run_record
+from slm_lab.persistence.snapshots import DamagedSnapshot, IntactSnapshots, prune_snapshots
 from slm_lab.persistence.state import Snapshot
 from slm_lab.resources import replay_in_snapshots
 
@@ -54,7 +54,13 @@ class Start(NamedTuple):
     t0: float | None = None  # perf_counter when reading it began: the resume record's load_s counts from it
     resuming: bool = False  # a resume; without a snapshot: the session had recorded nothing, it starts fresh
     global_nets: Any = None  # meta.distributed: the trial's shared nets, which the session trains
-    on_first_write: Callable[[], None] | None = None  # called once, just before the session first writes
+    # train@'s record of the run's resume, which this session appends to the run's resume log at its
+    # first write (a try that fails before is no resume); None: none to record
+    run_record: dict | None = None
+    # (queue, session index) of a session in its own process whose trial records a resume: the
+    # session puts ('first_write', index, None) on the queue at its first write, and the lab's
+    # process records the resume once (pool.run_in_processes)
+    report_to: tuple[Any, int] | None = None
 
 
 def continue_mode(spec: dict) -> str:
@@ -102,8 +108,9 @@ class Session:
         self.best_model: dict | None = None  # what model_best.pt holds, kept for snapshots
         self.last_snapshot_frame: int | None = None
         self._verifier = None  # background checksum of a resumed snapshot's arrays
-        # called once, at the session's first write (Start.on_first_write): a resumed trial records its resume only then
-        self.on_first_write = None
+        # at the session's first write, once: the run's resume record to append, the queue to report to (Start)
+        self._run_record: dict | None = None
+        self._report_to: tuple[Any, int] | None = None
         self.global_nets = None  # meta.distributed: the trial's shared nets (attach_global_nets)
 
     # --- state ----------------------------------------------------------------------------------
@@ -220,9 +227,12 @@ class Session:
             append_json_list(self.run_dir.session_resume_log_path(self.trial, self.index), self.resume_record)
             reconcile_best_model(self.run_dir.model_path(self.trial, self.index, 'best'), self.best_model,
                                  self.clock.frame, bool(self.approximate), self.prename)
-        if self.on_first_write is not None:
-            callback, self.on_first_write = self.on_first_write, None
-            callback()
+        if self._run_record is not None:
+            record, self._run_record = self._run_record, None
+            append_run_record(self.run_dir, record)
+        if self._report_to is not None:
+            (queue, index), self._report_to = self._report_to, None
+            queue.put(('first_write', index, None))
 
     # --- the RL loop ----------------------------------------------------------------------------
     def run(self, start: Start = Start()) -> dict:
@@ -232,7 +242,7 @@ class Session:
         non-finite raises TrainingDiverged, with nothing of that step saved. DamagedSnapshot when
         the snapshot's arrays fail their checksums before anything was written (the caller may
         continue from an older one: persistence.snapshots.IntactSnapshots)."""
-        self.on_first_write = start.on_first_write
+        self._run_record, self._report_to = start.run_record, start.report_to
         if start.snapshot is None:
             if start.resuming:
                 logger.info(f'{self.prename}: no snapshot to resume from (nothing recorded yet); starting fresh')
@@ -473,6 +483,70 @@ class Session:
         self.close_boards()
         if self.eval_env is not None:
             self.eval_env.close()
+
+
+class ResumePoint(NamedTuple):
+    """What the lab read and checked before a resumed session runs in its own process: the
+    session's newest intact snapshot, the session it built to check that the snapshot fits (its
+    state loaded; None to build it again), why that continuation is approximate, and how long
+    reading and loading took (the session's resume record counts it)."""
+
+    snapshot: Snapshot
+    session: Session | None
+    approximate: list[str] | None
+    seconds: float
+
+
+def run_session(spec: dict, run_dir: RunDir, mode: str, trial: int, session: int, log_level: int,
+                resume: bool = False, stop: StopSignal | None = None, global_nets=None,
+                run_record: dict | None = None, report_to: tuple[Any, int] | None = None,
+                resume_point: ResumePoint | None = None) -> dict:
+    """Run one session with its own log file (in-process, or as a child process). With `resume`,
+    continue from the session's newest intact snapshot (a session without one starts fresh: the
+    lab has checked that it recorded nothing): `resume_point`'s when the lab read it already (the
+    snapshot is then not read again, and its session, when given, not built again: it was built
+    with this `stop`), else read here (a session in a child process reads its snapshot itself:
+    its replay arrays are memory-mapped from the files, not sent through a pipe). When a
+    snapshot's arrays turn out damaged before anything was written, the session starts again
+    from the next older intact snapshot (persistence.snapshots.IntactSnapshots). `global_nets`:
+    the trial's shared nets of meta.distributed, which the session trains. `run_record`,
+    `report_to`: see Start (the run's resume is recorded at the first write, once a resumed
+    session's snapshot has passed its checks)."""
+    lab_logger.setup_console(log_level)
+    handler = lab_logger.add_file_handler(str(run_dir.log_path(trial, session)), level=log_level)
+    own_stop = stop is None
+    stop = (stop or StopSignal()).install() if own_stop else stop
+    built = resume_point.session if resume_point is not None else None  # the session the lab built, if any
+    try:
+        if not resume:
+            sess = Session(spec, run_dir, mode, trial, session, stop=stop)
+            try:
+                return sess.run(Start(global_nets=global_nets, run_record=run_record, report_to=report_to))
+            finally:
+                sess.close()
+        first = resume_point.snapshot if resume_point is not None else None
+        candidates = IntactSnapshots(run_dir.ckpt_dir(trial, session), run_dir.prename(trial, session), first)
+        for snapshot, skipped in candidates:
+            t0 = time.perf_counter()
+            sess, built = built or Session(spec, run_dir, mode, trial, session, stop=stop), None
+            approximate = None
+            if snapshot is not None and snapshot is first:
+                t0 -= resume_point.seconds  # read and loaded by the lab
+                approximate = resume_point.approximate if sess is resume_point.session else None
+            try:
+                return sess.run(Start(snapshot, approximate, tuple(skipped), t0, True, global_nets, run_record,
+                                      report_to))
+            except DamagedSnapshot as e:
+                candidates.damaged(e)
+            finally:
+                sess.close()
+        raise AssertionError('unreachable: IntactSnapshots ends after a run that did not find damage')
+    finally:
+        if built is not None:  # not run (a damaged snapshot stopped it first)
+            built.close()
+        if own_stop:
+            stop.uninstall()
+        lab_logger.remove_handler(handler)
 
 
 def _clone_state(obj):

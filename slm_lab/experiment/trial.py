@@ -8,10 +8,10 @@ import os
 import time
 
 from slm_lab.experiment.distributed import GlobalNets, newest_global_state_of
-from slm_lab.experiment.pool import ResumePoint, run_in_processes, run_session
+from slm_lab.experiment.pool import run_in_processes
 from slm_lab.experiment.results import fmt_metric, write_trial_results
 from slm_lab.experiment.seeds import session_seed
-from slm_lab.experiment.session import Session
+from slm_lab.experiment.session import ResumePoint, Session, run_session
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
@@ -29,14 +29,9 @@ class Trial:
     meta.distributed and several sessions, the sessions train one set of global nets together
     (experiment/distributed.py), each for its share of env.max_frame."""
 
-    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False,
-                 on_resumed=None):
-        """`on_resumed`: with `resume`, called once when the first session is about to write to the
-        run (its snapshot loaded and verified, or its fresh start made): the resume has happened,
-        so the lab records it then, not when a try that fails earlier began."""
+    def __init__(self, spec: dict, run_dir: RunDir, mode: str = 'train', trial: int = 0, resume: bool = False):
         self.spec, self.run_dir, self.mode, self.index = spec, run_dir, mode, trial
         self.resume = resume
-        self._on_resumed = on_resumed
         self._snapshots: dict[int, Snapshot] | None = None  # read by the lab (check_resume)
         self._read: dict[int, tuple[Portable, float]] = {}  # what each session's process continues from
         self._resume_point: ResumePoint | None = None  # a single session's, checked in this process
@@ -70,24 +65,25 @@ class Trial:
                     spec['agent']['net']['gpu'] = False
         return spec
 
-    def run(self) -> dict:
+    def run(self, run_record: dict | None = None) -> dict:
         """Run every session, then write the trial metrics and graph. Returns trial metrics.
-        Raises Preempted when stopped by a signal (after every session saved a snapshot)."""
+        Raises Preempted when stopped by a signal (after every session saved a snapshot).
+        `run_record`: train@'s record of the run's resume, appended to the run's resume log when the
+        first session is about to write (its snapshot loaded and verified, or its fresh start made):
+        the resume has happened then, and a try that fails earlier is not recorded."""
         specs = [self.session_spec(s) for s in range(self.max_session)]
         stop = self.stop.install()
         try:
             if self.max_session == 1:
                 point, self._resume_point = self._resume_point, None
                 session_metrics = [run_session(specs[0], self.run_dir, self.mode, self.index, 0, self.log_level,
-                                               self.resume, stop, on_first_write=self._first_write,
-                                               resume_point=point)]
+                                               self.resume, stop, run_record=run_record, resume_point=point)]
             else:
                 global_nets = self.global_nets(specs[0]) if self.distributed else None
                 self._snapshots = None
                 read, self._read = self._read, {}  # sent to the sessions' processes: not read again there
-                on_first_write = self._first_write if self._on_resumed is not None else None
                 session_metrics = run_in_processes(specs, self.run_dir, self.mode, self.index, self.log_level,
-                                                   self.resume, stop, global_nets, on_first_write, read)
+                                                   self.resume, stop, global_nets, run_record, read)
             return self.finish(session_metrics, stop)  # a stop signal here ends the run resumable
         finally:
             stop.uninstall()
@@ -133,12 +129,6 @@ class Trial:
         point, self._resume_point = self._resume_point, None
         if point is not None and point.session is not None:
             point.session.close()
-
-    def _first_write(self) -> None:
-        """A session is about to write to the run: report a resume once (see __init__)."""
-        if self._on_resumed is not None:
-            callback, self._on_resumed = self._on_resumed, None
-            callback()
 
     def global_nets(self, spec: dict):
         """meta.distributed: the global nets, built from session 0's spec in this process and

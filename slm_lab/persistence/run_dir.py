@@ -2,6 +2,7 @@
 lock that keeps a second process off a run."""
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -125,6 +126,22 @@ def lock_run(run_dir: RunDir):
         raise ResumeError(f'{run_dir.root} is being trained by another process; wait for it to finish or '
                           'stop it first') from None
     return f
+
+
+@contextlib.contextmanager
+def locked_to_continue(run_dir: RunDir):
+    """The run's lock (lock_run) for a command that continues it on Ray (search@, benchmark@): the
+    block reads and checks the run; when it fails the lock is released at once, else it stays held
+    for the run (the caller closes it when the run ends), the command may write from then on
+    (begin_writing) and a stop signal ends it resumably (defer_stops: the trials stop with snapshots)."""
+    lock = lock_run(run_dir)
+    try:
+        yield lock
+        begin_writing()  # a stop signal during the checks ended the command before anything was written
+        defer_stops()
+    except BaseException:
+        lock.close()
+        raise
 
 
 def create_run_dir(run_dir: RunDir, trial, write=None, spec: dict | None = None, fixed: bool = False):

@@ -13,7 +13,7 @@ from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm
 
 from slm_lab.agent.algorithm.sac import continuous_policy_loss, continuous_soft_value, soft_q_targets, temperature_loss
 from slm_lab.agent.algorithm.sac_discrete import discrete_policy_loss, discrete_soft_value, discrete_target_entropy
-from slm_lab.agent.net.squashed_gaussian import squashed_log_prob
+from slm_lab.agent.net.squashed_gaussian import GaussianPolicy, squashed_log_prob
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -67,6 +67,38 @@ def test_squashed_log_prob_is_a_density_on_the_squashed_actions():
     u = torch.atanh(a)
     density = squashed_log_prob(normal.log_prob(u), u.unsqueeze(-1)).exp()
     assert torch.trapezoid(density, a).item() == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.parametrize('reparam', [True, False])
+def test_the_policy_draws_and_scores_as_torch_normal_does(reparam):
+    """GaussianPolicy.sample writes out Normal's draw and log density: the same numbers, the same
+    gradients, the same random stream afterwards as through a torch.distributions.Normal."""
+    spec = {'type': 'MLPNet', 'hid_layers': [16], 'hid_layers_activation': 'relu'}
+    policy = GaussianPolicy(validate_spec(_spec_with_net(spec))['agent']['net'], 3, 2)
+    x = torch.randn(5, 3)
+
+    def through_distributions():
+        loc, log_std = policy(x)
+        normal = torch.distributions.Normal(loc, log_std.exp(), validate_args=False)
+        raw = normal.rsample() if reparam else normal.sample()
+        return torch.tanh(raw), squashed_log_prob(normal.log_prob(raw).sum(dim=-1), raw)
+
+    results = []
+    for sample in (lambda: policy.sample(x, reparam), through_distributions):
+        torch.manual_seed(7)
+        policy.zero_grad(set_to_none=True)
+        actions, log_probs = sample()
+        (actions.sum() + log_probs.sum()).backward()
+        results.append((actions, log_probs, [p.grad.clone() for p in policy.parameters()], torch.rand(3)))
+    (a1, l1, g1, next1), (a2, l2, g2, next2) = results
+    assert torch.equal(a1, a2) and torch.equal(l1, l2) and torch.equal(next1, next2)
+    assert all(torch.equal(x, y) for x, y in zip(g1, g2))
+
+
+def _spec_with_net(net: dict) -> dict:
+    return {'agent': {'name': 'SoftActorCritic', 'algorithm': {'name': 'SoftActorCritic'},
+                      'memory': {'name': 'Replay', 'batch_size': 4, 'max_size': 16}, 'net': net},
+            'env': {'name': 'Pendulum-v1', 'max_frame': 100}, 'meta': {}}
 
 
 def test_policy_losses():

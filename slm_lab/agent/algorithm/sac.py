@@ -32,6 +32,7 @@ from slm_lab.agent.algorithm.maths import symlog
 from slm_lab.agent.algorithm.off_policy import state_action_value
 from slm_lab.agent.algorithm.twin_critic import Critique, TwinCriticAlgorithm
 from slm_lab.agent.net import net_util
+from slm_lab.agent.net.optimizers import step_optimizer
 from slm_lab.agent.net.squashed_gaussian import GaussianPolicy
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field, accepts
@@ -281,9 +282,9 @@ class SoftActorCritic(TwinCriticAlgorithm):
         SLM-Lab steps the temperature without clipping."""
         opt = self.optimizers['alpha']
         loss = temperature_loss(self.temperature.log_alpha, entropy, self.target_entropy())
-        opt.zero_grad(set_to_none=True)
+        self.temperature.log_alpha.grad = None  # opt.zero_grad(set_to_none=True): its one parameter
         loss.backward()
-        opt.step()
+        step_optimizer(opt)  # opt.step()'s numbers without its per-call wrappers (net/optimizers.py)
         with torch.no_grad():
             self.temperature.log_alpha.clamp_(self.log_alpha_min, self.log_alpha_max)
         return loss.detach()

@@ -77,6 +77,9 @@ class TwinCriticAlgorithm(OffPolicyAlgorithm):
         device, and their frozen target copies when uses_target_nets."""
         self.q1_net = self.build_critic(self.in_shape, out_dim, extra_dim).to(self.device)
         self.q2_net = self.build_critic(self.in_shape, out_dim, extra_dim).to(self.device)
+        # the critics' parameters, for frozen_critics (a load or a distributed attach changes their
+        # values in place, never the Parameter objects)
+        self._critic_params = [*self.q1_net.parameters(), *self.q2_net.parameters()]
         self.target_q1_net = self.target_q2_net = None
         if self.uses_target_nets:
             self.target_q1_net = copy.deepcopy(self.q1_net).requires_grad_(False)
@@ -116,12 +119,15 @@ class TwinCriticAlgorithm(OffPolicyAlgorithm):
 
     @contextlib.contextmanager
     def frozen_critics(self) -> Iterator[None]:
-        """The critics without gradients meanwhile: the policy's loss does not train them."""
-        self.q1_net.requires_grad_(False), self.q2_net.requires_grad_(False)
+        """The critics without gradients meanwhile: the policy's loss does not train them (what
+        q1_net.requires_grad_(False) does, without walking the modules on every actor step)."""
+        for p in self._critic_params:
+            p.requires_grad_(False)
         try:
             yield
         finally:
-            self.q1_net.requires_grad_(True), self.q2_net.requires_grad_(True)
+            for p in self._critic_params:
+                p.requires_grad_(True)
 
     # --- acting ---------------------------------------------------------------------------------
     @torch.no_grad()

@@ -7,7 +7,6 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch import distributions as D
 
 from slm_lab.agent.net import build_net
 
@@ -44,10 +43,21 @@ class GaussianPolicy(nn.Module):
         return loc, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, x: torch.Tensor, reparam: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """a = tanh(u), u ~ N(loc, std): returns (a (B, act_dim), log pi(a|s) (B,))."""
+        """a = tanh(u), u ~ N(loc, std): returns (a (B, act_dim), log pi(a|s) (B,)). The draw and the
+        density are torch.distributions.Normal's own operations (rsample: loc + eps * std with
+        eps from normal_(); sample: torch.normal without gradients; log_prob), written out: the
+        same numbers from the same random stream, without a distribution object per call (its
+        construction and broadcasting cost more host time than the sampling on small nets)."""
         loc, log_std = self(x)
-        # no argument checks: loc is finite and the scale positive by construction (exp of a clamped
-        # log), and the checks cost more host time than the sampling (the same numbers either way)
-        normal = D.Normal(loc, log_std.exp(), validate_args=False)
-        raw = normal.rsample() if reparam else normal.sample()
-        return torch.tanh(raw), squashed_log_prob(normal.log_prob(raw).sum(dim=-1), raw)
+        loc, scale = torch.broadcast_tensors(loc, log_std.exp())  # as Normal's constructor: the same autograd graph
+        if reparam:
+            raw = loc + torch.empty_like(loc).normal_() * scale
+        else:
+            with torch.no_grad():
+                raw = torch.normal(loc, scale)
+        # tanh first, then Normal.log_prob's operations in its order: the order autograd sums the
+        # gradients of raw, loc and scale in, as through the distribution
+        actions = torch.tanh(raw)
+        var, log_scale = scale ** 2, scale.log()
+        normal_log_prob = -((raw - loc) ** 2) / (2 * var) - log_scale - math.log(math.sqrt(2 * math.pi))
+        return actions, squashed_log_prob(normal_log_prob.sum(dim=-1), raw)

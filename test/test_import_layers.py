@@ -79,3 +79,14 @@ def test_the_search_package_imports_none_of_its_modules():
     # package first: it imports nothing, so each loads only what its own module imports
     tree = ast.parse((SLM_LAB / 'experiment' / 'search' / '__init__.py').read_text())
     assert not [node.lineno for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def test_modules_import_each_others_public_names_only():
+    # a name with a leading underscore is its module's own: a second module that needs it makes it public
+    private = []
+    for rel, _, package, _, tree in modules():
+        for node, _, _ in own_imports(tree, package):
+            if isinstance(node, ast.ImportFrom):
+                private += [f'{rel}:{node.lineno} {a.name}' for a in node.names
+                            if a.name.startswith('_') and not a.name.startswith('__')]
+    assert not private, private

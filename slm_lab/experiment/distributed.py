@@ -36,7 +36,7 @@ import torch
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.persistence.snapshots import load_latest_snapshot
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.snapshots import Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
 MODES = ('shared', 'synced')

@@ -21,7 +21,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, Preempted, SessionKilled
 from slm_lab.persistence.resume import append_run_record
 from slm_lab.persistence.run_dir import RunDir
-from slm_lab.persistence.state import Portable, Snapshot
+from slm_lab.persistence.snapshots import Portable, Snapshot
 
 logger = lab_logger.get_logger('slm_lab.session')
 

@@ -25,7 +25,7 @@ from slm_lab.experiment.wandb_board import WandbBoard
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
-from slm_lab.persistence import state as snapshot_parts
+from slm_lab.persistence import snapshots as snapshot_parts
 from slm_lab.lib.arrays import verify_arrays_async
 from slm_lab.persistence.env_state import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
                                            vector_env_state_dict)
@@ -35,7 +35,7 @@ from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import save_snapshot as write_snapshot
 from slm_lab.persistence.resume import append_run_record
 from slm_lab.persistence.snapshots import DamagedSnapshot, IntactSnapshots, prune_snapshots
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.snapshots import Snapshot
 from slm_lab.resources import replay_in_snapshots
 
 logger = lab_logger.get_logger('slm_lab.session')

@@ -17,7 +17,7 @@ from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshots import load_latest_snapshot
-from slm_lab.persistence.state import Portable, Snapshot
+from slm_lab.persistence.snapshots import Portable, Snapshot
 from slm_lab.spec import check_frames_reached, session_max_frame
 
 logger = lab_logger.get_logger('slm_lab.session')

@@ -30,7 +30,7 @@ ARRAY_KEY, CONTENT_ID_KEY = '__array__', '__content_id__'  # an identified array
 PAGE = mmap.PAGESIZE
 
 
-class _FileCheck:
+class FileCheck:
     """The CRC32 check of one array file of a snapshot. It runs at most once (the background
     verifier, a save, and a load with verify_arrays share it through _CHECKS); a caller arriving
     while it runs waits for its outcome."""
@@ -74,20 +74,20 @@ _CHECKS_LOCK = threading.Lock()
 _MAPPED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _file_check(path: Path, info: dict) -> _FileCheck:
+def file_check(path: Path, info: dict) -> FileCheck:
     try:
         st = os.stat(path)
     except OSError:
-        return _FileCheck(path, info, None)
+        return FileCheck(path, info, None)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, info['crc32'])
     with _CHECKS_LOCK:
         check = _CHECKS.get(key)
         if check is None:
-            check = _CHECKS[key] = _FileCheck(path, info, st)
+            check = _CHECKS[key] = FileCheck(path, info, st)
     return check
 
 
-def _mapping_of(arr: np.ndarray) -> mmap.mmap | None:
+def mapping_of(arr: np.ndarray) -> mmap.mmap | None:
     """The mmap an array (or a view of it) reads its data from, if any."""
     base = arr
     while base is not None:
@@ -97,9 +97,9 @@ def _mapping_of(arr: np.ndarray) -> mmap.mmap | None:
     return None
 
 
-def _mapped_checks(arr: np.ndarray) -> list[_FileCheck]:
+def mapped_checks(arr: np.ndarray) -> list[FileCheck]:
     """The checks of the snapshot files an array reads its data from (several for join_chunks)."""
-    mapping = _mapping_of(arr)
+    mapping = mapping_of(arr)
     checks = _MAPPED.get(mapping) if mapping is not None else None
     return [] if checks is None else checks if isinstance(checks, list) else [checks]
 
@@ -122,7 +122,7 @@ class ArrayVerifier:
 
     def __init__(self, path: Path, manifest: dict):
         self.path = Path(path)
-        self.checks = [_file_check(self.path / name, info) for name, info in manifest['files'].items()
+        self.checks = [file_check(self.path / name, info) for name, info in manifest['files'].items()
                        if name != STATE_FILE]
         self.nbytes = sum(check.size for check in self.checks)
         self.seconds: float | None = None
@@ -173,7 +173,7 @@ def identified_array(array: np.ndarray, content_id: str) -> dict:
     return {ARRAY_KEY: array, CONTENT_ID_KEY: content_id}
 
 
-def _is_identified(obj) -> bool:
+def is_identified(obj) -> bool:
     return isinstance(obj, dict) and len(obj) == 2 and ARRAY_KEY in obj and CONTENT_ID_KEY in obj
 
 
@@ -188,12 +188,12 @@ def _crc_stream(f) -> tuple[int, int]:
     return crc, nbytes
 
 
-def _crc_file(path: Path) -> int:
+def crc_file(path: Path) -> int:
     with open(path, 'rb', buffering=0) as f:
         return _crc_stream(f)[0]
 
 
-def _crc_array(flat: np.ndarray, crc: int) -> int:
+def crc_array(flat: np.ndarray, crc: int) -> int:
     for start in range(0, flat.size, CRC_CHUNK):
         crc = zlib.crc32(flat[start:start + CRC_CHUNK], crc)
     return crc
@@ -212,7 +212,7 @@ def _mappable(chunks: list[np.ndarray], dtype: np.dtype) -> bool:
     for i, chunk in enumerate(chunks):
         if not (isinstance(chunk, np.memmap) and chunk.filename and chunk.dtype == dtype
                 and chunk.flags.c_contiguous and isinstance(chunk.offset, int) and chunk.offset % PAGE == 0
-                and chunk.base is not None and _mapping_of(chunk) is not None
+                and chunk.base is not None and mapping_of(chunk) is not None
                 and (i == len(chunks) - 1 or chunk.nbytes % PAGE == 0)):
             return False
     return True
@@ -252,7 +252,7 @@ def join_chunks(chunks: list[np.ndarray], rows: int, dtype: np.dtype, row_shape:
                 err = ctypes.get_errno()
                 raise OSError(err, f'mmap of {chunk.filename} failed: {os.strerror(err)}')
         offset += chunk.nbytes
-        checks.extend(_mapped_checks(chunk))
+        checks.extend(mapped_checks(chunk))
     _MAPPED[reserved] = checks
     arr = np.frombuffer(reserved, dtype=dtype, count=rows * math.prod(row_shape))
     return arr.reshape((rows,) + tuple(row_shape))
@@ -284,7 +284,7 @@ def _map_array(root: Path, name, files: dict) -> np.ndarray:
         arr = np.load(root / name, mmap_mode='c', allow_pickle=False)
     except Exception as e:  # a damaged .npy header fails in numpy's parser with various types
         raise ResumeError(f'snapshot {root}: {name} cannot be read ({type(e).__name__}: {e})') from None
-    mapping = _mapping_of(arr)
+    mapping = mapping_of(arr)
     if mapping is not None:
-        _MAPPED[mapping] = _file_check(root / name, files[name])
+        _MAPPED[mapping] = file_check(root / name, files[name])
     return arr

@@ -55,7 +55,7 @@ def atomic_write_with(path: str | os.PathLike, write_fn: Callable[[str], None], 
         if full:
             raise disk_full_error(path.parent, f'writing {path} failed', nbytes, 'the partial file was removed') from e
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def tmp_file_pid(name: str) -> int | None:
@@ -127,7 +127,7 @@ def _existing(path: str | os.PathLike) -> str:
     return p
 
 
-def _fsync_dir(dirpath: Path) -> None:
+def fsync_dir(dirpath: Path) -> None:
     try:
         fd = os.open(dirpath, os.O_RDONLY)
     except OSError:

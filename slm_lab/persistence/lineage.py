@@ -17,7 +17,7 @@ from slm_lab.persistence.model_file import contents_crc32, load_model_file, save
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import STATE_FILE, list_snapshots, map_arrays, read_snapshot
 from slm_lab.persistence.snapshots import load_latest_snapshot, problem_of
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.snapshots import Snapshot
 
 
 class LineageError(ResumeError):

@@ -14,7 +14,7 @@ from slm_lab.lib.io import append_json_list, read_json
 from slm_lab.persistence.run_dir import SUBDIRS, RunDir
 from slm_lab.persistence.snapshot import list_snapshots
 from slm_lab.persistence.snapshots import load_latest_snapshot
-from slm_lab.persistence.state import Snapshot
+from slm_lab.persistence.snapshots import Snapshot
 from slm_lab.spec import validate_spec
 
 logger = lab_logger.get_logger('slm_lab.resume')

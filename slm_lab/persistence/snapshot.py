@@ -50,10 +50,10 @@ import ujson
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError
-from slm_lab.lib.io import _fsync_dir, disk_full_error, is_disk_full, read_json, write_json
+from slm_lab.lib.io import fsync_dir, disk_full_error, is_disk_full, read_json, write_json
 from slm_lab.lib.version import __version__, git_sha
-from slm_lab.lib.arrays import (ARRAY_KEY, CONTENT_ID_KEY, PAGE, STATE_FILE, ArrayVerifier, _crc_array,
-                                        _crc_file, _file_check, _FileCheck, _is_identified, _mapped_checks,
+from slm_lab.lib.arrays import (ARRAY_KEY, CONTENT_ID_KEY, PAGE, STATE_FILE, ArrayVerifier, crc_array,
+                                        crc_file, file_check, FileCheck, is_identified, mapped_checks,
                                         map_arrays)
 
 logger = lab_logger.get_logger('slm_lab.checkpoint')
@@ -80,9 +80,9 @@ def _split(obj, arrays: dict, path: str, sources: list, ids: dict):
     """Plain copy of a state dict: big numpy arrays moved to `arrays`, small ones to tensors,
     identified arrays to `arrays` whatever their size, with their content ids in `ids`.
     Arrays read from a loaded snapshot's memory-mapped file are listed in `sources` (key, check)."""
-    if _is_identified(obj):
+    if is_identified(obj):
         array, content_id = obj[ARRAY_KEY], str(obj[CONTENT_ID_KEY])
-        sources.extend((path, check) for check in _mapped_checks(array))
+        sources.extend((path, check) for check in mapped_checks(array))
         name = f'{path.replace("/", "_")}.npy'
         arrays[name], ids[name] = array, content_id
         return {'__npy__': name, CONTENT_ID_KEY: content_id}
@@ -92,7 +92,7 @@ def _split(obj, arrays: dict, path: str, sources: list, ids: dict):
         out = [_split(v, arrays, f'{path}.{i}', sources, ids) for i, v in enumerate(obj)]
         return tuple(out) if isinstance(obj, tuple) else out
     if isinstance(obj, np.ndarray):
-        sources.extend((path, check) for check in _mapped_checks(obj))
+        sources.extend((path, check) for check in mapped_checks(obj))
         if obj.nbytes >= ARRAY_FILE_MIN_BYTES:
             name = f'{path.replace("/", "_")}.npy'
             arrays[name] = obj
@@ -127,7 +127,7 @@ def _write_npy(path: Path, arr: np.ndarray, crc_pool: ThreadPoolExecutor,
     instead of draining its queue at the end of every file."""
     arr = np.ascontiguousarray(arr)
     header = _npy_header(arr, page_aligned)
-    crc = crc_pool.submit(_crc_array, arr.reshape(-1).view(np.uint8), zlib.crc32(header))
+    crc = crc_pool.submit(crc_array, arr.reshape(-1).view(np.uint8), zlib.crc32(header))
     with open(path, 'wb') as f:
         f.write(header)
         arr.tofile(f)
@@ -201,7 +201,7 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
     if verifier is not None and (error := verifier.result()) is not None:
         raise error
     arrays: dict[str, np.ndarray] = {}
-    sources: list[tuple[str, _FileCheck]] = []
+    sources: list[tuple[str, FileCheck]] = []
     ids: dict[str, str] = {}
     plain = _split(state, arrays, '', sources, ids)
     for key, check in sources:
@@ -244,12 +244,12 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
             torch.save(plain, f)
             f.flush()
             os.fsync(f.fileno())
-        files[STATE_FILE] = {'size': state_path.stat().st_size, 'crc32': _crc_file(state_path)}
+        files[STATE_FILE] = {'size': state_path.stat().st_size, 'crc32': crc_file(state_path)}
         manifest = {'format_version': FORMAT_VERSION, 'lab_version': __version__, 'git_sha': git_sha(),
                     'spec_digest': spec_digest(spec), 'frame': frame, 'created': time.time(), 'files': files,
                     'save_s': round(time.perf_counter() - t0, 4)}
         write_json(tmp / MANIFEST, manifest)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         os.rename(tmp, final)
     except BaseException as e:
         # judged before the partial snapshot goes: torch's errors are recognised by the free space
@@ -259,7 +259,7 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
             raise disk_full_error(ckpt_dir, f'snapshot {final.name} of {ckpt_dir} could not be written', needed,
                                   'the partial snapshot was removed and the earlier snapshots are intact') from e
         raise
-    _fsync_dir(ckpt_dir)
+    fsync_dir(ckpt_dir)
     return final
 
 
@@ -326,7 +326,7 @@ def verify_snapshot(path: Path, full: bool = True) -> dict:
 
 def check_file_crc(path: Path, name: str, info: dict) -> None:
     try:
-        crc = _crc_file(path / name)
+        crc = crc_file(path / name)
     except OSError as e:
         raise ResumeError(f'snapshot {path}: {name} cannot be read ({e.strerror or e})') from None
     if crc != info['crc32']:
@@ -350,7 +350,7 @@ def read_snapshot(path: Path, verify_arrays: bool = False) -> tuple[dict, dict]:
         raise ResumeError(f'snapshot {path}: {STATE_FILE} fails its checksum')
     if verify_arrays:
         for name, info in files.items():
-            if name != STATE_FILE and (error := _file_check(path / name, info).run()) is not None:
+            if name != STATE_FILE and (error := file_check(path / name, info).run()) is not None:
                 raise error
     if manifest.get('lab_version') != __version__:
         logger.warning(f"snapshot {path.name} was written by lab version {manifest.get('lab_version')}; "

@@ -192,7 +192,7 @@ def test_snapshots_are_exact_map_back_without_copies_and_write_only_what_changed
     resumed = memory(PrioritizedReplay, max_size=1000, seed=5, obs_shape=OBS8)
     resumed.load_state_dict(state['memory'])
     frames = resumed.frame_store.frames
-    assert arrays._mapping_of(frames) is not None and not frames.flags.owndata  # mapped, not copied
+    assert arrays.mapping_of(frames) is not None and not frames.flags.owndata  # mapped, not copied
     assert_same_as_naive(resumed, naive)
     for _ in range(3):  # same draws, same batches
         a, b = mem.sample(), resumed.sample()

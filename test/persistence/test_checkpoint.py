@@ -177,7 +177,7 @@ def test_state_file_that_is_not_a_state_is_damage(tmp_path):
     old, new = saved(tmp_path, frames=(100, 200))
     (new / checkpoint.STATE_FILE).write_bytes(b'not a torch file')
     manifest = json.loads((new / checkpoint.MANIFEST).read_text())
-    manifest['files']['state.pt'] = {'size': 16, 'crc32': arrays._crc_file(new / checkpoint.STATE_FILE)}
+    manifest['files']['state.pt'] = {'size': 16, 'crc32': arrays.crc_file(new / checkpoint.STATE_FILE)}
     (new / checkpoint.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(ResumeError, match='state.pt cannot be read'):
         checkpoint.load_snapshot(new)

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.dueling import dueling_q
-from slm_lab.agent.net.mlp import NET_SCHEMA, _check_widths
+from slm_lab.agent.net.mlp import NET_SCHEMA, check_widths
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, accepts, not_available
 
@@ -54,7 +54,7 @@ CONV_SCHEMA = {
     'conv_hid_layers': Field((list,), NATURE_CONV, check=_check_conv_layers,
                              doc='convolutional layers, each [out_channels, kernel_size, stride, padding, dilation] '
                                  '(torch.nn.Conv2d; the last three optional), each followed by hid_layers_activation'),
-    'fc_hid_layers': Field((list,), [512], item_type=int, check=_check_widths,
+    'fc_hid_layers': Field((list,), [512], item_type=int, check=check_widths,
                            doc='widths of the dense layers after the convolutions (each >= 1; [] for none)'),
     'normalize': Field((bool,), False, doc='divide the input by 255 (pixel values to [0, 1]), on the batch'),
     'batch_norm': Field((bool,), True, doc='BatchNorm2d after the activation of every conv layer but the first, '

@@ -11,7 +11,7 @@ from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_DEVICES, MAX_FRAME, Field, accepts, suggest
 
 @accepts('each width >= 1')
-def _check_widths(value, path):
+def check_widths(value, path):
     for i, width in enumerate(value):
         if width < 1:
             raise SpecError(f'{path}[{i}]: {width} is out of range; a layer width must be >= 1')
@@ -36,7 +36,7 @@ def _check_gpu(value, path):
 NET_SCHEMA = {
     'type': Field((str,), doc='network class: MLPNet'),
     'shared': Field((bool,), False, doc='actor-critic: one body with a policy head and a value head'),
-    'hid_layers': Field((list,), [64, 64], item_type=int, check=_check_widths,
+    'hid_layers': Field((list,), [64, 64], item_type=int, check=check_widths,
                         doc='hidden layer widths (each >= 1)'),
     'hid_layers_activation': Field((str,), 'relu', choices=tuple(net_util.ACTIVATIONS),
                                    doc='activation after each hidden layer'),

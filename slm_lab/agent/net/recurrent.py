@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import net_util
-from slm_lab.agent.net.mlp import NET_SCHEMA, _check_widths
+from slm_lab.agent.net.mlp import NET_SCHEMA, check_widths
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.schema import MAX_HISTORY, MAX_RNN_LAYERS, MAX_RNN_WIDTH, Field, accepts
 
@@ -47,7 +47,7 @@ RECURRENT_SCHEMA = {
     **{k: v for k, v in NET_SCHEMA.items() if k not in ('hid_layers', 'batch_norm', 'layer_norm')},
     'type': Field((str,), doc='network class: RecurrentNet'),
     'cell_type': Field((str,), 'GRU', choices=tuple(CELLS), doc='the recurrent cell (torch.nn.GRU, LSTM or RNN)'),
-    'fc_hid_layers': Field((list,), [], item_type=int, check=_check_widths,
+    'fc_hid_layers': Field((list,), [], item_type=int, check=check_widths,
                            doc='widths of the dense layers (each followed by hid_layers_activation) that each '
                                'observation passes before the recurrent cell; [] feeds the observation to it'),
     'rnn_hidden_size': Field((int,), 32, min=1, max=MAX_RNN_WIDTH, doc='width of the hidden state'),

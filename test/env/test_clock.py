@@ -1,4 +1,4 @@
-"""The Clock counts a session's frames, episodes and optimizer steps (schedules: test/test_schedules.py)."""
+"""The Clock counts a session's frames, episodes and optimizer steps (schedules: test/lib/test_schedules.py)."""
 from __future__ import annotations
 
 import time

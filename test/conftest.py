@@ -209,3 +209,47 @@ class LabWarnings:
     @property
     def text(self) -> str:
         return '\n'.join(self.lines)
+
+
+# --- the order of the test files -----------------------------------------------------------------
+# pytest-xdist (--dist loadfile, --no-loadscope-reorder in pyproject.toml) hands each worker whole
+# files in the order below, the next one when a worker is almost out of tests. The costliest files
+# go first, so that the two workers end together: a long file taken last would leave the other
+# worker idle for its whole length. A file's cost: the seconds its selected tests took on a loaded
+# machine (2026-11-29), its slow tests' in SLOW_FILE_SECONDS (12 s a slow test for a file not
+# listed), its other tests' in FAST_FILE_SECONDS (0.3 s a test for a file not listed). A file
+# missing here or a figure gone stale costs only some balance, never a test.
+SLOW_FILE_SECONDS = {
+    'test/experiment/test_search.py': 470,
+    'test/test_python_api.py': 300,
+    'test/experiment/test_benchmark.py': 250,
+    'test/test_run_dir_names.py': 230,
+    'test/test_sb3_side_by_side.py': 205,
+    'test/persistence/test_resume.py': 200,
+    'test/agent/test_conv_net.py': 200,
+    'test/test_fork.py': 140,
+    'test/experiment/test_distributed.py': 130,
+    'test/test_scheduler.py': 90,
+    'test/experiment/test_search_watch.py': 70,
+    'test/persistence/test_resume_reads.py': 55,
+}
+FAST_FILE_SECONDS = {  # the fast tier's few costly files (a module fixture that trains, a run in a process)
+    'test/experiment/test_benchmark.py': 55,
+    'test/test_reliability.py': 50,
+    'test/test_sb3_side_by_side.py': 20,
+    'test/agent/test_td3.py': 20,
+}
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the costs of the tests that run
+def pytest_collection_modifyitems(config, items):
+    tiers: dict[str, set[bool]] = {}
+    counts: dict[tuple[str, bool], int] = {}
+    for item in items:
+        path, slow = item.nodeid.split('::', 1)[0], item.get_closest_marker('slow') is not None
+        tiers.setdefault(path, set()).add(slow)
+        counts[path, slow] = counts.get((path, slow), 0) + 1
+    cost = {path: (SLOW_FILE_SECONDS.get(path, 12 * counts.get((path, True), 0)) if True in slow else 0)
+            + (FAST_FILE_SECONDS.get(path, 0.3 * counts.get((path, False), 0)) if False in slow else 0)
+            for path, slow in tiers.items()}
+    items.sort(key=lambda item: -cost[item.nodeid.split('::', 1)[0]])  # stable: a file's tests keep their order

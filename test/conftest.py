@@ -123,11 +123,23 @@ def flip_weight_bytes(model: Path, count: int = 64) -> None:
 
 
 @pytest.fixture(autouse=True, scope='session')
-def lab_cache_dir(tmp_path_factory):
-    """The lab's caches (random baselines) go to one directory of the test session, not to each
-    test's data/ (whose listing tests check) nor to a user's."""
+def lab_cache_dir(request, tmp_path_factory):
+    """The lab's caches (random baselines) go to one directory, not to each test's data/ (whose
+    listing tests check) nor to a user's: pytest's cache (.pytest_cache/d/lab_cache_DIGEST), which
+    both xdist workers and both tiers share, so that an Atari game's 20,000 random steps (about 25 s
+    on a loaded machine) are played once, not once per worker and tier. DIGEST is that of the lab's
+    source, so any change to the lab plays them again (the cache key itself holds the env packages'
+    versions); test_analysis.py and test_random_baseline_plays_the_runs_episodes play theirs in
+    directories of their own. Without pytest's cache (-p no:cacheprovider): a directory of the session."""
+    import hashlib
+    source = hashlib.sha256()
+    for path in sorted((REPO_ROOT / 'slm_lab').rglob('*.py')):
+        source.update(str(path.relative_to(REPO_ROOT)).encode() + b'\0' + path.read_bytes())
+    cache = getattr(request.config, 'cache', None)
+    folder = (cache.mkdir(f'lab_cache_{source.hexdigest()[:16]}') if cache is not None
+              else tmp_path_factory.mktemp('lab_cache'))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('SLM_LAB_CACHE_DIR', str(tmp_path_factory.mktemp('lab_cache')))
+        patch.setenv('SLM_LAB_CACHE_DIR', str(folder))
         yield
 
 

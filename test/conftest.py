@@ -234,7 +234,7 @@ class LabWarnings:
 SLOW_FILE_SECONDS = {
     'test/experiment/test_search.py': 470,
     'test/test_python_api.py': 300,
-    'test/experiment/test_benchmark.py': 250,
+    'test/experiment/test_benchmark.py': 260,
     'test/test_run_dir_names.py': 230,
     'test/test_sb3_side_by_side.py': 205,
     'test/persistence/test_resume.py': 200,
@@ -246,7 +246,7 @@ SLOW_FILE_SECONDS = {
     'test/persistence/test_resume_reads.py': 55,
 }
 FAST_FILE_SECONDS = {  # the fast tier's few costly files (a module fixture that trains, a run in a process)
-    'test/experiment/test_benchmark.py': 55,
+    'test/experiment/test_benchmark.py': 10,
     'test/test_reliability.py': 50,
     'test/test_sb3_side_by_side.py': 20,
     'test/agent/test_td3.py': 20,

@@ -123,11 +123,23 @@ def flip_weight_bytes(model: Path, count: int = 64) -> None:
 
 
 @pytest.fixture(autouse=True, scope='session')
-def lab_cache_dir(tmp_path_factory):
-    """The lab's caches (random baselines) go to one directory of the test session, not to each
-    test's data/ (whose listing tests check) nor to a user's."""
+def lab_cache_dir(request, tmp_path_factory):
+    """The lab's caches (random baselines) go to one directory, not to each test's data/ (whose
+    listing tests check) nor to a user's: pytest's cache (.pytest_cache/d/lab_cache_DIGEST), which
+    both xdist workers and both tiers share, so that an Atari game's 20,000 random steps (about 25 s
+    on a loaded machine) are played once, not once per worker and tier. DIGEST is that of the lab's
+    source, so any change to the lab plays them again (the cache key itself holds the env packages'
+    versions); test_analysis.py and test_random_baseline_plays_the_runs_episodes play theirs in
+    directories of their own. Without pytest's cache (-p no:cacheprovider): a directory of the session."""
+    import hashlib
+    source = hashlib.sha256()
+    for path in sorted((REPO_ROOT / 'slm_lab').rglob('*.py')):
+        source.update(str(path.relative_to(REPO_ROOT)).encode() + b'\0' + path.read_bytes())
+    cache = getattr(request.config, 'cache', None)
+    folder = (cache.mkdir(f'lab_cache_{source.hexdigest()[:16]}') if cache is not None
+              else tmp_path_factory.mktemp('lab_cache'))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv('SLM_LAB_CACHE_DIR', str(tmp_path_factory.mktemp('lab_cache')))
+        patch.setenv('SLM_LAB_CACHE_DIR', str(folder))
         yield
 
 
@@ -209,3 +221,47 @@ class LabWarnings:
     @property
     def text(self) -> str:
         return '\n'.join(self.lines)
+
+
+# --- the order of the test files -----------------------------------------------------------------
+# pytest-xdist (--dist loadfile, --no-loadscope-reorder in pyproject.toml) hands each worker whole
+# files in the order below, the next one when a worker is almost out of tests. The costliest files
+# go first, so that the two workers end together: a long file taken last would leave the other
+# worker idle for its whole length. A file's cost: the seconds its selected tests took on a loaded
+# machine (2026-11-29), its slow tests' in SLOW_FILE_SECONDS (12 s a slow test for a file not
+# listed), its other tests' in FAST_FILE_SECONDS (0.3 s a test for a file not listed). A file
+# missing here or a figure gone stale costs only some balance, never a test.
+SLOW_FILE_SECONDS = {
+    'test/experiment/test_search.py': 470,
+    'test/test_python_api.py': 300,
+    'test/experiment/test_benchmark.py': 260,
+    'test/test_run_dir_names.py': 230,
+    'test/test_sb3_side_by_side.py': 205,
+    'test/persistence/test_resume.py': 200,
+    'test/agent/test_conv_net.py': 200,
+    'test/test_fork.py': 140,
+    'test/experiment/test_distributed.py': 130,
+    'test/test_scheduler.py': 90,
+    'test/experiment/test_search_watch.py': 70,
+    'test/persistence/test_resume_reads.py': 55,
+}
+FAST_FILE_SECONDS = {  # the fast tier's few costly files (a module fixture that trains, a run in a process)
+    'test/experiment/test_benchmark.py': 10,
+    'test/test_reliability.py': 50,
+    'test/test_sb3_side_by_side.py': 20,
+    'test/agent/test_td3.py': 20,
+}
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: the costs of the tests that run
+def pytest_collection_modifyitems(config, items):
+    tiers: dict[str, set[bool]] = {}
+    counts: dict[tuple[str, bool], int] = {}
+    for item in items:
+        path, slow = item.nodeid.split('::', 1)[0], item.get_closest_marker('slow') is not None
+        tiers.setdefault(path, set()).add(slow)
+        counts[path, slow] = counts.get((path, slow), 0) + 1
+    cost = {path: (SLOW_FILE_SECONDS.get(path, 12 * counts.get((path, True), 0)) if True in slow else 0)
+            + (FAST_FILE_SECONDS.get(path, 0.3 * counts.get((path, False), 0)) if False in slow else 0)
+            for path, slow in tiers.items()}
+    items.sort(key=lambda item: -cost[item.nodeid.split('::', 1)[0]])  # stable: a file's tests keep their order

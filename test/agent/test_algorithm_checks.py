@@ -130,8 +130,10 @@ def test_reward_normalisation_discounts_with_the_algorithms_gamma(lab_run, make_
     assert len(layers) == 1 and layers[0]['gamma'] == pytest.approx(0.9)
 
 
-def test_random_baseline_plays_the_runs_episodes(lab_run, make_spec):
-    # with max_t 5 every CartPole episode is truncated at 5 steps (+1 each): a baseline of 5.0
+def test_random_baseline_plays_the_runs_episodes(lab_run, make_spec, tmp_path, monkeypatch):
+    # with max_t 5 every CartPole episode is truncated at 5 steps (+1 each): a baseline of 5.0;
+    # played here, in a cache directory of its own (the suite's is shared and may hold it already)
+    monkeypatch.setenv('SLM_LAB_CACHE_DIR', str(tmp_path / 'lab_cache'))
     spec = make_spec('Random', max_frame=64)
     spec['env']['max_t'] = 5
     _, run_dir = lab_run(spec, 'random_max_t')

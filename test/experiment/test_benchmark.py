@@ -213,7 +213,9 @@ def test_bad_benchmark_input_exits_2_with_one_line_and_never_touches_a_run(tmp_p
 @pytest.fixture(scope='module')
 def straight(tmp_path_factory):
     """The tiny suite run straight through, from Python (slm_lab.benchmark), in a process of its own:
-    the lab sets Ray's environment before Ray is imported, which a test process may have done."""
+    the lab sets Ray's environment before Ray is imported, which a test process may have done.
+    Every test that reads it is marked slow (it takes 40 s or more on a loaded machine): the slow
+    tier runs it once for all of them, where each tier ran it once before."""
     folder = tmp_path_factory.mktemp('straight')
     script = ('import json, slm_lab, sys\n'
               'r = slm_lab.benchmark(sys.argv[1], data_dir=sys.argv[2])\n'
@@ -230,6 +232,7 @@ def seed_scores(root: Path) -> pd.DataFrame:
     return pd.read_csv(root / 'benchmark' / 'scores.csv')
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @needs_ray
 def test_a_suite_runs_each_row_seed_as_a_trial_and_writes_its_report(straight):
@@ -257,6 +260,7 @@ def test_a_suite_runs_each_row_seed_as_a_trial_and_writes_its_report(straight):
     assert not lab_processes(root)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @needs_ray
 @pytest.mark.subprocess
@@ -350,6 +354,7 @@ def test_slm_lab_benchmark_spells_the_same_command(tmp_path, capsys):
     os.environ.pop('SLM_LAB_NEVER_SET', None)
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @needs_ray
 def test_the_docs_table_is_generated_from_a_report_as_the_report_draws_it(straight, tmp_path):

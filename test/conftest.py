@@ -11,6 +11,7 @@ import gc
 import json
 import logging
 import os
+import signal
 import struct
 import subprocess
 import zipfile
@@ -19,6 +20,16 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """The tests send SIGINT to the lab as a terminal's Ctrl-C does, to a foreground job. Started as a
+    background job (`pytest ... &` in a script), pytest inherits SIGINT ignored, every child would
+    too, and the lab rightly leaves an ignored SIGINT ignored (lib/errors.py): each such test would
+    then see its run finish. So the suite restores Python's own handler, in the main process and in
+    each xdist worker, before any child starts."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 NET = {'type': 'MLPNet', 'hid_layers': [32], 'hid_layers_activation': 'tanh',
        'optim_spec': {'name': 'Adam', 'lr': 0.001}}

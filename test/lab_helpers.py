@@ -318,7 +318,6 @@ class TwoNodeRayCluster:
         with socket.socket() as s:
             s.bind(('127.0.0.1', 0))
             port = s.getsockname()[1]
-        self.before = ray_processes()
         self.marker, self.token = secrets.token_hex(8), secrets.token_hex(32)
         env = {**os.environ, MARKER_VAR: self.marker, 'RAY_AUTH_MODE': 'token', 'RAY_AUTH_TOKEN': self.token,
                'PYTHONPATH': str(ROOT)}
@@ -335,6 +334,13 @@ class TwoNodeRayCluster:
                                    '--num-cpus=1', '--disable-usage-stats'],
                                   env=env, capture_output=True, text=True, timeout=120)
             assert node.returncode == 0, node.stderr[-2000:]
+            # `ray start` returns before the cluster's resource view counts the second node (seconds
+            # on a loaded machine): a search started then sees one CPU and runs its trials in turn
+            deadline, status = time.monotonic() + 90, ''
+            while '/2.0 CPU' not in status:
+                assert time.monotonic() < deadline, f'the cluster never showed its 2 CPUs: {status[-2000:]}'
+                status = subprocess.run([ray_bin, 'status', f'--address={self.address}'], env=env,
+                                        capture_output=True, text=True, timeout=60).stdout
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -343,10 +349,12 @@ class TwoNodeRayCluster:
     def __exit__(self, exc_type, exc, tb):
         import shutil
 
-        from slm_lab.experiment.search.reaper import sweep
+        from slm_lab.experiment.search.reaper import marked_pids, sweep
         sweep(self.marker, self.token)  # Ray's agents too (their RAY_RAYLET_PID names a marked raylet)
         shutil.rmtree(self.temp, ignore_errors=True)
         if exc_type is None:
             time.sleep(0.5)
-            left = ray_processes() - self.before
+            # the cluster's processes only (its marker or token, and their children): a search or a
+            # benchmark elsewhere on the machine runs Ray processes of its own meanwhile
+            left = set(map(str, marked_pids(self.marker, self.token))) & ray_processes()
             assert not left, f'processes of the test cluster left behind: {left}'

@@ -184,8 +184,9 @@ def test_ctrl_c_stops_promptly_and_keeps_the_records(tmp_path):
         time.sleep(0.5)  # a few more rows
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
-        assert time.monotonic() - sent < 15, 'Ctrl-C must stop the run promptly'
+        _, stderr = proc.communicate(timeout=60)
+        # a few seconds on a quiet machine (the step, a snapshot, the records); loose for a loaded one
+        assert time.monotonic() - sent < 30, 'Ctrl-C must stop the run promptly'
     finally:
         if proc.poll() is None:
             proc.kill()

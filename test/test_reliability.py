@@ -409,18 +409,10 @@ def test_a_stop_at_any_instant_of_start_up_is_one_line_and_leaves_nothing_half_m
         cwd = tmp_path / f'at_{i}'
         cwd.mkdir()
         entry = [RUN_LAB] if i % 2 == 0 else ['-m', 'slm_lab.entry', 'run']  # as the installed slm-lab
-        # started as a terminal's foreground job, whose SIGINT is not ignored (a background job's
-        # is, and the lab leaves it so: pytest run with `&` would pass that on)
-        ignoring = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
-        if ignoring:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        try:
-            proc = subprocess.Popen([sys.executable, *entry, spec_file, 'startup', 'train'], cwd=cwd,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    env={**lab_env(), 'PYTHONPATH': str(REPO_ROOT)})
-        finally:
-            if ignoring:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # a terminal's foreground job, whose SIGINT is not ignored (conftest.pytest_configure)
+        proc = subprocess.Popen([sys.executable, *entry, spec_file, 'startup', 'train'], cwd=cwd,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**lab_env(), 'PYTHONPATH': str(REPO_ROOT)})
         deadline = time.monotonic() + 60
         while not _catches(proc.pid, signal.SIGTERM) and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.002)

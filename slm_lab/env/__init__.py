@@ -32,9 +32,10 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
     """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
-    see env/atari.py; otherwise gymnasium's), resetting finished sub-envs in the same step
-    (the final observation is in info['final_obs']), recording episode returns in info['episode'],
-    with the normalisation wrappers asked for.
+    see env/atari.py; otherwise gymnasium's), resetting finished sub-envs in the same step (the
+    final observation is in info['final_obs']; with env.autoreset "next_step", in the next step,
+    see autoreset_mode), recording episode returns in info['episode'], with the normalisation
+    wrappers asked for.
 
     gamma: the algorithm's discount (agent.algorithm.gamma). normalize_reward divides rewards by
     the running std of the return discounted with it, so the scale matches the returns the
@@ -47,7 +48,7 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     else:
         env = gym.make_vec(env_spec['name'], num_envs=n,
                            vectorization_mode=env_spec.get('vectorization_mode', 'sync'),
-                           vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP},
+                           vector_kwargs={'autoreset_mode': autoreset_mode(env_spec)},
                            wrappers=_raw_obs_wrappers(env_spec), **_make_kwargs(env_spec))
     # innermost, so episode returns are the env's own rewards, before any normalisation
     env = gym.wrappers.vector.RecordEpisodeStatistics(env)
@@ -70,6 +71,19 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         low, high = clip_reward if isinstance(clip_reward, list) else (-clip_reward, clip_reward)
         env = gym.wrappers.vector.ClipReward(env, min_reward=low, max_reward=high)
     return env
+
+
+def autoreset_mode(env_spec: dict) -> gym.vector.AutoresetMode:
+    """gymnasium's autoreset mode for env.autoreset. SAME_STEP (the lab's default): the step that
+    ends a sub-env's episode returns the next episode's first observation, the final one in
+    info['final_obs']. NEXT_STEP (gymnasium's default, and so SLM-Lab v5's vector envs): that step
+    returns the final observation, and the sub-env's next step ignores its action and returns the
+    first observation of the next episode with reward 0, neither terminated nor truncated; the
+    session hands that step to the agent like any other, as SLM-Lab v5 does. The vector env's
+    record of which sub-envs reset next (its _autoreset_envs) is in its snapshot."""
+    if env_spec.get('autoreset', 'same_step') == 'next_step':
+        return gym.vector.AutoresetMode.NEXT_STEP
+    return gym.vector.AutoresetMode.SAME_STEP
 
 
 def _raw_obs_wrappers(env_spec: dict, whole_games: bool = False) -> list | None:

@@ -53,6 +53,7 @@ def _check_downsize(value, path):
                         'e.g. [84, 84]')
 
 
+AUTORESET_MODES = ('same_step', 'next_step')  # env.autoreset: gymnasium's AutoresetMode by name
 ENV_SCHEMA = {
     'name': Field((str,), check=_check_env_name, doc='gymnasium environment id, e.g. CartPole-v1'),
     'num_envs': Field((int,), 1, min=1, max=4096,
@@ -66,6 +67,14 @@ ENV_SCHEMA = {
     'vectorization_mode': Field((str,), 'sync', choices=('sync', 'async'),
                                 doc='gymnasium.vector mode: sync (one process) or async (one process per env)'),
     'make_kwargs': Field((dict,), {}, doc='extra keyword arguments for gymnasium.make'),
+    'autoreset': Field((str,), 'same_step', choices=AUTORESET_MODES,
+                       doc='when a vector env starts the next episode of a sub-env whose episode ended: '
+                           '"same_step", in the step that ended it (the agent learns from the episode\'s final '
+                           'observation, the next step starts from the new episode\'s first); "next_step", in the '
+                           'step after, as gymnasium\'s default and SLM-Lab v5\'s vector envs (num_envs > 1) do: '
+                           'that step ignores the action, gives reward 0, and the agent stores it as one more '
+                           'transition, from the final observation to the first of the next episode, not done '
+                           '(docs/environments.md); gymnasium\'s vector envs only (vector_backend "gymnasium")'),
     'vector_backend': Field((str,), None, nullable=True, choices=BACKENDS,
                             doc="the vector env of an Atari game: \"ale\", ALE's own (C++ threads step the games; a "
                                 'resumed run starts fresh episodes), or "gymnasium", gymnasium\'s of AtariEnv games '
@@ -124,8 +133,11 @@ def check_vector_backend(env: dict) -> None:
         unfit = ale_vector_unfit(env)
         if unfit is not None:
             raise SpecError(f'env.vector_backend: "ale" cannot run this env: {unfit}; use "gymnasium" or null')
+        if env.get('autoreset') == 'next_step':
+            raise SpecError('env.autoreset: "next_step" is for gymnasium\'s vector envs, and env.vector_backend "ale" '
+                            'runs ALE\'s; set vector_backend to "gymnasium" (or null), or autoreset to "same_step"')
     if env.get('vector_backend') is None:
-        env['vector_backend'] = default_backend(env)
+        env['vector_backend'] = 'gymnasium' if env.get('autoreset') == 'next_step' else default_backend(env)
 
 
 def fill_env_clip_defaults(env: dict) -> dict:

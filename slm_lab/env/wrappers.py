@@ -169,10 +169,11 @@ class LifeLossTermination(gym.Wrapper):
 def finished_returns(info: dict, whole_games: bool = False) -> np.ndarray:
     """The returns of the episodes that ended in a vector step, from its info: the vector
     RecordEpisodeStatistics' ('episode'), or with env.life_loss_info, where an episode is a life,
-    those of the games that ended (LifeLossTermination's 'game_return', in the final step's info)."""
+    those of the games that ended (LifeLossTermination's 'game_return', in the final step's info:
+    'final_info' where the step also reset them, the step's own info with env.autoreset "next_step")."""
     if not whole_games:
         return info['episode']['r'][info['_episode']]
-    final = info.get('final_info') or {}
+    final = info.get('final_info') or info
     if '_game_return' not in final:
         return np.zeros(0)
     return np.asarray(final['game_return'])[final['_game_return']]

@@ -295,9 +295,10 @@ class Session:
                 done = np.logical_or(terminated, truncated)
                 true_next_obs = next_obs
                 if done.any():
-                    true_next_obs = next_obs.copy()
-                    mask = info['_final_obs']
-                    true_next_obs[mask] = np.stack(info['final_obs'][mask])
+                    if '_final_obs' in info:  # reset in this step (env.autoreset "same_step")
+                        true_next_obs = next_obs.copy()
+                        mask = info['_final_obs']
+                        true_next_obs[mask] = np.stack(info['final_obs'][mask])
                     body.track_episodes(finished_returns(info, self.whole_games))
                 try:
                     metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)

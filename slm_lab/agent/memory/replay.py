@@ -15,6 +15,7 @@ have not changed since the previous snapshot, so frequent snapshots write only w
 """
 from __future__ import annotations
 
+import math
 import uuid
 
 import gymnasium as gym
@@ -285,6 +286,10 @@ class Replay(Memory):
         'max_size': Field((int,), 10000, min=1, doc='capacity in transitions'),
         'use_cer': Field((bool,), False, doc='combined experience replay: the transitions stored since the previous '
                                              "sample replace the tail of each batch (SLM-Lab v5's rule)"),
+        'obs_dtype': Field((str,), None, nullable=True, choices=('float16',),
+                           doc='how float observations are stored: null, as the env gives them (float32); "float16", '
+                               'in half the memory, rounded to about 3 significant digits, as SLM-Lab v5\'s replay '
+                               'always stores them (batches are float32 either way; uint8 Atari frames stay uint8)'),
     }
 
     ARRAY_KEYS = ('states', 'actions', 'rewards', 'next_states', 'terminateds')
@@ -304,6 +309,8 @@ class Replay(Memory):
         batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
         stored, as_tensors, activations = transition_bytes(obs_space, action_space, units)
         obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        stored_dtype = cls.stored_obs_dtype(memory_spec, obs_dtype)
+        stored -= 2 * math.prod(obs_shape) * (obs_dtype.itemsize - stored_dtype.itemsize)
         replay = cls.storage_bytes(max_size, obs_shape, obs_dtype, space_bytes(action_space), spec['env']['num_envs'])
         if replay is None:  # observations stored as they are: two per transition
             replay = max_size * stored
@@ -312,6 +319,14 @@ class Replay(Memory):
         share = cls.snapshot_rewritten_share(max_size, obs_shape, obs_dtype, between)
         return [Need('replay memory', 'agent.memory.max_size', replay, kept_on_disk(replay, share, meta)),
                 Need('sampled batch', 'agent.memory.batch_size', batch * (stored + as_tensors + activations))]
+
+    @staticmethod
+    def stored_obs_dtype(memory_spec: dict, obs_dtype: np.dtype) -> np.dtype:
+        """The dtype observations are stored in: float16 for float observations with obs_dtype
+        "float16" (SLM-Lab v5's replay), else the env's (space_shape_dtype)."""
+        if memory_spec.get('obs_dtype') == 'float16' and np.issubdtype(obs_dtype, np.floating):
+            return np.dtype(np.float16)
+        return obs_dtype
 
     @staticmethod
     def index_bytes(max_size: int) -> int:
@@ -325,6 +340,7 @@ class Replay(Memory):
         self.batch_size = memory_spec['batch_size']
         self.max_size = memory_spec['max_size']
         self.use_cer = memory_spec['use_cer']
+        self.obs_dtype = self.stored_obs_dtype(memory_spec, self.obs_dtype)
         n = self.max_size
         if uses_frame_storage(self.obs_shape, self.obs_dtype):
             self.frame_store: FrameStore | None = FrameStore(n, self.obs_shape[1:], self.obs_shape[0], num_envs)
@@ -450,7 +466,7 @@ class Replay(Memory):
         else:
             for key in self.ARRAY_KEYS:
                 arr = state[key]
-                if len(arr) == self.max_size:
+                if len(arr) == self.max_size and arr.dtype == getattr(self, key).dtype:
                     setattr(self, key, arr)
                 else:
                     getattr(self, key)[:len(arr)] = arr

@@ -82,6 +82,8 @@ class Session:
         meta, env_spec = spec['meta'], spec['env']
         self.seed = session_seed(spec, trial, session)
         torch.set_num_threads(meta['torch_num_threads'])
+        self.flush_denormal = meta.get('flush_denormal', False)  # absent: a spec saved before the key
+        torch.set_flush_denormal(self.flush_denormal)
         set_global_seeds(self.seed)
         self.env = make_env(env_spec, gamma=spec['agent']['algorithm']['gamma'])
         self.num_envs = self.env.num_envs
@@ -266,6 +268,7 @@ class Session:
     def _train(self, resumed: bool) -> dict:
         """The RL loop of run(), from the state resume_from loaded when `resumed`."""
         clock, agent, body = self.clock, self.agent, self.body
+        torch.set_flush_denormal(self.flush_denormal)  # again: another session may have run in this thread
         if not resumed:
             logger.info(f'{self.prename}: start {self.spec["agent"]["algorithm"]["name"]} on '
                         f'{self.spec["env"]["name"]} x{self.num_envs}, max_frame {clock.max_frame}, seed {self.seed}')

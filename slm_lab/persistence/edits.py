@@ -29,6 +29,7 @@ KEYS_ADDED_LATER = {
     # replays stayed out of snapshots unless told before the lab decided (null); a run saved before
     # that holds false, filled in, or lacks the key when it predates it
     ('meta', 'snapshot_replay'): False,
+    ('meta', 'flush_denormal'): False,  # CPU arithmetic kept IEEE denormals before the key
 }
 # The same for the keys of one algorithm (agent.algorithm), by its name.
 ALGORITHM_KEYS_ADDED_LATER = {

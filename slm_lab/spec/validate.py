@@ -107,6 +107,13 @@ META_SCHEMA = {
                    doc="log the boards' scalars to Weights & Biases too, one W&B run per session (needs pip install "
                        "'.[wandb]'; --track turns it on; see docs/run-directory.md, Weights & Biases)"),
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
+    'flush_denormal': Field((bool,), True,
+                            doc='numbers too small for a normal float (below 1.2e-38 in float32) count as 0 in the '
+                                "session's CPU arithmetic (torch.set_flush_denormal: the session's thread, all of "
+                                "torch's work with torch_num_threads 1): Adam's moments of units that stopped "
+                                'learning decay into them, and a CPU step on them takes up to 8x as long (DQN '
+                                "CartPole's optimizer step); false: IEEE denormals, as before the key (a run saved "
+                                'before it resumes so)'),
     # SLM-Lab keys for hardware and search: recorded; the search mode reads them
     'num_gpus': Field((int,), OMIT, nullable=True, min=0, max=MAX_DEVICES,
                       doc='(SLM-Lab v4) GPUs a search reserves per trial; recorded for search'),

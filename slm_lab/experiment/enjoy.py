@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from slm_lab.agent import Agent
 from slm_lab.env import Clock, agent_action_space, make_single_env
@@ -188,6 +189,8 @@ def enjoy(session_spec_path: str, episodes: int = 5, ckpt: str = 'best', render:
         raise SpecError('--render needs a display (DISPLAY is not set); use --record to write videos instead')
     spec = read_session_spec(session_spec_path, spec_name)
     weights = load_weights(run_root, spec_name, trial, session, ckpt)
+    # the session's arithmetic (meta.flush_denormal; absent: a run saved before the key, which kept denormals)
+    torch.set_flush_denormal(bool(spec['meta'].get('flush_denormal', False)))
     render_mode = 'human' if render else ('rgb_array' if record else None)
     if render_mode:
         quiet_sdl(render)

@@ -109,7 +109,8 @@ META_SCHEMA = {
     'torch_num_threads': Field((int,), 1, min=1, max=MAX_THREADS, doc='torch intra-op threads per session'),
     'flush_denormal': Field((bool,), True,
                             doc='numbers too small for a normal float (below 1.2e-38 in float32) count as 0 in the '
-                                "session's CPU arithmetic (torch.set_flush_denormal: the session's thread, all of "
+                                "session's and its replays' (enjoy@) CPU arithmetic (torch.set_flush_denormal: the "
+                                "thread's, all of "
                                 "torch's work with torch_num_threads 1): Adam's moments of units that stopped "
                                 'learning decay into them, and a CPU step on them takes up to 8x as long (DQN '
                                 "CartPole's optimizer step); false: IEEE denormals, as before the key (a run saved "

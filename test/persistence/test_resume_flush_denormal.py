@@ -9,10 +9,11 @@ import pytest
 import torch
 from lab_helpers import DQN, drop_saved_key, saved_values, spec_file_in, train_one
 
-from slm_lab.persistence.run_dir import RunDir
+from slm_lab.experiment.enjoy import enjoy
 from slm_lab.experiment.session import Session
 from slm_lab.experiment.trial import Trial
 from slm_lab.lib.errors import ResumeError
+from slm_lab.persistence.run_dir import RunDir
 from slm_lab.spec import validate_spec
 
 NAME = 'denormal'
@@ -58,11 +59,17 @@ def test_a_run_saved_before_the_key_resumes_with_denormals(tmp_path, ieee_after)
     spec_file = spec_file_in(tmp_path / 'spec', NAME, small_dqn())
     run = train_one(spec_file, NAME, 'train', [], tmp_path / 'data')
     assert set(saved_values(run, NAME, 'meta.flush_denormal')) == {True}
+    torch.set_flush_denormal(False)
+    enjoy(str(run / f'{NAME}_t0_s0_spec.json'), episodes=1)  # a replay computes as the run trained
+    assert flushed() is True
     drop_saved_key(run, NAME, 'meta.flush_denormal')  # as a lab before the key saved it
     resumed = train_one(spec_file, NAME, f'train@{run}', ['env.max_frame=600'], tmp_path / 'data')
     assert resumed == run
     assert flushed() is False  # the resumed session's thread: IEEE arithmetic, as the run began
     assert set(saved_values(run, NAME, 'meta.flush_denormal')) == {False}
+    torch.set_flush_denormal(True)
+    enjoy(str(run / f'{NAME}_t0_s0_spec.json'), episodes=1)
+    assert flushed() is False
     with pytest.raises(ResumeError, match=r'meta\.flush_denormal: False -> True'):
         train_one(spec_file, NAME, f'train@{run}', ['env.max_frame=900', 'meta.flush_denormal=true'],
                   tmp_path / 'data')

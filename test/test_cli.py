@@ -198,3 +198,37 @@ def test_ctrl_c_stops_promptly_and_keeps_the_records(tmp_path):
     assert df['frame'].is_monotonic_increasing
     run_dir = csvs[0].parents[1]
     assert list(run_dir.glob('model/*_model_latest.pt')), 'the latest model is saved on Ctrl-C'
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_an_ignored_sigint_stays_ignored_while_training_and_sigterm_stops_the_run(tmp_path):
+    """A background job of a shell (`python run_lab.py ... &` in a script) starts with SIGINT
+    ignored: a terminal's Ctrl-C is not for it. The lab keeps it so in training too, as it does
+    before training, and SIGTERM stops the run with its snapshot."""
+    args = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
+            '-s', 'meta.log_frequency=256']
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=lab_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 90
+        csvs = []
+        while not csvs and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            csvs = list(tmp_path.glob('data/*/info/*_session_df_train.csv'))
+        assert csvs, 'the train CSV never appeared'
+        rows = len(pd.read_csv(csvs[0]))
+        proc.send_signal(signal.SIGINT)
+        while len(pd.read_csv(csvs[0])) < rows + 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)  # it trains on: more rows come
+        assert proc.poll() is None, 'an ignored SIGINT must not stop the run'
+        assert len(pd.read_csv(csvs[0])) >= rows + 2, 'the run stopped training after an ignored SIGINT'
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, stderr
+    assert 'SIGINT' not in stderr and 'Traceback' not in stderr, stderr
+    assert list(csvs[0].parents[1].glob('ckpt/**/MANIFEST.json')), 'SIGTERM saves a snapshot'

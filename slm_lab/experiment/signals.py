@@ -16,7 +16,10 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 class StopSignal:
     """Turns the first SIGTERM/SIGINT into a request to stop after the current step (so the
-    session can save a snapshot); a second one exits at once."""
+    session can save a snapshot); a second one exits at once. A SIGINT that whoever started the
+    process ignores (a shell's background job, nohup's caller) stays ignored, as it is before
+    training (errors.catch_stops) and as Python leaves it: the same rule from the first instant
+    to the last, so a terminal's Ctrl-C never stops a job it does not own; SIGTERM stops it."""
 
     def __init__(self, announce: bool = True):
         self.signum: int | None = None
@@ -25,6 +28,8 @@ class StopSignal:
 
     def install(self) -> 'StopSignal':
         for sig in (signal.SIGTERM, signal.SIGINT):
+            if sig == signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                continue
             self._previous[sig] = signal.signal(sig, self._handle)
         if self._previous.get(signal.SIGTERM) is handle_stop and stop_signals():
             self.signum = stop_signals()[0]  # the command's stop came before (deferred, or lost on its way)

@@ -22,7 +22,7 @@ from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, se
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.experiment.tensorboard import SessionBoard
 from slm_lab.experiment.wandb_board import WandbBoard
-from slm_lab.lib import logger as lab_logger
+from slm_lab.lib import logger as lab_logger, malloc
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
 from slm_lab.persistence import snapshots as snapshot_parts
@@ -84,6 +84,7 @@ class Session:
         torch.set_num_threads(meta['torch_num_threads'])
         self.flush_denormal = meta.get('flush_denormal', False)  # absent: a spec saved before the key
         torch.set_flush_denormal(self.flush_denormal)
+        malloc.keep_freed_memory()
         set_global_seeds(self.seed)
         self.env = make_env(env_spec, gamma=spec['agent']['algorithm']['gamma'])
         self.num_envs = self.env.num_envs

@@ -99,7 +99,7 @@ def read_out(path: Path) -> dict:
 
 
 def lab_scores(run_dir: Path) -> dict[str, list[float]]:
-    """Row id -> the lab's per-seed scores, from RUN_DIR/benchmark/scores.csv."""
+    """Row id -> the lab's finished seeds' scores, from RUN_DIR/benchmark/scores.csv."""
     path = run_dir / 'benchmark' / 'scores.csv'
     if not path.exists():
         raise SystemExit(f'error: {path} not found: --lab takes a benchmark run directory whose report was written '
@@ -107,6 +107,8 @@ def lab_scores(run_dir: Path) -> dict[str, list[float]]:
     scores: dict[str, list[float]] = {}
     with path.open() as f:
         for rec in csv.DictReader(f):
+            if rec.get('finished') != 'True':  # a seed still training: the report leaves it out too
+                continue
             value = float(rec['score']) if rec.get('score') not in (None, '') else math.nan
             scores.setdefault(rec['row'], []).append(value)
     return scores
@@ -187,15 +189,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.lab:
         table = compare(rows, data['runs'], lab_scores(Path(args.lab)))
         print(f'# {suite.name}: score {SCORE} (mean of the last 100 training episodes), mean [95% bootstrap interval]')
+        if (data.get('meta') or {}).get('max_frame_cap'):
+            print(f"# SB3's runs were capped at {data['meta']['max_frame_cap']:,} frames (--max-frame), "
+                  "not the rows' budgets")
         print('| row | SB3 | lab | intervals |\n|---|---|---|---|')
         for t in table:
             print(f"| {t['row']} | {_interval(t['sb3'])} | {_interval(t['lab'])} | {t['verdict']} |")
         return 0
+    data.setdefault('meta', {'suite': args.suite, 'score': SCORE, 'max_frame_cap': args.max_frame})
+    cap = data['meta'].get('max_frame_cap')
+    if cap != args.max_frame:  # its runs trained another number of frames
+        held, give = (f'--max-frame {cap}', f'--max-frame {cap}') if cap else ("the rows' budgets", 'no --max-frame')
+        print(f'error: {out} holds runs of {held}: give {give}, or another --out', file=sys.stderr)
+        return 2
     import importlib.util
     if importlib.util.find_spec('stable_baselines3') is None:
         print(f'error: {SB3_MISSING}', file=sys.stderr)
         return 2
-    data.setdefault('meta', {'suite': args.suite, 'score': SCORE, 'max_frame_cap': args.max_frame})
     done = {(r['row'], r['seed']) for r in data['runs']}
     for row in rows:
         frames = min(row.max_frame, args.max_frame) if args.max_frame else row.max_frame

@@ -208,8 +208,9 @@ def test_an_ignored_sigint_stays_ignored_while_training_and_sigterm_stops_the_ru
     before training, and SIGTERM stops the run with its snapshot."""
     args = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
             '-s', 'meta.log_frequency=256']
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=lab_env(), preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    background = ['sh', '-c', 'trap "" INT; exec "$@"', 'sh']  # as a script's `cmd &` starts it
+    proc = subprocess.Popen(background + args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=lab_env())
     try:
         deadline = time.monotonic() + 90
         csvs = []

@@ -33,6 +33,7 @@ def test_the_comparison_reads_the_labs_scores_and_judges_by_the_intervals(tmp_pa
     lines = ['row,seed,trial,frame,finished,score']
     lines += [f'sac_hopper_100k,{s},{s},100000,True,{v}' for s, v in enumerate([2000, 2100, 2200, 2300])]
     lines += [f'ppo_hopper_1m,{s},{4 + s},1000000,True,{v}' for s, v in enumerate([1800, 2000, 2200, 2400])]
+    lines += ['sac_halfcheetah_100k,0,8,52000,False,-300.0']  # still training: not a score yet
     (lab / 'scores.csv').write_text('\n'.join(lines) + '\n')
     assert tier.main([SUITE, '--out', str(out), '--lab', str(tmp_path / 'run')]) == 0
     printed = capsys.readouterr().out
@@ -57,6 +58,10 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert len(err.strip().splitlines()) == 1 and 'sac_hopper_100k' in err
     assert tier.main([str(tmp_path / 'missing.json'), '--out', str(tmp_path / 'o.json')]) == 2
     assert capsys.readouterr().err.startswith('error: ')
+    (tmp_path / 'capped.json').write_text(json.dumps({'meta': {'max_frame_cap': 500}, 'runs': []}))
+    assert tier.main([SUITE, '--out', str(tmp_path / 'capped.json')]) == 2  # runs of 500 frames, asked for full
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and '--max-frame 500' in err
     (tmp_path / 'junk.json').write_text('[1, 2]')
     with pytest.raises(SystemExit, match='not a results file'):
         tier.main([SUITE, '--out', str(tmp_path / 'junk.json')])

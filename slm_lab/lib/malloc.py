@@ -9,15 +9,17 @@ page of them from the kernel again, zeroed, one page fault per 4 KiB: 740,000 fa
 frames of the PPO Pong zoo spec.
 
 `keep_freed_memory` raises both limits once per process (glibc's public mallopt): allocations up
-to MMAP_THRESHOLD come from the heap, and up to TRIM_THRESHOLD of free heap stays with the
-process for the next step. The numbers a run computes do not change, only where its memory comes
-from; the process's peak memory is the same (the kept memory is what the step used). Arrays larger
-than MMAP_THRESHOLD (a large replay) are still mapped on their own, so their pages are only
-committed as they are written. Measured in docs/BENCHMARKS.md ("Keeping freed memory").
+to MMAP_THRESHOLD come from the heap, and freed heap memory stays with the process for the next
+step (glibc gives the top of its heap back only when more than TRIM_THRESHOLD is free there, and
+never a gap below it). The numbers a run computes do not change, only where its memory comes from.
+The peak memory of the runs measured did not change, but a one-off peak (a snapshot written, an
+evaluation) now stays resident afterwards. Arrays larger than MMAP_THRESHOLD (a large replay) are
+still mapped on their own, so their pages are only committed as they are written. Measured in
+docs/BENCHMARKS.md ("Keeping freed memory").
 
-Off where it cannot apply (not Linux with glibc), where the user set glibc's malloc already
-(MALLOC_*_ environment variables, or GLIBC_TUNABLES naming glibc.malloc), or with
-SLM_LAB_MALLOC=system in the environment.
+Off where it cannot apply (not Linux with glibc), where the user set these thresholds already
+(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_TOP_PAD_, MALLOC_MMAP_MAX_, or the same
+in GLIBC_TUNABLES), or with SLM_LAB_MALLOC=system in the environment.
 """
 from __future__ import annotations
 
@@ -25,23 +27,33 @@ import ctypes
 import os
 import sys
 
+from slm_lab.lib import logger as lab_logger
+
 # mallopt's parameter numbers (glibc's malloc.h)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD = 256 << 20
+OLD_GLIBC_MMAP_THRESHOLD = 32 << 20  # the most glibc releases before 2.35 accept (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 512 << 20
 OPT_OUT = 'SLM_LAB_MALLOC'  # =system: leave glibc's malloc as it is
+# the environment's settings of the same thresholds, which the user's choice keeps
+USER_VARIABLES = ('MALLOC_MMAP_THRESHOLD_', 'MALLOC_TRIM_THRESHOLD_', 'MALLOC_TOP_PAD_', 'MALLOC_MMAP_MAX_')
+USER_TUNABLES = ('glibc.malloc.mmap_threshold', 'glibc.malloc.trim_threshold', 'glibc.malloc.top_pad',
+                 'glibc.malloc.mmap_max')
 
-_state: dict = {}
+_state: dict = {}  # 'on': bool, 'mmap_threshold': the threshold set (bytes), once set
 
 
 def user_settings() -> str | None:
-    """What in the environment already sets glibc's malloc (or opts out): the first such name, or None."""
+    """What in the environment already sets these thresholds of glibc's malloc (or opts out): the
+    first such name, or None. Other malloc settings (MALLOC_ARENA_MAX, MALLOC_PERTURB_, ...) do
+    not conflict with the lab's."""
     if os.environ.get(OPT_OUT, '').strip().lower() == 'system':
         return f'{OPT_OUT}=system'
-    for name in os.environ:
-        if name.startswith('MALLOC_') and name.endswith('_'):
+    for name in USER_VARIABLES:
+        if name in os.environ:
             return name
-    if 'glibc.malloc.' in os.environ.get('GLIBC_TUNABLES', ''):
+    tunables = os.environ.get('GLIBC_TUNABLES', '')
+    if any(t in tunables for t in USER_TUNABLES):
         return 'GLIBC_TUNABLES'
     return None
 
@@ -52,6 +64,10 @@ def keep_freed_memory() -> bool:
     if 'on' in _state:
         return _state['on']
     _state['on'] = False
+    value = os.environ.get(OPT_OUT, '').strip()
+    if value and value.lower() != 'system':
+        lab_logger.warn_once('slm_lab.session', f"{OPT_OUT}={value}: only 'system' is read (it leaves glibc's "
+                             "malloc as it is); the lab's malloc settings apply")
     if not sys.platform.startswith('linux') or user_settings() is not None:
         return False
     try:
@@ -62,6 +78,11 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     # both: setting either one stops glibc's own raising of the mmap threshold (the trim threshold
-    # alone would leave it at its 128 KiB start and map every tensor above that afresh)
-    _state['on'] = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+    # alone would leave it at its 128 KiB start and map every tensor above that afresh); an older
+    # glibc refuses a threshold above 32 MiB, which still keeps the tensors up to that size
+    for threshold in (MMAP_THRESHOLD, OLD_GLIBC_MMAP_THRESHOLD):
+        if mallopt(M_MMAP_THRESHOLD, threshold) == 1:
+            _state['mmap_threshold'] = threshold
+            _state['on'] = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+            break
     return _state['on']

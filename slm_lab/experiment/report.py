@@ -150,10 +150,33 @@ def to_csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def report(entries: list[str], out: str | None = None, data_dir: str = 'data') -> tuple[list[dict], list[Path]]:
-    """The table of `entries` (run directories, RUN_DIR/tN) and the files it was written to:
-    `out` (.md, with a .csv beside it), default DATA_DIR/reports/report_{timestamp}.md."""
-    rows = [trial_row(path, trial, label) for arg in entries for path, trial, label in resolve(arg)]
+def benchmark_report(root: Path, out: str | None, data_dir: str) -> tuple[str, list[Path]]:
+    """The suite report of a benchmark directory as it stands, the same as the benchmark writes at
+    its end (finished seeds scored, the others counted unfinished; no graphs), written to `out`
+    (.md, the rows' .csv and a _scores.csv beside it), not into the benchmark's directory, which a
+    running benchmark owns."""
+    from slm_lab.experiment.benchmark import report as suite_report  # noqa: PLC0415 only for a benchmark
+    from slm_lab.experiment.benchmark.run import read_benchmark  # noqa: PLC0415
+    from slm_lab.lib.errors import ResumeError  # noqa: PLC0415
+    from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415
+    try:
+        name = json.loads((root / 'benchmark' / 'suite.json').read_text(encoding='utf-8'))['name']
+        suite, plan = read_benchmark(RunDir(root, name))
+    except (OSError, ValueError, KeyError, TypeError, ResumeError) as e:
+        raise ReportError(f'{root}: its benchmark/ files cannot be read ({e}); the benchmark directory is '
+                          'damaged') from None
+    text, rows_text, seeds_text, _, _ = suite_report.report_texts(RunDir(root, name), suite, plan)
+    md = output_path(out, data_dir)
+    scores = md.with_name(md.stem + '_scores.csv')
+    atomic_write_text(md, text)
+    atomic_write_text(md.with_suffix('.csv'), rows_text)
+    atomic_write_text(scores, seeds_text)
+    return text, [md, md.with_suffix('.csv'), scores]
+
+
+def output_path(out: str | None, data_dir: str) -> Path:
+    """The Markdown file a report goes to: `out` (a file, or a directory to hold one), default
+    DATA_DIR/reports/report_{timestamp}.md."""
     stamp = f'report_{time.strftime("%Y_%m_%d_%H%M%S")}.md'
     if out is None:
         md = Path(data_dir) / 'reports' / stamp
@@ -164,6 +187,14 @@ def report(entries: list[str], out: str | None = None, data_dir: str = 'data') -
             md = md.with_name(md.name + '.md')
         if not md.parent.is_dir():
             raise ReportError(f'-o {out}: the directory {md.parent} does not exist; create it or write elsewhere')
+    return md
+
+
+def report(entries: list[str], out: str | None = None, data_dir: str = 'data') -> tuple[list[dict], list[Path]]:
+    """The table of `entries` (run directories, RUN_DIR/tN) and the files it was written to:
+    `out` (.md, with a .csv beside it), default DATA_DIR/reports/report_{timestamp}.md."""
+    rows = [trial_row(path, trial, label) for arg in entries for path, trial, label in resolve(arg)]
+    md = output_path(out, data_dir)
     atomic_write_text(md, markdown(rows))
     atomic_write_text(md.with_suffix('.csv'), to_csv(rows))
     return rows, [md, md.with_suffix('.csv')]
@@ -180,9 +211,12 @@ examples:
   slm-lab report data/ppo_cartpole_2026_01_01_120000,data/a2c_cartpole_2026_01_01_130000
   slm-lab report data/ppo_search_2026_01_01_120000          (every trial of a search)
   slm-lab report data/ppo_search_2026_01_01_120000/t3 -o reports/best.md
+  slm-lab report data/slm_lab_v5_cpu_2026_01_01_120000       (a benchmark, running or not: its suite
+                                                              report so far, written beside -o)
 """)
     parser.add_argument('runs', metavar='RUN_DIR[,RUN_DIR...]',
-                        help='comma-separated run directories; RUN_DIR/t3: trial 3 of a search')
+                        help='comma-separated run directories; RUN_DIR/t3: trial 3 of a search; or one '
+                             'benchmark directory (its suite report as it stands)')
     parser.add_argument('-o', '--output', metavar='OUT.md',
                         help='the Markdown file to write, a CSV beside it '
                              '(default: data/reports/report_{timestamp}.md)')
@@ -192,8 +226,14 @@ examples:
         parser.error('give at least one run directory')
 
     def done(result) -> None:
-        rows, paths = result
-        print(markdown(rows), end='')
+        text, paths = result
+        print(text, end='')
         for path in paths:
             print(f'wrote {path}')
-    return run_command(lambda: report(entries, args.output), done)
+
+    def make():
+        if len(entries) == 1 and (Path(entries[0]) / 'benchmark' / 'plan.json').is_file():
+            return benchmark_report(Path(entries[0]), args.output, 'data')  # a benchmark: its suite report
+        rows, paths = report(entries, args.output)
+        return markdown(rows), paths
+    return run_command(make, done)

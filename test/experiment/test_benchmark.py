@@ -261,6 +261,36 @@ def test_a_suite_runs_each_row_seed_as_a_trial_and_writes_its_report(straight):
 
 
 @pytest.mark.slow
+def test_slm_lab_report_of_a_benchmark_in_progress_is_its_suite_report_so_far(straight, tmp_path, capsys):
+    """`slm-lab report DIR` of a benchmark directory: the suite's report as it stands (a seed still
+    training counted unfinished, not scored), written where -o says, the benchmark left untouched."""
+    import shutil
+
+    from lab_helpers import tree_digest
+
+    from slm_lab.experiment.report import report_main
+    root = tmp_path / straight.run_dir.name
+    shutil.copytree(straight.run_dir, root)
+    (root / 'info' / 'tiny_t3_trial_metrics.json').unlink()  # ppo_b's seed 1 as if still training
+    before = tree_digest(root)
+    assert report_main([str(root), '-o', str(tmp_path / 'so_far.md')]) == 0
+    printed = capsys.readouterr().out
+    assert tree_digest(root) == before
+    assert printed.startswith('# Benchmark tiny') and '(1 unfinished)' in printed
+    assert (tmp_path / 'so_far.md').read_text() in printed
+    rows = pd.read_csv(tmp_path / 'so_far.csv').set_index('row')
+    whole = pd.read_csv(straight.run_dir / 'benchmark' / 'report.csv').set_index('row')
+    assert rows.loc['ppo_a', 'mean'] == pytest.approx(whole.loc['ppo_a', 'mean'])  # both its seeds finished
+    assert rows.loc['ppo_b', 'mean'] == pytest.approx(seed_scores(straight.run_dir)['score'][2])  # seed 0 only
+    seeds = pd.read_csv(tmp_path / 'so_far_scores.csv')
+    assert list(seeds['finished']) == [True, True, True, False]
+    (root / 'benchmark' / 'plan.json').write_text('{')
+    assert report_main([str(root), '-o', str(tmp_path / 'x.md')]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'damaged' in err
+
+
+@pytest.mark.slow
 @pytest.mark.ray
 @needs_ray
 @pytest.mark.subprocess

@@ -261,17 +261,23 @@ def plot_row(run_dir: RunDir, result: dict, seeds: list[dict]) -> list[str]:
         f'95% bootstrap interval of the mean ({len(mine)} seeds)')
 
 
-def write_report(run_dir: RunDir, suite: Suite, plan: list[dict], graphs: bool = True) -> tuple[str, list[Path]]:
-    """Compute the report of a benchmark directory and write it there; (its Markdown, the files)."""
+def report_texts(run_dir: RunDir, suite: Suite, plan: list[dict]) -> tuple[str, str, str, list[dict], list[dict]]:
+    """The report of a benchmark directory as it stands (finished seeds scored, the others counted
+    unfinished): (Markdown, report.csv's text, scores.csv's text, the row results, the seeds)."""
     seeds = seed_results(run_dir, suite, plan)
     results = row_results(suite, seeds)
     agg = aggregate(results, random_scores(run_dir, suite, plan))
-    text = markdown(suite, results, agg, run_dir)
+    return markdown(suite, results, agg, run_dir), rows_csv(row_records(results)), seeds_csv(seeds), results, seeds
+
+
+def write_report(run_dir: RunDir, suite: Suite, plan: list[dict], graphs: bool = True) -> tuple[str, list[Path]]:
+    """Compute the report of a benchmark directory and write it there; (its Markdown, the files)."""
+    text, rows_text, seeds_text, results, seeds = report_texts(run_dir, suite, plan)
     folder = run_dir.root / 'benchmark'
     files = [folder / 'report.md', folder / 'report.csv', folder / 'scores.csv']
     atomic_write_text(files[0], text)
-    atomic_write_text(files[1], rows_csv(row_records(results)))
-    atomic_write_text(files[2], seeds_csv(seeds))
+    atomic_write_text(files[1], rows_text)
+    atomic_write_text(files[2], seeds_text)
     if graphs:
         (run_dir.root / 'graph').mkdir(exist_ok=True)
         for r in results:

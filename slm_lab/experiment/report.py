@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 
 from slm_lab.experiment.analysis import score_summary
+from slm_lab.experiment.benchmark.suite import parse_suite
 from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, session_csvs
 from slm_lab.lib.errors import LabError
 from slm_lab.lib.io import atomic_write_text
+from slm_lab.persistence.run_dir import RunDir
 
 COLUMNS = ('run', 'trial', 'spec_name', 'frames', 'sessions', 'scores', 'mean', 'ci95_low', 'ci95_high', 'lineage')
 
@@ -155,14 +157,14 @@ def benchmark_report(root: Path, out: str | None, data_dir: str) -> tuple[str, l
     its end (finished seeds scored, the others counted unfinished; no graphs), written to `out`
     (.md, the rows' .csv and a _scores.csv beside it), not into the benchmark's directory, which a
     running benchmark owns."""
-    from slm_lab.experiment.benchmark import report as suite_report  # noqa: PLC0415 only for a benchmark
-    from slm_lab.experiment.benchmark.run import read_benchmark  # noqa: PLC0415
-    from slm_lab.lib.errors import ResumeError  # noqa: PLC0415
-    from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415
+    from slm_lab.experiment.benchmark import report as suite_report  # noqa: PLC0415 (plotly: a benchmark's report only)
+    folder = root / 'benchmark'
     try:
-        name = json.loads((root / 'benchmark' / 'suite.json').read_text(encoding='utf-8'))['name']
-        suite, plan = read_benchmark(RunDir(root, name))
-    except (OSError, ValueError, KeyError, TypeError, ResumeError) as e:
+        data = json.loads((folder / 'suite.json').read_text(encoding='utf-8'))
+        suite = parse_suite(data, str(folder / 'suite.json'))
+        plan = json.loads((folder / 'plan.json').read_text(encoding='utf-8'))
+        name = data['name']
+    except (OSError, ValueError, KeyError, TypeError, LabError) as e:
         raise ReportError(f'{root}: its benchmark/ files cannot be read ({e}); the benchmark directory is '
                           'damaged') from None
     text, rows_text, seeds_text, _, _ = suite_report.report_texts(RunDir(root, name), suite, plan)

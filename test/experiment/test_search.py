@@ -2,6 +2,7 @@
 search killed in its third trial that resumes to the search that never stopped."""
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -344,9 +345,13 @@ def test_a_dqn_search_killed_mid_trial_resumes_exactly_with_the_replay_left_to_t
     try:
         proc = search_until(spec_file, killed, trial=1, rows=4, name=DQN_NAME)
         assert proc.poll() is None, 'the search should be training its second trial'
-        proc.kill()
-        proc.wait()
         root = run_dir(killed, DQN_NAME)
+        # the driver and the trial's process at once, as a crash takes them: the driver alone lets the
+        # trial train on until its process learns of the driver's death (it reached frame 800 once)
+        for pid in [proc.pid] + [int(p.split(':')[0]) for p in lab_processes(root)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
         deadline = time.time() + 20
         while lab_processes(root) and time.time() < deadline:
             time.sleep(0.2)

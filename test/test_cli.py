@@ -167,20 +167,27 @@ def test_user_error_is_one_line_and_creates_nothing(user_error_runs, case):
     assert not (cwd / 'data').exists(), 'a user error must not create a run directory'
 
 
+ENDLESS_DEMO = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
+                '-s', 'meta.log_frequency=256']
+
+
+def train_csv_of(proc: subprocess.Popen, cwd: Path, deadline: float) -> Path:
+    """The train CSV of the run `proc` makes in `cwd`, once it appears (before `deadline`)."""
+    csvs = []
+    while not csvs and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        csvs = list(cwd.glob('data/*/info/*_session_df_train.csv'))
+    assert csvs, 'the train CSV never appeared'
+    return csvs[0]
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_stops_promptly_and_keeps_the_records(tmp_path):
-    args = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
-            '-s', 'meta.log_frequency=256']
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(ENDLESS_DEMO, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=lab_env())
     try:
-        deadline = time.monotonic() + 90
-        csvs = []
-        while not csvs and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            csvs = list(tmp_path.glob('data/*/info/*_session_df_train.csv'))
-        assert csvs, 'the train CSV never appeared'
+        csvs = [train_csv_of(proc, tmp_path, time.monotonic() + 90)]
         time.sleep(0.5)  # a few more rows
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -206,18 +213,12 @@ def test_an_ignored_sigint_stays_ignored_while_training_and_sigterm_stops_the_ru
     """A background job of a shell (`python run_lab.py ... &` in a script) starts with SIGINT
     ignored: a terminal's Ctrl-C is not for it. The lab keeps it so in training too, as it does
     before training, and SIGTERM stops the run with its snapshot."""
-    args = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',
-            '-s', 'meta.log_frequency=256']
     background = ['sh', '-c', 'trap "" INT; exec "$@"', 'sh']  # as a script's `cmd &` starts it
-    proc = subprocess.Popen(background + args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(background + ENDLESS_DEMO, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=lab_env())
     try:
         deadline = time.monotonic() + 90
-        csvs = []
-        while not csvs and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-            csvs = list(tmp_path.glob('data/*/info/*_session_df_train.csv'))
-        assert csvs, 'the train CSV never appeared'
+        csvs = [train_csv_of(proc, tmp_path, deadline)]
         rows = len(pd.read_csv(csvs[0]))
         proc.send_signal(signal.SIGINT)
         while len(pd.read_csv(csvs[0])) < rows + 2 and time.monotonic() < deadline and proc.poll() is None:

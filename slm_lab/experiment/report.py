@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from slm_lab.experiment.analysis import score_summary
-from slm_lab.experiment.benchmark.suite import parse_suite
+from slm_lab.experiment.benchmark.suite import read_saved
 from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, session_csvs
 from slm_lab.lib.errors import LabError
 from slm_lab.lib.io import atomic_write_text
@@ -158,16 +158,12 @@ def benchmark_report(root: Path, out: str | None, data_dir: str) -> tuple[str, l
     (.md, the rows' .csv and a _scores.csv beside it), not into the benchmark's directory, which a
     running benchmark owns."""
     from slm_lab.experiment.benchmark import report as suite_report  # noqa: PLC0415 (plotly: a benchmark's report only)
-    folder = root / 'benchmark'
     try:
-        data = json.loads((folder / 'suite.json').read_text(encoding='utf-8'))
-        suite = parse_suite(data, str(folder / 'suite.json'))
-        plan = json.loads((folder / 'plan.json').read_text(encoding='utf-8'))
-        name = data['name']
-    except (OSError, ValueError, KeyError, TypeError, LabError) as e:
+        suite, plan = read_saved(root)
+    except (OSError, ValueError, LabError) as e:
         raise ReportError(f'{root}: its benchmark/ files cannot be read ({e}); the benchmark directory is '
                           'damaged') from None
-    text, rows_text, seeds_text, _, _ = suite_report.report_texts(RunDir(root, name), suite, plan)
+    text, rows_text, seeds_text, _, _ = suite_report.report_texts(RunDir(root, suite.name), suite, plan)
     md = output_path(out, data_dir)
     scores = md.with_name(md.stem + '_scores.csv')
     atomic_write_text(md, text)

@@ -20,7 +20,7 @@ import json
 import re
 from pathlib import Path
 
-from slm_lab.experiment.benchmark.suite import Suite, SuiteError, parse_suite, suite_to_dict
+from slm_lab.experiment.benchmark.suite import FOLDER, Suite, SuiteError, read_saved, suite_to_dict
 from slm_lab.experiment.search.driver import run_on_ray, trial_resources, tune_trials
 from slm_lab.experiment.search.tune import make_queue_searcher
 from slm_lab.experiment.search.watch import SearchWatch
@@ -31,7 +31,6 @@ from slm_lab.lib.io import read_json, write_json
 from slm_lab.persistence.run_dir import RunDir
 
 logger = lab_logger.get_logger('slm_lab.benchmark')
-FOLDER = 'benchmark'
 
 
 def plan_trials(suite: Suite) -> list[dict]:
@@ -100,8 +99,7 @@ def resolve_benchmark(target: str, suite_name: str, data_dir: str) -> RunDir:
 def read_benchmark(run_dir: RunDir) -> tuple[Suite, list[dict]]:
     """The suite and plan a benchmark directory holds."""
     try:
-        suite = parse_suite(read_json(run_dir.root / FOLDER / 'suite.json'), str(run_dir.root / FOLDER / 'suite.json'))
-        plan = read_json(run_dir.root / FOLDER / 'plan.json')
+        suite, plan = read_saved(run_dir.root)
     except (OSError, ValueError) as e:
         raise ResumeError(f'{run_dir.root}: its {FOLDER}/ files cannot be read ({type(e).__name__}: {e}); the '
                           'benchmark directory is damaged') from None

@@ -32,6 +32,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from slm_lab.lib.errors import LabError, SpecError
 
@@ -298,3 +299,17 @@ def suite_to_dict(suite: Suite) -> dict:
         return out
     return {'name': suite.name, 'description': suite.description, 'resources': suite.resources,
             'rows': [row(r) for r in suite.rows]}
+
+
+FOLDER = 'benchmark'  # a benchmark directory's own files: suite.json, plan.json, the report
+
+
+def read_saved(root: Path) -> tuple[Suite, list[dict]]:
+    """The suite and plan a benchmark directory holds (root/benchmark/suite.json, plan.json);
+    OSError, ValueError or SuiteError when they cannot be read."""
+    path = root / FOLDER / 'suite.json'
+    suite = parse_suite(json.loads(path.read_text(encoding='utf-8')), str(path))
+    plan = json.loads((root / FOLDER / 'plan.json').read_text(encoding='utf-8'))
+    if not isinstance(plan, list):
+        raise ValueError(f'{root / FOLDER / "plan.json"} holds no list of trials')
+    return suite, plan

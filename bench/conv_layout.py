@@ -12,12 +12,13 @@ warm-up calls; the layouts alternate call by call, so a drift of the machine's s
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
+
+from pinning import add_cpu_arg, pin  # bench/ (not a package) is on sys.path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -38,19 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--batches', default='1,8,32,256')
     parser.add_argument('--repeats', type=int, default=20)
     parser.add_argument('--bf16', action='store_true', help='also time each layout under bf16 autocast')
-    parser.add_argument('--cpu', type=int, help='pin this process to one CPU core')
+    add_cpu_arg(parser)
     args = parser.parse_args(argv)
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
+    where = pin(args.cpu)
     warnings.filterwarnings('ignore')
     import torch
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     nets = {layout: build(layout) for layout in ('contiguous', 'channels_last')}
     nets['channels_last'].load_state_dict(nets['contiguous'].state_dict())
     precisions = ['fp32', 'bf16'] if args.bf16 else ['fp32']
-    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} | torch {torch.__version__} | one thread'
-          f'{f" | core {args.cpu}" if args.cpu is not None else ""} | median of {args.repeats} calls, ms')
+    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} | {where} | median of {args.repeats} calls, ms')
     print(f'{"batch":>5} {"precision":>9} {"pass":>9} {"contiguous":>11} {"channels_last":>14} {"ratio":>6}')
     for batch in [int(b) for b in args.batches.split(',')]:
         frames = torch.randint(0, 256, (batch, 4, 84, 84), dtype=torch.uint8)

@@ -2,6 +2,7 @@
 
     python bench/sac_update.py --cpu 1                  # rl-zoo3's HalfCheetah sizes, pinned to core 1
     python bench/sac_update.py --cpu 1 --compile        # also the hand-written update under torch.compile
+    python bench/sac_update.py --cpu 1 --bf16           # also the lab's update in bf16 (agent.net.precision)
 
 One SAC update of rl-zoo3's HalfCheetah-v5 settings (actor and two critics [256, 256], batch 256,
 Adam 3e-4 with `fused`, learned temperature, polyak 0.005), one torch thread, timed four ways in
@@ -13,7 +14,8 @@ alternating rounds (median ms per update over the rounds):
              critic nets, each its own matrix products;
   ensemble   the same, the two critics (and their targets) as one stacked set of weights, one
              batched product per layer for both (torch.baddbmm), as TorchRL's vmapped Q-ensembles;
-  compiled   (--compile) `separate` with its three losses under torch.compile, start-up excluded.
+  compiled   (--compile) `separate` with its three losses under torch.compile, start-up excluded;
+  lab_bf16   (--bf16) `lab` with `agent.net.precision: "bf16"` (its nets under bf16 autocast).
 What the gaps mean: lab - separate is what the lab's structure costs per update (records, metric
 norms, Python); separate - ensemble what stacking the twin critics saves. Nothing here changes a
 number the lab computes; the hand-written forms start from other random weights.
@@ -22,20 +24,22 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
 
+from pinning import add_cpu_arg, pin  # bench/ (not a package) is on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ('spec/benchmark/sac/sac_halfcheetah_zoo.json', 'sac_halfcheetah_zoo')
 B, OBS, ACT, HID = 256, 17, 6, 256
 
 
-def lab_update(torch, np):
-    """One Agent.update (store + one SAC update) of the lab's zoo spec, on random transitions."""
+def lab_update(torch, np, precision: str = 'fp32'):
+    """One Agent.update (store + one SAC update) of the lab's zoo spec, on random transitions,
+    its nets in `precision` (agent.net.precision)."""
     import gymnasium as gym
 
     from slm_lab.agent import Agent
@@ -44,6 +48,7 @@ def lab_update(torch, np):
 
     spec = load_spec(str(ROOT / SPEC[0]), SPEC[1])
     spec['agent']['algorithm']['training_start_step'] = 1000
+    spec['agent']['net']['precision'] = precision
     env = gym.make('HalfCheetah-v5')
     clock = Clock(10**7, 1)
     agent = Agent(spec, env.observation_space, env.action_space, 1, clock, seed=0)
@@ -156,18 +161,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--rounds', type=int, default=7)
     parser.add_argument('--updates', type=int, default=100, help='updates per form per round')
     parser.add_argument('--compile', action='store_true', help='also the hand-written update under torch.compile')
-    parser.add_argument('--cpu', type=int, help='pin this process to one CPU core')
+    parser.add_argument('--bf16', action='store_true',
+                        help="also the lab's update with its nets in bf16 (agent.net.precision)")
+    add_cpu_arg(parser)
     args = parser.parse_args(argv)
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
+    where = pin(args.cpu)
     warnings.filterwarnings('ignore')
     sys.path.insert(0, str(ROOT))
     import numpy as np
     import torch
-    torch.set_num_threads(1)
     torch.manual_seed(0)
     forms = {'lab': lab_update(torch, np), 'separate': hand_written(torch, False, False),
              'ensemble': hand_written(torch, True, False)}
+    if args.bf16:
+        forms['lab_bf16'] = lab_update(torch, np, 'bf16')
     if args.compile:
         forms['compiled'] = hand_written(torch, False, True)
     for update in forms.values():  # warm-up (and torch.compile's start-up)
@@ -180,9 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.updates):
                 update()
             times[name].append((time.perf_counter() - t0) / args.updates * 1e3)
-    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} | torch {torch.__version__} | one thread'
-          f'{f" | core {args.cpu}" if args.cpu is not None else ""} | SAC update, HalfCheetah sizes, batch {B} | '
-          f'median of {args.rounds} rounds of {args.updates}')
+    print(f'# {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())} | {where} | SAC update, HalfCheetah sizes, '
+          f'batch {B} | median of {args.rounds} rounds of {args.updates}')
     base = statistics.median(times['separate'])
     print(f'{"form":>9} {"ms/update":>10} {"min":>8} {"max":>8} {"vs separate":>12}')
     for name, ts in times.items():

@@ -15,10 +15,14 @@ Its score is the suite's `final_ma` definition: the mean return of the last 100 
 
 --out is a JSON file written (atomically) after each training: run the command again and it
 trains only the row-seeds not in it yet, so a stopped tier loses at most the training under way.
+It cannot stand for anything else: a file of another suite, of capped runs (--max-frame) where
+full ones are asked for, or holding a row's runs shorter than its budget is refused, as is a row
+scored otherwise than `final_ma`. SB3 trains the env the lab trains (the row's env.name edit).
 
 --lab RUN_DIR: the lab's benchmark of the same suite (its benchmark/scores.csv, scored `final_ma`);
-each row is printed with both sides' mean and 95% bootstrap interval over the seeds (the lab's
-report's statistics) and whether the intervals overlap. Frames/s are not compared here (the tier's
+each row is printed with both sides' mean and 95% bootstrap interval over the seeds (SB3's seeds
+0..N-1, N from --seeds or the row; the lab's finished seeds; the lab's report's statistics) and
+whether the intervals overlap. Frames/s are not compared here (the tier's
 runs share a machine: bench/sb3_side_by_side.py is the speed comparison).
 """
 from __future__ import annotations
@@ -70,8 +74,13 @@ def child(spec_name: str, env_id: str, frames: int, seed: int, cpu: int | None) 
     print('RESULT ' + json.dumps(result), flush=True)
 
 
+def env_of(row) -> str:
+    """The env the lab trains the row on (its `set` may name another than its env label)."""
+    return row.set.get('env.name', row.env)
+
+
 def train(row, seed: int, frames: int, cpu: int | None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), '--child', row.spec_name, row.env, str(frames), str(seed)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), '--child', row.spec_name, env_of(row), str(frames), str(seed)]
     if cpu is not None:
         cmd += ['--cpu', str(cpu)]
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
@@ -133,10 +142,11 @@ def overlap(sb3: dict, lab: dict) -> str:
     return 'overlap'
 
 
-def compare(rows, runs: list[dict], lab: dict[str, list[float]]) -> list[dict]:
+def compare(rows, runs: list[dict], lab: dict[str, list[float]], seeds: int | None = None) -> list[dict]:
+    """Per row, SB3's seeds 0..N-1 (N: `seeds`, else the row's) against the lab's finished seeds."""
     out = []
     for row in rows:
-        sb3 = row_summary([r['score'] for r in runs if r['row'] == row.id])
+        sb3 = row_summary([r['score'] for r in runs if r['row'] == row.id and r['seed'] < (seeds or row.seeds)])
         ours = row_summary(lab.get(row.id, []))
         out.append({'row': row.id, 'sb3': sb3, 'lab': ours, 'verdict': overlap(sb3, ours)})
     return out
@@ -171,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: row {row.id} sets {', '.join(sorted(set(row.set) - {'env.name'}))}, which the SB3 side "
                   'cannot mirror: leave it out with --rows', file=sys.stderr)
             return 2
+        if row.score != SCORE:  # SB3's Monitor gives the last 100 training episodes, nothing else
+            print(f'error: row {row.id} is scored {row.score}, which the SB3 side cannot compute (it scores '
+                  f'{SCORE}): set the row\'s "score" to "{SCORE}" or leave it out with --rows', file=sys.stderr)
+            return 2
     if args.rows:
         wanted = args.rows.split(',')
         unknown = [w for w in wanted if w not in {r.id for r in rows}]
@@ -186,8 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = Path(args.out)
     data = read_out(out)
+    held = (data.get('meta') or {}).get('suite_name') or Path((data.get('meta') or {}).get('suite') or '').stem
+    if data['runs'] and held and held != suite.name:
+        print(f"error: {out} holds SB3 runs of suite {held}, not {suite.name}: give another --out",
+              file=sys.stderr)
+        return 2
     if args.lab:
-        table = compare(rows, data['runs'], lab_scores(Path(args.lab)))
+        table = compare(rows, data['runs'], lab_scores(Path(args.lab)), args.seeds)
         print(f'# {suite.name}: score {SCORE} (mean of the last 100 training episodes), mean [95% bootstrap interval]')
         if (data.get('meta') or {}).get('max_frame_cap'):
             print(f"# SB3's runs were capped at {data['meta']['max_frame_cap']:,} frames (--max-frame), "
@@ -197,16 +216,24 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {t['row']} | {_interval(t['sb3'])} | {_interval(t['lab'])} | {t['verdict']} |")
         return 0
     data.setdefault('meta', {'suite': args.suite, 'score': SCORE, 'max_frame_cap': args.max_frame})
+    data['meta'].setdefault('suite_name', suite.name)
     cap = data['meta'].get('max_frame_cap')
     if cap != args.max_frame:  # its runs trained another number of frames
         held, give = (f'--max-frame {cap}', f'--max-frame {cap}') if cap else ("the rows' budgets", 'no --max-frame')
         print(f'error: {out} holds runs of {held}: give {give}, or another --out', file=sys.stderr)
         return 2
+    done = {(r['row'], r['seed']): r.get('frames') for r in data['runs']}
+    for row in rows:
+        frames = min(row.max_frame, args.max_frame) if args.max_frame else row.max_frame
+        short = sorted(seed for (row_id, seed), n in done.items() if row_id == row.id and n is not None and n < frames)
+        if short:  # a run of another budget (the suite's row changed since): it cannot stand for this one
+            print(f'error: {out} holds SB3 runs of row {row.id} (seeds {", ".join(map(str, short))}) shorter than '
+                  f"its {frames:,} frames: give another --out", file=sys.stderr)
+            return 2
     import importlib.util
     if importlib.util.find_spec('stable_baselines3') is None:
         print(f'error: {SB3_MISSING}', file=sys.stderr)
         return 2
-    done = {(r['row'], r['seed']) for r in data['runs']}
     for row in rows:
         frames = min(row.max_frame, args.max_frame) if args.max_frame else row.max_frame
         for seed in range(args.seeds or row.seeds):
@@ -217,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             atomic_write_text(out, json.dumps(data, indent=1) + '\n')
             print(f"{row.id} seed {seed}: {run['frames']:,} frames, {SCORE} {run['score']:.1f} "
                   f"({run['episodes']} episodes, {run['train_s']:.0f} s)", flush=True)
-    for t in compare(rows, data['runs'], {}):
+    for t in compare(rows, data['runs'], {}, args.seeds):
         print(f"{t['row']}: SB3 {_interval(t['sb3'])}")
     return 0
 

@@ -72,6 +72,42 @@ def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):
     assert not (tmp_path / 'o.json').exists()
 
 
+def test_what_the_sb3_side_cannot_stand_for_is_refused_in_one_line(tmp_path, capsys):
+    """A row scored otherwise than final_ma, a results file of another suite, and stored runs
+    shorter than the row's budget are refused before anything trains; --seeds bounds the
+    comparison; SB3 trains the env the lab trains (the row's env.name edit)."""
+    row = {'id': 'sac_hop', 'env': 'Hopper-v5', 'spec_file': 'spec/benchmark/sac/sac_halfcheetah_zoo.json',
+           'spec_name': 'sac_halfcheetah_zoo', 'max_frame': 1000, 'set': {'env.name': 'Hopper-v5'}}
+    out = tmp_path / 'o.json'
+    suite = write_suite(tmp_path, [{**row, 'score': 'slm_ma'}])
+    assert tier.main([suite, '--out', str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'scored slm_ma' in err and 'final_ma' in err
+    suite = write_suite(tmp_path, [row])
+    runs = [{'row': 'sac_hop', 'seed': s, 'frames': 500, 'score': 1.0} for s in range(2)]
+    out.write_text(json.dumps({'meta': {'suite': 'x/other.json', 'max_frame_cap': None}, 'runs': runs}))
+    assert tier.main([suite, '--out', str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'suite other, not tiny' in err
+    out.write_text(json.dumps({'meta': {'suite': suite, 'suite_name': 'tiny', 'max_frame_cap': None}, 'runs': runs}))
+    before = out.read_text()
+    assert tier.main([suite, '--out', str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'seeds 0, 1' in err and 'shorter than its 1,000 frames' in err
+    assert out.read_text() == before
+    full = [{'row': 'sac_hop', 'seed': s, 'frames': 1000, 'score': float(s)} for s in range(4)]
+    out.write_text(json.dumps({'meta': {'suite_name': 'tiny'}, 'runs': full}))
+    lab = tmp_path / 'run' / 'benchmark'
+    lab.mkdir(parents=True)
+    (lab / 'scores.csv').write_text('row,seed,trial,frame,finished,score\n'
+                                    + ''.join(f'sac_hop,{s},{s},1000,True,{s}\n' for s in range(3)))
+    assert tier.main([suite, '--out', str(out), '--lab', str(tmp_path / 'run'), '--seeds', '3']) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith('| sac_hop'))
+    assert line.split('|')[2].strip().endswith('(n=3)')  # SB3's seed 3 left out, as --seeds says
+    rows = tier.read_suite(write_suite(tmp_path, [{**row, 'env': 'HalfCheetah-v5'}])).rows
+    assert tier.env_of(rows[0]) == 'Hopper-v5'
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec('stable_baselines3') is None, reason='SB3 is a bench-only dependency')
 def test_sb3_trains_each_seed_once_and_a_second_command_continues(tmp_path, capsys):

@@ -122,6 +122,26 @@ def test_the_row_table_says_each_reference_verdict_budget_and_unfinished_seeds()
     assert report.aggregate(results, {'a': (0.0, 'the suite'), 'b': (0.0, 'the suite')})['rows'] == ['a']
 
 
+def test_the_aggregate_scales_a_row_by_a_reference_of_its_own_budget_and_definition_only():
+    """A row whose first reference is another project's figure (greedy episodes, another budget)
+    is scaled by a later one in its own terms, or left out when it has none."""
+    from slm_lab.experiment.benchmark import report
+    other = {'value': 100, 'source': 'zoo', 'max_frame': 5000, 'score': 'greedy episodes'}
+    own = {'value': 10, 'source': 'one', 'max_frame': 1000, 'score': 'slm_ma'}
+    unstated = {'value': 20, 'source': 'three'}
+    suite = parse_suite({'name': 's', 'seeds': 2, 'rows': [
+        {'id': r, 'spec_file': 'x.json', 'spec_name': 'x', 'max_frame': 1000, 'references': refs}
+        for r, refs in (('a', [other, own]), ('b', [other]), ('c', [unstated]))]}, 's.json')
+    seeds = [{'row': r, 'seed': s, 'trial': 0, 'frame': 1000, 'finished': True, 'score': 5.0}
+             for r in 'abc' for s in (0, 1)]
+    results = report.row_results(suite, seeds)
+    assert suite.rows[0].same_terms_reference().source == 'one' and suite.rows[1].same_terms_reference() is None
+    agg = report.aggregate(results, {r: (0.0, 'the suite') for r in 'abc'})
+    assert agg['rows'] == ['a', 'c']
+    # a: 5 / 10 twice, c: 5 / 20 twice (scaled by zoo's 100 the a row would give 0.05)
+    assert agg['iqm'] == pytest.approx((0.5 + 0.25) / 2)
+
+
 # --- suite files ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('edit, message', [

@@ -80,18 +80,22 @@ def random_scores(run_dir: RunDir, suite: Suite, plan: list[dict]) -> dict[str, 
 
 def aggregate(results: list[dict], randoms: dict[str, tuple[float, str]]) -> dict | None:
     """The IQM of the normalised per-seed scores (stats.normalise: 0 at the row's random score, 1
-    at its first reference) of the rows that can be normalised (a reference that differs from the
-    random score, two or more finished seeds) with its stratified bootstrap interval; None when no
-    row can."""
+    at its first reference published at the row's budget under the row's score definition,
+    Row.same_terms_reference) of the rows that can be normalised (such a reference, differing from
+    the random score, and two or more finished seeds) with its stratified bootstrap interval; None
+    when no row can. A row whose references all differ in budget or definition (rl-zoo3's greedy
+    episodes beside a training average) is left out: scaled by them, its score would mean another
+    thing than the other rows'."""
     used, normalised = [], []
     for r in results:
         row: Row = r['row']
         kept = [v for v in r['scores'] if v is not None and math.isfinite(v)]
         random = randoms.get(row.id, (None, ''))[0]
-        if random is None or not row.references or row.references[0].value == random or len(kept) < 2:
+        ref = row.same_terms_reference()
+        if random is None or ref is None or ref.value == random or len(kept) < 2:
             continue
         used.append(row.id)
-        normalised.append([stats.normalise(v, random, row.references[0].value) for v in kept])
+        normalised.append([stats.normalise(v, random, ref.value) for v in kept])
     if not used:
         return None
     low, high = stats.stratified_bootstrap_interval(normalised)
@@ -200,7 +204,7 @@ def markdown(suite: Suite, results: list[dict], agg: dict | None, run_dir: RunDi
     used = sorted({r['row'].score for r in results})
     parts.append('Scores:\n' + ''.join(f'- `{name}`: {SCORES[name]}\n' for name in used))
     if agg is None:
-        parts.append('Aggregate: none (no row has a reference and two finished seeds).\n')
+        parts.append('Aggregate: none (no row has a reference at its budget and definition and two finished seeds).\n')
     else:
         parts.append(f"Aggregate over {len(agg['rows'])} row(s), {agg['runs']} runs: interquartile mean of the "
                      f"normalised scores (score - random) / (reference - random), as rliable computes it: "

@@ -87,6 +87,12 @@ class Row:
     references: tuple[Reference, ...] = ()
     note: str = ''
 
+    def same_terms_reference(self) -> Reference | None:
+        """The first reference published at this row's budget under its score's definition (or
+        not saying either): the one a normalised score can be scaled by. None without one."""
+        return next((r for r in self.references
+                     if r.max_frame in (None, self.max_frame) and r.score in (None, self.score)), None)
+
     def overrides(self, seed: int) -> list[str]:
         """The -s KEY=VALUE overrides of seed `seed`'s trial: the row's own, then its budget, one
         session whose random_seed is the seed."""

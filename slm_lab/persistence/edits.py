@@ -40,8 +40,8 @@ ALGORITHM_KEYS_ADDED_LATER = {
 def fill_keys_added_later(spec: dict) -> dict:
     """The run's saved spec with each key of KEYS_ADDED_LATER and ALGORITHM_KEYS_ADDED_LATER it
     lacks set to its old behaviour, its Adam optimizers that do not say how they step set to
-    fused false (spec.validate.fill_fused), and its conv nets without memory_format to
-    "contiguous"."""
+    fused false (spec.validate.fill_fused), its conv nets without memory_format to
+    "contiguous", and its bf16 nets without bf16_min_rows to 1 (every forward in bf16)."""
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section]:
             spec[section][key] = old_value
@@ -57,6 +57,8 @@ def fill_keys_added_later(spec: dict) -> dict:
             net = agent.get(section)             # conv net's spec holds conv_hid_layers)
             if isinstance(net, dict) and 'conv_hid_layers' in net:
                 net.setdefault('memory_format', 'contiguous')
+            if isinstance(net, dict) and net.get('precision') == 'bf16':  # acting was in bf16 too before the key
+                net.setdefault('bf16_min_rows', 1)
     return spec
 
 

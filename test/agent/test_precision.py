@@ -51,13 +51,40 @@ def test_a_bf16_conv_net_takes_uint8_frames_forward_and_prepared():
         return build_net(spec, (4, 84, 84), 6)
     net, fp32 = conv('bf16'), conv('fp32')
     fp32.load_state_dict(net.state_dict())
-    frames = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (5, 4, 84, 84), dtype=np.uint8))
+    frames = torch.from_numpy(np.random.default_rng(0).integers(0, 255, (8, 4, 84, 84), dtype=np.uint8))
     out = net(frames)
-    assert out.shape == (5, 6) and out.dtype == torch.float32 and torch.isfinite(out).all()
+    assert out.shape == (8, 6) and out.dtype == torch.float32 and torch.isfinite(out).all()
     assert not torch.equal(out, fp32(frames))
     torch.testing.assert_close(out, fp32(frames), rtol=0.05, atol=0.05)
     # PPO's minibatches run the prepared batch (net_util.HeadedNet.forward_prepared): in bf16 too
     assert torch.equal(net.forward_prepared(net.prepare(frames)), out)
+
+
+def test_a_bf16_net_acts_on_fewer_rows_than_bf16_min_rows_in_float32():
+    """Forwards of fewer rows than bf16_min_rows (default 8) compute in float32, the very numbers
+    of the float32 net; from that many rows, and at any size with bf16_min_rows 1 (runs saved
+    before the key), in bf16. A target copy keeps the setting."""
+    torch.manual_seed(0)
+    fp32 = build_net(mlp_spec('fp32'), (8,), [3])
+    bf16 = build_net(mlp_spec('bf16'), (8,), [3])
+    every = build_net({**mlp_spec('bf16'), 'bf16_min_rows': 1}, (8,), [3])
+    for net in (bf16, every):
+        net.load_state_dict(fp32.state_dict())
+    few, many = torch.randn(7, 8), torch.randn(8, 8)
+    assert torch.equal(bf16(few), fp32(few)) and torch.equal(copy.deepcopy(bf16)(few), fp32(few))
+    assert not torch.equal(bf16(many), fp32(many)) and torch.equal(bf16(many), every(many))
+    assert not torch.equal(every(few[:1]), fp32(few[:1]))
+
+
+def test_a_bf16_net_saved_before_bf16_min_rows_resumes_with_every_forward_in_bf16():
+    from slm_lab.persistence.edits import fill_keys_added_later
+    saved = {'agent': {'algorithm': {'name': 'SAC'}, 'net': {**mlp_spec('bf16')}, 'critic_net': mlp_spec('fp32')},
+             'env': {}, 'meta': {}}
+    filled = fill_keys_added_later(saved)['agent']
+    assert filled['net']['bf16_min_rows'] == 1 and 'bf16_min_rows' not in filled['critic_net']
+    said = {'agent': {'net': {**mlp_spec('bf16'), 'bf16_min_rows': 8}}}
+    assert fill_keys_added_later(said)['agent']['net']['bf16_min_rows'] == 8
+    assert validate_spec(copy.deepcopy(PPO))['agent']['net']['bf16_min_rows'] == 8
 
 
 def test_an_unknown_precision_and_bf16_with_distributed_are_refused():
@@ -90,3 +117,24 @@ def test_td3_in_bf16_resumes_exactly_and_differs_from_fp32(tmp_path):
     (bf16_run,), (fp32_run,) = run_dirs(tmp_path / 'b', 'td3_bf16'), run_dirs(tmp_path / 'c', 'td3_fp32')
     losses = [train_csv(r, n)['loss'].dropna().tolist() for r, n in ((bf16_run, 'td3_bf16'), (fp32_run, 'td3_fp32'))]
     assert losses[1] and losses[0][:len(losses[1])] != losses[1]  # bf16 is not fp32 under another name
+
+
+@pytest.mark.slow
+def test_a_td3_bf16_run_saved_before_bf16_min_rows_resumes_acting_in_bf16(tmp_path):
+    """A bf16 run from before the key (it acted in bf16 too; here bf16_min_rows 1, then the key
+    dropped from its saved specs), resumed to 2F with the user's spec (no key), equals the run of
+    2F with every forward in bf16, and differs from a run with the new default (acting in float32)."""
+    from lab_helpers import assert_same_run, drop_saved_key, spec_file_in, train_one
+    spec = resume_spec(td3_spec)
+    spec['agent']['net'].update(precision='bf16', bf16_min_rows=1)
+    old_file = spec_file_in(tmp_path / 'old_spec', 'td3_bf16', spec)
+    old = train_one(old_file, 'td3_bf16', 'train', [], tmp_path / 'old')
+    drop_saved_key(old, 'td3_bf16', 'agent.net.bf16_min_rows')
+    end = f"env.max_frame={2 * spec['env']['max_frame']}"
+    straight = train_one(old_file, 'td3_bf16', 'train', [end], tmp_path / 'straight')
+    del spec['agent']['net']['bf16_min_rows']
+    users_file = spec_file_in(tmp_path, 'td3_bf16', spec)
+    assert train_one(users_file, 'td3_bf16', 'train@latest', [end], tmp_path / 'old') == old
+    assert_same_run(old, straight, 'td3_bf16')
+    new = train_one(users_file, 'td3_bf16', 'train', [end], tmp_path / 'new')
+    assert train_csv(new, 'td3_bf16')['loss'].tolist() != train_csv(straight, 'td3_bf16')['loss'].tolist()

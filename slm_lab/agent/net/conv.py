@@ -47,7 +47,7 @@ def _check_conv_layers(value, path):
 _IMAGE_KEYS = ('type', 'shared', 'hid_layers_activation', 'out_layer_activation', 'init_fn', 'clip_grad_val',
                'loss_spec', 'optim_spec', 'actor_optim_spec', 'critic_optim_spec', 'use_same_optim',
                'lr_scheduler_spec', 'update_type', 'update_frequency', 'polyak_coef', 'gpu', 'cuda_id',
-               'actor_init_std', 'critic_init_std', 'log_std_init', 'precision')
+               'actor_init_std', 'critic_init_std', 'log_std_init', 'precision', 'bf16_min_rows')
 CONV_SCHEMA = {
     **{k: NET_SCHEMA[k] for k in _IMAGE_KEYS},
     'type': Field((str,), doc='network class: ConvNet'),

@@ -9,7 +9,9 @@ is unchanged. bfloat16 keeps float32's range with 8 bits of mantissa: values are
 3 significant digits inside the net, so a run differs from its float32 twin from the first step,
 and learns as well or not (docs/BENCHMARKS.md measures it); resumes are exact (autocast is
 deterministic). The precision is a spec key, read when the nets are built: a run and its resume
-compute in one precision from the first step to the last.
+compute in one precision from the first step to the last. Forwards over fewer rows than
+net.bf16_min_rows (acting in a few envs) stay in float32, where bf16's fixed cost per product
+outweighs its gain.
 """
 from __future__ import annotations
 
@@ -48,8 +50,17 @@ def _to_fp32(out):
 _RUNS = ('forward', 'forward_prepared')
 
 
+# a forward over fewer rows than this runs in float32 (net.bf16_min_rows): on this project's CPU a
+# bf16 product costs 30-70 us whatever its size, so acting on a few envs is slower in bf16 (the
+# Nature CNN at batch 1: 1.37 against 0.82 ms; bf16 pays from 8 rows), docs/BENCHMARKS.md
+BF16_MIN_ROWS = 8
+
+
 def _in_bf16(method):
     def run(self, *args, **kwargs):
+        x = args[0] if args else None
+        if isinstance(x, torch.Tensor) and x.dim() and x.shape[0] < self.bf16_min_rows:
+            return method(self, *args, **kwargs)
         device = next(self.parameters()).device.type
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
             out = method(self, *args, **kwargs)
@@ -67,11 +78,15 @@ def _bf16_class(cls: type) -> type:
     return type(f'{cls.__name__}BF16', (cls,), {**methods, '__module__': cls.__module__})
 
 
-def use_precision(net: nn.Module, precision: str, path: str = 'agent.net.precision') -> nn.Module:
+def use_precision(net: nn.Module, precision: str, path: str = 'agent.net.precision',
+                  min_rows: int = BF16_MIN_ROWS) -> nn.Module:
     """Make `net` compute its forward in `precision` ('fp32': unchanged; 'bf16': under autocast, see
-    the module docstring). Call before the net is copied (target nets keep the class). Returns it."""
+    the module docstring), forwards over fewer than `min_rows` rows (the batch's first axis) in
+    float32 (net.bf16_min_rows; 1: every forward in bf16, as runs saved before the key). Call
+    before the net is copied (target nets keep the class and the setting). Returns it."""
     if precision == 'fp32':
         return net
+    net.bf16_min_rows = int(min_rows)
     if not cpu_has_bf16() and not torch.cuda.is_available():
         lab_logger.warn_once('slm_lab.agent', f'{path}: "bf16" on a CPU without bfloat16 instructions (AVX512-BF16 '
                              'or AMX): torch emulates them, which is slower than "fp32"')

@@ -28,6 +28,25 @@ def search_lines(stderr: str) -> list[str]:
     return [m.group(1) for m in map(LINE.match, stderr.splitlines()) if m]
 
 
+def test_a_continued_trials_history_prints_no_summaries_and_counts_toward_the_next(caplog):
+    """A trial continued by search@/benchmark@ first replays its rows from before the command
+    (HISTORY): they update its frame and best value without a summary line each (a resumed
+    benchmark printed one per 500 frames of its past at once); its new rows print as before."""
+    from slm_lab.experiment.search.study import HISTORY, METRIC, TIME_ATTR
+    from slm_lab.experiment.search.watch import SearchWatch
+    watch = SearchWatch(total=4, max_frame=10_000, log_frequency=500, label='benchmark')
+    config = {'trial': 0, 'values': {}, 'replay': False}
+    with caplog.at_level('INFO', logger='slm_lab.search'):
+        watch.started(config)
+        for frame in range(500, 5001, 500):
+            watch.reported(config, {TIME_ATTR: frame, METRIC: frame / 100, HISTORY: True})
+        assert [r.message for r in caplog.records if 'trials ended' in r.message] == []
+        watch.reported(config, {TIME_ATTR: 5500, METRIC: 55.0})
+    summaries = [r.message for r in caplog.records if 'trials ended' in r.message]
+    assert summaries == ['benchmark: 0/4 trials ended, 1 running (t0 frame 5500) | best: trial 0 '
+                         'total_reward_ma 55.00 at frame 5500']
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_search_prints_a_line_per_trial_start_and_end_and_summaries(tmp_path):

@@ -10,6 +10,9 @@ from slm_lab.experiment.search.space import Param
 from slm_lab.persistence.run_dir import RunDir
 
 METRIC, TIME_ATTR = 'total_reward_ma', 'frame'
+# set on a report a continued trial replays from its records (the rows before this command): the
+# console's summary lines are about the training under way, not the history
+HISTORY = 'history'
 STUDY = 'search'
 
 

@@ -14,7 +14,7 @@ from slm_lab.lib.errors import LabError
 from slm_lab.lib.io import atomic_write_text
 from slm_lab.experiment.search.processes import start_trial_process, stop_process
 from slm_lab.experiment.search.specs import total_trials, write_trial_specs
-from slm_lab.experiment.search.study import (METRIC, TIME_ATTR, draw, mtime_of, open_study, trial_finished,
+from slm_lab.experiment.search.study import (HISTORY, METRIC, TIME_ATTR, draw, mtime_of, open_study, trial_finished,
                                              trial_reports, values_of)
 from slm_lab.persistence.run_dir import RunDir
 
@@ -129,7 +129,8 @@ def make_trainable():
             self.index = config['trial']
             self.max_session = config.get('max_session', max_session)
             self.max_frame = config.get('max_frame', max_frame)
-            self.reports = trial_reports(self.run_dir, self.index, self.max_session)  # replayed first
+            # replayed first, marked as the trial's history
+            self.reports = [{**r, HISTORY: True} for r in trial_reports(self.run_dir, self.index, self.max_session)]
             if config.get('until') is not None:  # where a trial stopped early ended
                 self.reports = [r for r in self.reports if r[TIME_ATTR] <= config['until']]
             self.reported = 0

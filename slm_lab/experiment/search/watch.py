@@ -1,12 +1,13 @@
 """A search you can watch: the console lines of the search's driver, from Ray Tune's callbacks
 (which run in the driver process). One line when a trial starts (the values it drew), one when
 it ends (its status, frame and total_reward_ma), and a summary line every log interval: each
-time the trials together have logged another meta.log_frequency frames per running trial."""
+time the trials together have logged another meta.log_frequency frames per running trial (a
+continued trial's rows from before the command count, without lines of their own)."""
 from __future__ import annotations
 
 import math
 
-from slm_lab.experiment.search.study import METRIC, TIME_ATTR
+from slm_lab.experiment.search.study import HISTORY, METRIC, TIME_ATTR
 from slm_lab.lib import logger as lab_logger
 
 logger = lab_logger.get_logger('slm_lab.search')
@@ -54,7 +55,7 @@ class SearchWatch:
         if TIME_ATTR not in result or index in self.quiet:
             return
         self.last[index] = {TIME_ATTR: int(result[TIME_ATTR]), METRIC: result.get(METRIC)}
-        if config.get('replay'):
+        if config.get('replay') or result.get(HISTORY):  # rows from before this command: no summaries
             return
         done = sum(r[TIME_ATTR] for r in self.last.values())
         if done >= self.next_summary:

@@ -142,6 +142,20 @@ def overlap(sb3: dict, lab: dict) -> str:
     return 'overlap'
 
 
+def short_runs(rows, runs: list[dict], cap: int | None) -> str | None:
+    """Words for the stored runs of a row that trained fewer frames than the row's budget (capped
+    at `cap`, the file's --max-frame): runs of another budget (the suite's row changed since);
+    None when there are none."""
+    for row in rows:
+        frames = min(row.max_frame, cap) if cap else row.max_frame
+        short = sorted(r['seed'] for r in runs
+                       if r['row'] == row.id and r.get('frames') is not None and r['frames'] < frames)
+        if short:
+            return (f'holds SB3 runs of row {row.id} (seeds {", ".join(map(str, short))}) shorter than its '
+                    f'{frames:,} frames')
+    return None
+
+
 def compare(rows, runs: list[dict], lab: dict[str, list[float]], seeds: int | None = None) -> list[dict]:
     """Per row, SB3's seeds 0..N-1 (N: `seeds`, else the row's) against the lab's finished seeds."""
     out = []
@@ -206,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.lab:
+        if short := short_runs(rows, data['runs'], (data.get('meta') or {}).get('max_frame_cap')):
+            print(f'error: {out} {short}: they cannot stand for the row', file=sys.stderr)
+            return 2
         table = compare(rows, data['runs'], lab_scores(Path(args.lab)), args.seeds)
         print(f'# {suite.name}: score {SCORE} (mean of the last 100 training episodes), mean [95% bootstrap interval]')
         if (data.get('meta') or {}).get('max_frame_cap'):
@@ -222,14 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         held, give = (f'--max-frame {cap}', f'--max-frame {cap}') if cap else ("the rows' budgets", 'no --max-frame')
         print(f'error: {out} holds runs of {held}: give {give}, or another --out', file=sys.stderr)
         return 2
-    done = {(r['row'], r['seed']): r.get('frames') for r in data['runs']}
-    for row in rows:
-        frames = min(row.max_frame, args.max_frame) if args.max_frame else row.max_frame
-        short = sorted(seed for (row_id, seed), n in done.items() if row_id == row.id and n is not None and n < frames)
-        if short:  # a run of another budget (the suite's row changed since): it cannot stand for this one
-            print(f'error: {out} holds SB3 runs of row {row.id} (seeds {", ".join(map(str, short))}) shorter than '
-                  f"its {frames:,} frames: give another --out", file=sys.stderr)
-            return 2
+    if short := short_runs(rows, data['runs'], cap):
+        print(f'error: {out} {short}: give another --out', file=sys.stderr)
+        return 2
+    done = {(r['row'], r['seed']) for r in data['runs']}
     import importlib.util
     if importlib.util.find_spec('stable_baselines3') is None:
         print(f'error: {SB3_MISSING}', file=sys.stderr)

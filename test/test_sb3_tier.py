@@ -95,6 +95,9 @@ def test_what_the_sb3_side_cannot_stand_for_is_refused_in_one_line(tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and 'seeds 0, 1' in err and 'shorter than its 1,000 frames' in err
     assert out.read_text() == before
+    assert tier.main([suite, '--out', str(out), '--lab', str(tmp_path)]) == 2  # nor compared
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'shorter than its 1,000 frames' in err
     full = [{'row': 'sac_hop', 'seed': s, 'frames': 1000, 'score': float(s)} for s in range(4)]
     out.write_text(json.dumps({'meta': {'suite_name': 'tiny'}, 'runs': full}))
     lab = tmp_path / 'run' / 'benchmark'

@@ -9,7 +9,7 @@ import torch
 
 from slm_lab.agent.algorithm import ALGORITHMS
 from slm_lab.agent.memory import MEMORIES
-from slm_lab.agent.net import recurrent
+from slm_lab.agent.net import precision, recurrent
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.resources import replay_in_snapshots
 
@@ -48,6 +48,9 @@ class Agent:
             self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
                                       self.memory, seed=[seed, 2],
                                       persist_replay=replay_in_snapshots(spec['meta']))
+        # whether some net computes in bf16 and acts on few rows in float32 (net.bf16_min_rows)
+        self.acts_apart = any(getattr(m, 'bf16_min_rows', 1) > 1
+                              for net in self.algorithm.nets().values() for m in net.modules())
         if layout:
             self.seq_nets = _recurrent_nets(self.algorithm, layout)
             self.seq = recurrent.SeqContext(layout, self.seq_nets, num_envs, self.algorithm.device)
@@ -55,6 +58,11 @@ class Agent:
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Training actions for a batch of observations."""
+        if self.acts_apart:  # a bf16 net acts on few rows in float32 (net.bf16_min_rows)
+            return precision.while_acting(self._act, obs)
+        return self._act(obs)
+
+    def _act(self, obs: np.ndarray) -> np.ndarray:
         if self.seq is None:
             return self.algorithm.act(obs)
         self._context = self.seq.observe(obs)
@@ -70,6 +78,11 @@ class Agent:
     def act_greedy(self, obs: np.ndarray) -> np.ndarray:
         """Greedy actions (eval, replay); a recurrent agent carries its hidden state from the
         last start_greedy_episode()."""
+        if self.acts_apart:
+            return precision.while_acting(self._act_greedy, obs)
+        return self._act_greedy(obs)
+
+    def _act_greedy(self, obs: np.ndarray) -> np.ndarray:
         if self.seq is None:
             return self.algorithm.act_greedy(obs)
         if self.greedy_seq is None or self.greedy_seq.num_envs != len(obs):

@@ -23,6 +23,7 @@ from slm_lab.env import Clock, agent_action_space, make_single_env
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import LabError, ResumeError, SpecError
 from slm_lab.lib.io import read_json
+from slm_lab.persistence.edits import fill_keys_added_later
 from slm_lab.persistence.model_file import DamagedModelFile, load_model_file
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import list_snapshots
@@ -58,13 +59,15 @@ def parse_session_spec_path(path: str) -> tuple[Path, str, int, int]:
 
 
 def read_session_spec(path: str, spec_name: str) -> dict:
-    """The session spec at `path`, validated; a SpecError naming the file otherwise."""
+    """The session spec at `path`, with the keys a newer lab added filled as the run computed
+    (edits.fill_keys_added_later: a bf16 net saved before bf16_min_rows acts in bf16, ...),
+    validated; a SpecError naming the file otherwise."""
     try:
         raw = read_json(path)
     except (OSError, ValueError) as e:
         raise SpecError(f'{path}: cannot be read as JSON ({e})') from None
     try:
-        return validate_spec(raw, spec_name)
+        return validate_spec(fill_keys_added_later(raw) if isinstance(raw, dict) else raw, spec_name)
     except SpecError as e:
         raise SpecError(f'{path}: {e}') from None
 

@@ -13,6 +13,7 @@ from test_td3 import td3_spec
 
 from slm_lab import lab
 from slm_lab.agent.net import build_net
+from slm_lab.agent.net.precision import while_acting
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -61,19 +62,23 @@ def test_a_bf16_conv_net_takes_uint8_frames_forward_and_prepared():
 
 
 def test_a_bf16_net_acts_on_fewer_rows_than_bf16_min_rows_in_float32():
-    """Forwards of fewer rows than bf16_min_rows (default 8) compute in float32, the very numbers
-    of the float32 net; from that many rows, and at any size with bf16_min_rows 1 (runs saved
-    before the key), in bf16. A target copy keeps the setting."""
+    """Acting (precision.while_acting, as Agent.act does) over fewer rows than bf16_min_rows
+    computes in float32, the very numbers of the float32 net; acting on that many rows, and every
+    training forward whatever its rows (an update's old policy and its minibatches in one
+    precision), in bf16; a spec without the key (written before it) acts in bf16 too. A target
+    copy keeps the setting."""
     torch.manual_seed(0)
     fp32 = build_net(mlp_spec('fp32'), (8,), [3])
-    bf16 = build_net(mlp_spec('bf16'), (8,), [3])
-    every = build_net({**mlp_spec('bf16'), 'bf16_min_rows': 1}, (8,), [3])
-    for net in (bf16, every):
+    bf16 = build_net({**mlp_spec('bf16'), 'bf16_min_rows': 8}, (8,), [3])
+    before_key = build_net(mlp_spec('bf16'), (8,), [3])
+    for net in (bf16, before_key):
         net.load_state_dict(fp32.state_dict())
     few, many = torch.randn(7, 8), torch.randn(8, 8)
-    assert torch.equal(bf16(few), fp32(few)) and torch.equal(copy.deepcopy(bf16)(few), fp32(few))
-    assert not torch.equal(bf16(many), fp32(many)) and torch.equal(bf16(many), every(many))
-    assert not torch.equal(every(few[:1]), fp32(few[:1]))
+    assert torch.equal(while_acting(bf16, few), fp32(few))
+    assert torch.equal(while_acting(copy.deepcopy(bf16), few), fp32(few))
+    assert not torch.equal(while_acting(bf16, many), fp32(many))
+    assert not torch.equal(bf16(few), fp32(few)) and torch.equal(bf16(few), before_key(few))  # training: bf16
+    assert torch.equal(while_acting(before_key, few), bf16(few))
 
 
 def test_a_bf16_net_saved_before_bf16_min_rows_resumes_with_every_forward_in_bf16():
@@ -85,6 +90,22 @@ def test_a_bf16_net_saved_before_bf16_min_rows_resumes_with_every_forward_in_bf1
     said = {'agent': {'net': {**mlp_spec('bf16'), 'bf16_min_rows': 8}}}
     assert fill_keys_added_later(said)['agent']['net']['bf16_min_rows'] == 8
     assert validate_spec(copy.deepcopy(PPO))['agent']['net']['bf16_min_rows'] == 8
+
+
+def test_enjoy_reads_a_bf16_run_saved_before_bf16_min_rows_as_it_acted(tmp_path):
+    """enjoy@ replays a run as it computed: its saved session spec filled with the keys added
+    since (here bf16_min_rows 1, acting in bf16) before validation gives them today's defaults."""
+    import json
+
+    from slm_lab.experiment.enjoy import read_session_spec
+    spec = copy.deepcopy(PPO)
+    spec['agent']['net']['precision'] = 'bf16'
+    saved = validate_spec(spec)
+    assert saved['agent']['net']['bf16_min_rows'] == 8
+    del saved['agent']['net']['bf16_min_rows']
+    path = tmp_path / 'ppo_t0_s0_spec.json'
+    path.write_text(json.dumps(saved))
+    assert read_session_spec(str(path), 'ppo')['agent']['net']['bf16_min_rows'] == 1
 
 
 def test_an_unknown_precision_and_bf16_with_distributed_are_refused():

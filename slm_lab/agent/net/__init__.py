@@ -20,7 +20,7 @@ from slm_lab.agent.net.conv import ConvNet, DuelingConvNet
 from slm_lab.agent.net.dueling import DuelingMLPNet
 from slm_lab.agent.net.mlp import MLPNet
 from slm_lab.agent.net.onednn_linear import use_linear_kernel
-from slm_lab.agent.net.precision import BF16_MIN_ROWS, use_precision
+from slm_lab.agent.net.precision import use_precision
 from slm_lab.agent.net.recurrent import RecurrentNet
 from slm_lab.agent.net.torcharc_net import TorchArcNet
 from slm_lab.lib.errors import SpecError
@@ -48,7 +48,8 @@ def build_net(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | lis
     (precision.py)."""
     net = use_linear_kernel(_build(net_spec, in_dim, out_dims, out_gains, extra_dim),
                             net_spec.get('linear_kernel', 'default'))
-    return use_precision(net, net_spec.get('precision', 'fp32'), min_rows=net_spec.get('bf16_min_rows', BF16_MIN_ROWS))
+    # a spec without bf16_min_rows was written before the key (a validated spec holds it): it acted in bf16
+    return use_precision(net, net_spec.get('precision', 'fp32'), min_rows=net_spec.get('bf16_min_rows', 1))
 
 
 def _build(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | list[int],

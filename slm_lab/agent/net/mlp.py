@@ -75,10 +75,11 @@ NET_SCHEMA = {
                            'on the CPU (fast with AVX512-BF16 or AMX) and on CUDA; a seeded run gives other numbers '
                            'than in "fp32" (docs/BENCHMARKS.md measures speed and learning)'),
     'bf16_min_rows': Field((int,), BF16_MIN_ROWS, min=1,
-                           doc='with precision "bf16": forwards over fewer rows than this (acting in a few envs) run '
-                               'in float32, where a bf16 product\'s fixed cost outweighs its gain (the Nature CNN at '
-                               'batch 1: 1.7x slower in bf16 on an AMX CPU, faster from 8 rows; docs/BENCHMARKS.md); 1 '
-                               'runs every forward in bf16, as runs saved before this key'),
+                           doc='with precision "bf16": acting (choosing actions) over fewer rows than this, in a '
+                               'few envs, runs in float32, where a bf16 product\'s fixed cost outweighs its gain (the '
+                               'Nature CNN at batch 1: 1.7x slower in bf16 on an AMX CPU, faster from 8 rows; '
+                               'docs/BENCHMARKS.md); training forwards stay in bf16; 1 acts in bf16 too, as runs '
+                               'saved before this key'),
     'batch_norm': Field((bool,), False, doc='(SLM-Lab v5) BatchNorm1d after each hidden linear layer, before its '
                                             'activation (instead of layer_norm when both are set, as in SLM-Lab); '
                                             'a batch of one (acting in one env) uses the running statistics'),

@@ -9,9 +9,9 @@ is unchanged. bfloat16 keeps float32's range with 8 bits of mantissa: values are
 3 significant digits inside the net, so a run differs from its float32 twin from the first step,
 and learns as well or not (docs/BENCHMARKS.md measures it); resumes are exact (autocast is
 deterministic). The precision is a spec key, read when the nets are built: a run and its resume
-compute in one precision from the first step to the last. Forwards over fewer rows than
-net.bf16_min_rows (acting in a few envs) stay in float32, where bf16's fixed cost per product
-outweighs its gain.
+compute in one precision from the first step to the last. Acting over fewer rows than
+net.bf16_min_rows (in a few envs) runs in float32, where bf16's fixed cost per product outweighs
+its gain; every training forward is in bf16.
 """
 from __future__ import annotations
 
@@ -50,16 +50,29 @@ def _to_fp32(out):
 _RUNS = ('forward', 'forward_prepared')
 
 
-# a forward over fewer rows than this runs in float32 (net.bf16_min_rows): on this project's CPU a
-# bf16 product costs 30-70 us whatever its size, so acting on a few envs is slower in bf16 (the
-# Nature CNN at batch 1: 1.37 against 0.82 ms; bf16 pays from 8 rows), docs/BENCHMARKS.md
+# acting (choosing actions) over fewer rows than this runs in float32 (net.bf16_min_rows): on this
+# project's CPU a bf16 product costs 30-70 us whatever its size, so acting in a few envs is slower
+# in bf16 (the Nature CNN at batch 1: 1.37 against 0.82 ms; bf16 pays from 8 rows),
+# docs/BENCHMARKS.md. Training forwards stay in bf16 whatever their size: an update's old policy,
+# its values and its minibatches are computed in one precision.
 BF16_MIN_ROWS = 8
+_ACTING = [False]  # set while the agent acts (while_acting)
+
+
+def while_acting(fn, *args):
+    """fn(*args) with the agent acting: a bf16 net's forwards over fewer than its bf16_min_rows rows
+    run in float32 meanwhile."""
+    _ACTING[0] = True
+    try:
+        return fn(*args)
+    finally:
+        _ACTING[0] = False
 
 
 def _in_bf16(method):
     def run(self, *args, **kwargs):
         x = args[0] if args else None
-        if isinstance(x, torch.Tensor) and x.dim() and x.shape[0] < self.bf16_min_rows:
+        if _ACTING[0] and isinstance(x, torch.Tensor) and x.dim() and x.shape[0] < self.bf16_min_rows:
             return method(self, *args, **kwargs)
         device = next(self.parameters()).device.type
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
@@ -81,8 +94,9 @@ def _bf16_class(cls: type) -> type:
 def use_precision(net: nn.Module, precision: str, path: str = 'agent.net.precision',
                   min_rows: int = BF16_MIN_ROWS) -> nn.Module:
     """Make `net` compute its forward in `precision` ('fp32': unchanged; 'bf16': under autocast, see
-    the module docstring), forwards over fewer than `min_rows` rows (the batch's first axis) in
-    float32 (net.bf16_min_rows; 1: every forward in bf16, as runs saved before the key). Call
+    the module docstring), acting (while_acting) over fewer than `min_rows` rows (the batch's
+    first axis) in float32 (net.bf16_min_rows; 1: every forward in bf16, as runs saved before the
+    key). Call
     before the net is copied (target nets keep the class and the setting). Returns it."""
     if precision == 'fp32':
         return net

@@ -320,6 +320,11 @@ def test_a_conv_net_saved_before_memory_format_resumes_contiguous():
     assert 'memory_format' not in filled['agent']['critic_net']
     said = {'agent': {'net': {'type': 'ConvNet', 'conv_hid_layers': NATURE_CONV, 'memory_format': 'channels_last'}}}
     assert fill_keys_added_later(said)['agent']['net']['memory_format'] == 'channels_last'
+    # a spec read as written (an old search's trial spec, which its trials do not fill) builds NCHW,
+    # as it ran; a validated spec holds the key (channels_last for a new run)
+    old = {k: v for k, v in net_spec(conv_hid_layers=[[4, 4, 2, 0, 1]], fc_hid_layers=[8]).items()
+           if k != 'memory_format'}
+    assert not build_net(old, (4, 20, 20), 3).channels_last
 
 
 @pytest.mark.slow

@@ -126,8 +126,10 @@ class ConvNet(net_util.HeadedNet):
                                 f'{self.in_shape} ({str(e).splitlines()[0]}); use smaller kernels or strides') from None
         self.conv.train()
         # channels_last: the conv weights in NHWC order here, the images in prepare; the flattened
-        # features keep NCHW's order (flatten copies), so the dense layers and checkpoints are the same
-        self.channels_last = net_spec.get('memory_format', 'channels_last') == 'channels_last'
+        # features keep NCHW's order (flatten copies), so the dense layers and checkpoints are the same.
+        # A spec without the key was written before it (a validated one holds it): NCHW, as it ran
+        # (an old search's trial specs, which its trials read as written)
+        self.channels_last = net_spec.get('memory_format', 'contiguous') == 'channels_last'
         if self.channels_last:
             self.conv.to(memory_format=torch.channels_last)
         self.extra_dim = extra_dim

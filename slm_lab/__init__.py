@@ -19,3 +19,10 @@ def benchmark(suite_file, mode='benchmark', rows=None, seeds=None, data_dir='dat
     The full description: slm_lab.api.benchmark."""
     from slm_lab import api  # noqa: PLC0415 kept out of `import slm_lab`, which must stay cheap
     return api.benchmark(suite_file, mode, rows, seeds, data_dir, **options)
+
+
+def publish(benchmarks, to, data_dir='data'):
+    """Publish benchmark directories' finished row-seeds into a folder of small files; returns
+    PublishResult(report, files, left_out). The full description: slm_lab.api.publish."""
+    from slm_lab import api  # noqa: PLC0415 kept out of `import slm_lab`, which must stay cheap
+    return api.publish(benchmarks, to, data_dir)

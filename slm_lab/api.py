@@ -200,14 +200,14 @@ class BenchmarkResult:
     files: the report's files: report.md, report.csv, scores.csv and the rows' graphs.
     """
 
-    run_dir: Path
+    run_dir: Path | None
     report: str
     files: list
 
 
 def benchmark(suite_file: str | os.PathLike, mode: str = 'benchmark', rows: list[str] | None = None,
               seeds: int | None = None, data_dir: str = 'data', *, ray_address: str | None = None,
-              graphs: bool = True) -> BenchmarkResult:
+              graphs: bool = True, missing_from: str | os.PathLike | None = None) -> BenchmarkResult:
     """Run a suite file as `slm-lab benchmark SUITE_FILE [MODE] --rows ... --seeds N` does.
 
     mode: benchmark (a new one), benchmark@latest (continue the newest of this suite in data_dir)
@@ -216,14 +216,44 @@ def benchmark(suite_file: str | os.PathLike, mode: str = 'benchmark', rows: list
         each row's. Both for a new benchmark only.
     ray_address: a Ray cluster's HOST:PORT (default RAY_ADDRESS, else a local Ray).
     graphs: draw each row's learning-curve graph (HTML).
+    missing_from: a folder of published results (slm_lab.publish): only the row-seeds not in it
+        run; when none is missing, nothing runs and run_dir is None.
 
     Raises SuiteError (a LabError) for a suite that cannot run, before anything is written;
     Preempted when a signal stopped it (its running trials saved snapshots: continue with
     benchmark@latest); a LabError naming the row-seeds that failed, after the report is written."""
     if isinstance(rows, str):  # 'a,b' as --rows takes it
         rows = [r.strip() for r in rows.split(',') if r.strip()]
-    check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
+    check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds, missing_from=missing_from)
     from slm_lab import benchmark_mode  # noqa: PLC0415 the lab's modules: imported at the first run (import slm_lab stays cheap)
     done = benchmark_mode.benchmark(os.fspath(suite_file), mode, rows, seeds, data_dir=data_dir,
-                                    ray_address=ray_address, graphs=graphs)
-    return BenchmarkResult(run_dir=Path(done['run_dir']), report=done['report'], files=done['files'])
+                                    ray_address=ray_address, graphs=graphs,
+                                    missing_from=None if missing_from is None else os.fspath(missing_from))
+    return BenchmarkResult(run_dir=None if done['run_dir'] is None else Path(done['run_dir']), report=done['report'],
+                           files=done['files'])
+
+
+@dataclass
+class PublishResult:
+    """What `slm_lab.publish` returns.
+
+    report: the report over every published seed, in Markdown (as FOLDER/report.md holds it).
+    files: the files written.
+    left_out: row-seeds not published, each with why (published before from another benchmark).
+    """
+
+    report: str
+    files: list
+    left_out: list
+
+
+def publish(benchmarks, to: str | os.PathLike, data_dir: str = 'data') -> PublishResult:
+    """Publish the finished row-seeds of benchmark directories into a folder of small files, as
+    `slm-lab publish BENCHMARK_DIR ... --to FOLDER` does (slm_lab/experiment/benchmark/publish.py):
+    each seed's score, source and learning curve, and the report over every published seed.
+    benchmarks: one directory or a list; data_dir: where random baselines are cached."""
+    if isinstance(benchmarks, (str, os.PathLike)):
+        benchmarks = [benchmarks]
+    from slm_lab.experiment.benchmark.publish import publish as publish_seeds  # noqa: PLC0415 kept out of import slm_lab
+    text, files, notes = publish_seeds([os.fspath(b) for b in benchmarks], os.fspath(to), data_dir)
+    return PublishResult(report=text, files=files, left_out=notes)

@@ -9,6 +9,7 @@ import os
 
 from slm_lab.experiment.benchmark import SuiteError, read_suite, select
 from slm_lab.experiment.benchmark import report as bench_report
+from slm_lab.experiment.benchmark.publish import published_pairs
 from slm_lab.experiment.benchmark import run as bench_run
 from slm_lab.experiment.search import specs as search_specs
 from slm_lab.lab import DATA_DIR, check_data_dir, logger
@@ -22,13 +23,13 @@ from slm_lab.spec import load_spec
 
 def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None = None, seeds: int | None = None,
               data_dir: str = DATA_DIR, ray_address: str | None = None, on_run_dir=None,
-              graphs: bool = True) -> dict:
+              graphs: bool = True, missing_from: str | None = None) -> dict:
     """benchmark / benchmark@latest / benchmark@<dir>: every row x seed of a suite file as a trial
     on Ray Tune (slm_lab.experiment.benchmark), then its report. A new benchmark checks every row
     (its spec loaded at its budget and preflighted) before its directory is made; a continued one
     runs the row-seeds not finished, each from its newest snapshot. Returns {'run_dir', 'report'
     (the Markdown), 'files'}; LabError naming the row-seeds that failed, after the report."""
-    check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds)
+    check_run_options(mode, ray_address=ray_address, rows=rows, seeds=seeds, missing_from=missing_from)
     if not is_benchmark_mode(mode):
         raise ModeError(f"unknown mode '{mode}' for a suite file; use benchmark, benchmark@latest or "
                         'benchmark@<benchmark dir>')
@@ -42,7 +43,14 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
     lab_logger.setup_console(logging.INFO)
     if mode == 'benchmark':
         suite = select(suite, rows, seeds)
-        plan = bench_run.plan_trials(suite)
+        skip = set()
+        if missing_from is not None:
+            skip = published_pairs(missing_from, suite)
+        plan = bench_run.plan_trials(suite, skip)
+        if not plan:
+            print(f'every row-seed of the suite{" (these rows)" if rows else ""} is published in {missing_from}: '
+                  'nothing to run', flush=True)
+            return {'run_dir': None, 'report': '', 'files': []}
         ts = new_experiment_ts(data_dir, suite.name)
         specs, labelled = {}, []
         for row in suite.rows:
@@ -65,7 +73,8 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
                 spec['meta']['experiment_ts'] = stamp['meta']['experiment_ts']
             bench_run.write_benchmark(staging, suite, plan, specs)
         lock, run_dir = create_run_dir(RunDir.for_spec(data_dir, suite.name, ts), None, write=write, spec=stamp)
-        logger.info(f'run directory {run_dir.root}: benchmark of {len(suite.rows)} row(s), {len(plan)} row-seed(s)')
+        logger.info(f'run directory {run_dir.root}: benchmark of {len(suite.rows)} row(s), {len(plan)} row-seed(s)'
+                    + (f' ({len(skip)} published in {missing_from} left out)' if skip else ''))
     else:
         target = mode[len('benchmark@'):]
         run_dir = bench_run.resolve_benchmark(target, suite.name, data_dir)

@@ -51,7 +51,8 @@ modes:
 SUITE_FILE benchmark [--rows ID,...] [--seeds N] [--ray-address HOST:PORT]
                     every row x seed of a suite file as a trial on Ray Tune, then a report
                     (mean, 95% interval, verdict against published references, curves);
-                    writes data/{suite}_{timestamp}/ (docs/benchmark.md)
+                    writes data/{suite}_{timestamp}/ (docs/benchmark.md); --missing-from FOLDER:
+                    only the row-seeds not yet published there (slm-lab publish)
 SUITE_FILE benchmark@latest | benchmark@<dir>
                     continue a stopped benchmark: finished row-seeds are kept, the others
                     continue from their snapshots; a finished one writes its report again
@@ -95,11 +96,13 @@ where each published reference lies against it, a learning-curve graph, and the 
 mean over rows. The same as python run_lab.py SUITE_FILE MODE (docs/benchmark.md).
 
 usage: slm-lab benchmark SUITE_FILE [benchmark | benchmark@latest | benchmark@<dir>] [--rows ID,...]
-                         [--seeds N] [--ray-address HOST:PORT]
+                         [--seeds N] [--missing-from FOLDER] [--ray-address HOST:PORT]
 
 examples:
   slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json --rows ppo_acrobot,sac_pendulum --seeds 4
   slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json benchmark@latest      (after a stop)
+  slm-lab benchmark spec/benchmark/suites/slm_lab_v5_cpu.json --missing-from docs/benchmarks/slm_lab_v5_cpu
+                    (the row-seeds not published yet; then slm-lab publish data/... --to the same folder)
 
 {EXIT_HELP}"""
 
@@ -153,6 +156,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     bench.add_argument('--rows', metavar='ID[,ID...]',
                        help="run these rows of the suite only (row ids, or env / algorithm labels)")
     bench.add_argument('--seeds', type=int, metavar='N', help="seeds per row (default: each row's, 4 unless it says)")
+    bench.add_argument('--missing-from', metavar='FOLDER',
+                       help='run only the row-seeds not published in FOLDER yet (slm-lab publish --to FOLDER)')
     # enjoy@'s options default to None so that giving one to another mode can be refused
     enjoy = parser.add_argument_group('enjoy@ (replay)')
     enjoy.add_argument('--episodes', type=int, help=f'episodes to play (default {ENJOY_DEFAULTS["episodes"]})')
@@ -173,7 +178,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
         try:
             check_run_options(args.mode, force=args.force, fork=args.fork, frame=args.frame,
                               warm_start=args.warm_start, ray_address=args.ray_address, keep=args.keep,
-                              run_dir=args.run_dir, rows=rows, seeds=args.seeds, ckpt=args.ckpt)
+                              run_dir=args.run_dir, rows=rows, seeds=args.seeds, ckpt=args.ckpt,
+                              missing_from=args.missing_from)
         except ModeError as e:
             parser.error(str(e))
         if not is_benchmark_mode(args.mode):
@@ -213,7 +219,8 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     try:  # the rules between options, shared with the Python API (slm_lab/options.py)
         check_run_options(args.mode, force=args.force, fork=args.fork, frame=args.frame, warm_start=args.warm_start,
                           ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir,
-                          rows=None if args.rows is None else [args.rows], seeds=args.seeds)
+                          rows=None if args.rows is None else [args.rows], seeds=args.seeds,
+                          missing_from=args.missing_from)
     except ModeError as e:
         parser.error(str(e))
     if not args.mode.startswith('enjoy@'):
@@ -271,7 +278,8 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
                 enjoy(args.mode[len('enjoy@'):], args.episodes, args.ckpt, args.render, args.record)
             elif is_benchmark_mode(args.mode):
                 from slm_lab import benchmark_mode  # noqa: PLC0415 imports lab: only once the arguments are valid
-                benchmark_mode.benchmark(args.spec_file, args.mode, args.rows, args.seeds, ray_address=args.ray_address)
+                benchmark_mode.benchmark(args.spec_file, args.mode, args.rows, args.seeds, ray_address=args.ray_address,
+                                         missing_from=args.missing_from)
             elif args.fork is not None or args.warm_start is not None:
                 from slm_lab import branch  # noqa: PLC0415 imports lab (gymnasium): only once the arguments are valid
                 branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
@@ -327,6 +335,9 @@ commands:
   benchmark SUITE_FILE [benchmark@latest | benchmark@<dir>] [--rows ID,...] [--seeds N]
                     every row x seed of a suite file on Ray Tune, then its report against
                     published references (slm-lab benchmark --help; docs/benchmark.md)
+  publish BENCHMARK_DIR [...] --to FOLDER
+                    put a benchmark's finished row-seeds (scores, curves) into a folder of
+                    small files with the report over all of them (slm-lab publish --help)
 
 {MODES_HELP}
 examples:
@@ -358,7 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     if command == 'report':
         from slm_lab.experiment.report import report_main  # noqa: PLC0415 numpy: only a report needs it
         return report_main(rest)
-    print(f"error: unknown command {command!r}; the commands are run, plot, report and benchmark (see slm-lab --help)",
+    if command == 'publish':
+        from slm_lab.experiment.benchmark.publish import publish_main  # noqa: PLC0415 numpy: only a publish needs it
+        return publish_main(rest)
+    print(f"error: unknown command {command!r}; the commands are run, plot, report, benchmark and publish (see "
+          "slm-lab --help)",
           file=sys.stderr)
     return 2
 

@@ -26,7 +26,8 @@ def is_benchmark_mode(mode: Any) -> bool:
 
 def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame: Any = None,
                       warm_start: Any = None, ckpt: Any = None, ray_address: Any = None, keep: Any = None,
-                      run_dir: Any = None, rows: Any = None, seeds: Any = None) -> None:
+                      run_dir: Any = None, rows: Any = None, seeds: Any = None,
+                      missing_from: Any = None) -> None:
     """ModeError naming the first option that is of the wrong type, or that does not go with the
     mode or the other options; the message is the command line's (its options' spelling)."""
     if not isinstance(mode, str):
@@ -41,6 +42,9 @@ def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame:
     for option, value in (('--fork', fork), ('--warm-start', warm_start), ('--run-dir', run_dir)):
         if value is not None and not _is_path(value):
             raise ModeError(f'{option} {value!r}: give the path of a run directory')
+    if missing_from is not None and not _is_path(missing_from):
+        raise ModeError(f'--missing-from {missing_from!r}: give the path of a folder of published results '
+                        '(slm-lab publish --to FOLDER)')
     if frame is not None and not (_is_count(frame) and frame >= 0):
         raise ModeError(f'--frame {frame!r}: give the frame of a snapshot (an int >= 0)')
     if ckpt is not None and ckpt not in ('best', 'latest'):
@@ -52,9 +56,9 @@ def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame:
     if seeds is not None and not (_is_count(seeds) and seeds >= 1):
         raise ModeError(f'--seeds {seeds!r}: give the number of seeds per row (an int >= 1)')
     if is_benchmark_mode(mode):
-        if mode != 'benchmark' and (rows is not None or seeds is not None):
-            raise ModeError(f'--rows and --seeds choose the rows and seeds of a new benchmark; {mode} continues the '
-                            'ones it was started with: drop them')
+        if mode != 'benchmark' and (rows is not None or seeds is not None or missing_from is not None):
+            raise ModeError(f'--rows, --seeds and --missing-from choose the row-seeds of a new benchmark; {mode} '
+                            'continues the ones it was started with: drop them')
         for option, value in (('--keep', keep), ('--fork', fork), ('--warm-start', warm_start),
                               ('--run-dir', run_dir), ('--frame', frame), ('--ckpt', ckpt)):
             if value is not None:
@@ -65,7 +69,7 @@ def check_run_options(mode: Any, *, force: Any = False, fork: Any = None, frame:
     if mode.startswith('benchmark'):
         raise ModeError(f"unknown mode '{mode}'; a suite file runs with benchmark, benchmark@latest or "
                         'benchmark@<benchmark dir>')
-    for option, value in (('--rows', rows), ('--seeds', seeds)):
+    for option, value in (('--rows', rows), ('--seeds', seeds), ('--missing-from', missing_from)):
         if value is not None:
             raise ModeError(f'{option} only applies to benchmark mode (SUITE_FILE benchmark), not to {mode!r}')
     if not mode.startswith('search'):

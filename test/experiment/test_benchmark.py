@@ -207,7 +207,7 @@ def test_bad_benchmark_input_exits_2_with_one_line_and_never_touches_a_run(tmp_p
         ((str(missing_spec),), {}, r'^suite file .*: row ppo_b \(.*ppo_tiny\.json ppo_tinny\): .*ppo_tinny'),
         ((suite, f'benchmark@{run}'), {}, r'^benchmark@.*: .* is not a benchmark directory'),
         ((suite,), {'rows': ['nope']}, r'^--rows nope: no row of'),
-        ((suite, 'benchmark@latest'), {'seeds': 3}, r'^--rows and --seeds choose the rows and seeds of a new'),
+        ((suite, 'benchmark@latest'), {'seeds': 3}, r'^--rows, --seeds and --missing-from choose the'),
         ((str(tmp_path / 'none.json'),), {}, r'^suite file .*none\.json not found'),
     ]:
         with pytest.raises(LabError) as e:
@@ -389,6 +389,118 @@ def test_a_suite_runs_on_a_two_node_ray_cluster(straight, tmp_path):
         nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(4)}
         assert len(nodes) == 2, nodes
         pd.testing.assert_frame_equal(seed_scores(root), seed_scores(straight.run_dir))
+
+
+def straight_suite_file(straight, folder: Path) -> str:
+    """The straight run's suite as a suite file in `folder` (its rows name the straight run's spec file)."""
+    suite = json.loads((straight.run_dir / 'benchmark' / 'suite.json').read_text())
+    path = folder / 'suite.json'
+    path.write_text(json.dumps({k: suite[k] for k in ('name', 'rows')}))
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@needs_ray
+@pytest.mark.subprocess
+def test_a_suite_run_in_pieces_through_a_published_folder_equals_the_straight_suite(straight, tmp_path, capsys):
+    """A suite run piece by piece on machines that keep nothing but a folder of small files: the
+    straight run's row-seeds published while ppo_b's seed 1 still trained (its trial unfinished),
+    then --missing-from runs that one alone in a new benchmark, published into the same folder:
+    every seed's score and curve, and the report's rows, equal the straight suite's."""
+    import shutil
+
+    from lab_helpers import tree_digest
+
+    from slm_lab.experiment.benchmark.publish import publish_main
+    first = tmp_path / straight.run_dir.name
+    shutil.copytree(straight.run_dir, first)
+    (first / 'info' / 'tiny_t3_trial_metrics.json').unlink()
+    folder = tmp_path / 'published'
+    assert publish_main([str(first), '--to', str(folder)]) == 0
+    assert '(1 unfinished)' in capsys.readouterr().out
+    seeds = pd.read_csv(folder / 'seeds.csv')
+    assert list(zip(seeds['row'], seeds['seed'], seeds['trial'])) == [('ppo_a', 0, 0), ('ppo_a', 1, 1), ('ppo_b', 0, 2)]
+    before = tree_digest(folder)
+    assert publish_main([str(first), '--to', str(folder)]) == 0  # again: nothing changes
+    assert tree_digest(folder) == before
+    suite = straight_suite_file(straight, tmp_path)
+    result = cli([suite, 'benchmark', '--missing-from', str(folder)], tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert '1 row-seed(s) (3 published in' in result.stderr
+    (second,) = (tmp_path / 'data').glob('tiny_*')
+    plan = json.loads((second / 'benchmark' / 'plan.json').read_text())
+    assert [(e['trial'], e['row'], e['seed']) for e in plan] == [(0, 'ppo_b', 1)]
+    assert publish_main([str(second), '--to', str(folder)]) == 0
+    capsys.readouterr()
+    seeds = pd.read_csv(folder / 'seeds.csv')
+    whole = seed_scores(straight.run_dir)
+    assert list(zip(seeds['row'], seeds['seed'])) == list(zip(whole['row'], whole['seed']))
+    assert list(seeds['score']) == list(whole['score']) and list(seeds['frame']) == list(whole['frame'])
+    assert list(seeds['benchmark']) == [first.name] * 3 + [second.name]
+    for _, s in whole.iterrows():  # the published curve is the seed's train records' total_reward_ma
+        mine = pd.read_csv(folder / 'curves' / f'{s["row"]}_s{s["seed"]}_train.csv')
+        theirs = pd.read_csv(straight.run_dir / 'info' / f'tiny_t{s["trial"]}_s0_session_df_train.csv')
+        pd.testing.assert_frame_equal(mine, theirs[['frame', 'total_reward_ma']], check_dtype=False)
+    cols = ['row', 'seeds', 'unfinished', 'seed_scores', 'mean', 'ci95_low', 'ci95_high', 'reference', 'verdict']
+    pd.testing.assert_frame_equal(pd.read_csv(folder / 'report.csv')[cols],
+                                  pd.read_csv(straight.run_dir / 'benchmark' / 'report.csv')[cols])
+    table = [line for line in straight.report.splitlines() if line.startswith(('|', 'Aggregate'))]
+    assert [line for line in (folder / 'report.md').read_text().splitlines()
+            if line.startswith(('|', 'Aggregate'))] == table
+    result = cli([suite, 'benchmark', '--missing-from', str(folder)], tmp_path)  # nothing left to run
+    assert result.returncode == 0 and 'nothing to run' in result.stdout, result.stderr[-2000:]
+    assert len(list((tmp_path / 'data').glob('tiny_*'))) == 1
+    before = tree_digest(folder)  # the straight run again: ppo_b seed 1 was published from the second piece (left
+    assert publish_main([str(straight.run_dir), '--to', str(folder)]) == 0  # out, said); the others from its copy
+    out = capsys.readouterr().out
+    assert out.count('left out: ') == 1 and f'ppo_b seed 1: published before from {second.name} t0' in out
+    assert tree_digest(folder) == before
+
+
+def test_publish_and_missing_from_refuse_bad_input_in_one_line(tmp_path, capsys):
+    """Publishing from a directory that is no benchmark, into a folder under a missing directory or
+    one holding other files, and --missing-from a folder that is not one, that publishes the suite
+    under another name, or that published a row defined otherwise: one line, exit 2, nothing
+    written; --missing-from with a continued benchmark is refused."""
+    from lab_helpers import tree_digest
+
+    import slm_lab
+    from slm_lab.cli import parse_run_args
+    from slm_lab.experiment.benchmark.publish import PublishError, publish_main
+    suite = write_suite(tmp_path)
+
+    def refused(argv, words):
+        assert publish_main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err, err
+
+    refused([str(tmp_path), '--to', str(tmp_path / 'out')], 'not a benchmark directory')
+    assert not (tmp_path / 'out').exists()
+    refused([str(tmp_path), '--to', str(tmp_path / 'no' / 'out')], 'does not exist')
+    other = tmp_path / 'other'
+    other.mkdir()
+    (other / 'notes.txt').write_text('mine')
+    refused([str(tmp_path), '--to', str(other)], 'no suite.json')
+    data = tmp_path / 'data'
+    data.mkdir()
+    for folder, words in ((tmp_path / 'absent', 'no such directory'), (other, 'no suite.json')):
+        with pytest.raises(PublishError, match=words):
+            slm_lab.benchmark(suite, missing_from=folder, data_dir=str(data))
+    published = tmp_path / 'published'
+    published.mkdir()
+    saved = json.loads(Path(suite).read_text())
+    saved['rows'][1]['max_frame'] = 999
+    (published / 'suite.json').write_text(json.dumps(saved))
+    with pytest.raises(PublishError, match=r"row ppo_b: .*\(max_frame 999 there, 400 here\)"):
+        slm_lab.benchmark(suite, missing_from=published, data_dir=str(data))
+    (published / 'suite.json').write_text(json.dumps({**saved, 'name': 'huge'}))
+    with pytest.raises(PublishError, match="holds suite 'huge'"):
+        slm_lab.benchmark(suite, missing_from=published, data_dir=str(data))
+    assert tree_digest(data) == {}
+    with pytest.raises(SystemExit) as e:
+        parse_run_args([suite, 'benchmark@latest', '--missing-from', str(published)])
+    assert e.value.code == 2 and '--missing-from choose the row-seeds of a new benchmark' in capsys.readouterr().err
 
 
 def test_slm_lab_benchmark_spells_the_same_command(tmp_path, capsys):

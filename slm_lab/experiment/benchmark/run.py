@@ -33,12 +33,15 @@ from slm_lab.persistence.run_dir import RunDir
 logger = lab_logger.get_logger('slm_lab.benchmark')
 
 
-def plan_trials(suite: Suite) -> list[dict]:
+def plan_trials(suite: Suite, skip: set[tuple[str, int]] = frozenset()) -> list[dict]:
     """Trial i of the benchmark: {'trial', 'row', 'seed', 'max_frame'}, rows in suite order, each
-    row's seeds 0..seeds-1 (a seed is the session's random_seed)."""
+    row's seeds 0..seeds-1 (a seed is the session's random_seed), less the (row, seed) pairs in
+    `skip` (those published already: --missing-from)."""
     plan = []
     for row in suite.rows:
         for seed in range(row.seeds):
+            if (row.id, seed) in skip:
+                continue
             plan.append({'trial': len(plan), 'row': row.id, 'seed': seed, 'max_frame': row.max_frame})
     return plan
 

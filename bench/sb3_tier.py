@@ -19,7 +19,8 @@ It cannot stand for anything else: a file of another suite, of capped runs (--ma
 full ones are asked for, or holding a row's runs shorter than its budget is refused, as is a row
 scored otherwise than `final_ma`. SB3 trains the env the lab trains (the row's env.name edit).
 
---lab RUN_DIR: the lab's benchmark of the same suite (its benchmark/scores.csv, scored `final_ma`);
+--lab RUN_DIR: the lab's benchmark of the same suite (its benchmark/scores.csv, scored `final_ma`), or
+the folder its row-seeds are published in (slm-lab publish: seeds.csv);
 each row is printed with both sides' mean and 95% bootstrap interval over the seeds (SB3's seeds
 0..N-1, N from --seeds or the row; the lab's finished seeds; the lab's report's statistics) and
 whether the intervals overlap. Frames/s are not compared here (the tier's
@@ -108,11 +109,18 @@ def read_out(path: Path) -> dict:
 
 
 def lab_scores(run_dir: Path) -> dict[str, list[float]]:
-    """Row id -> the lab's finished seeds' scores, from RUN_DIR/benchmark/scores.csv."""
+    """Row id -> the lab's finished seeds' scores, from RUN_DIR/benchmark/scores.csv, or from a
+    folder of published results (slm-lab publish: its seeds.csv, every seed finished)."""
+    if (run_dir / 'seeds.csv').is_file() and (run_dir / 'suite.json').is_file():
+        scores: dict[str, list[float]] = {}
+        with (run_dir / 'seeds.csv').open() as f:
+            for rec in csv.DictReader(f):
+                scores.setdefault(rec['row'], []).append(float(rec['score']) if rec['score'] else math.nan)
+        return scores
     path = run_dir / 'benchmark' / 'scores.csv'
     if not path.exists():
         raise SystemExit(f'error: {path} not found: --lab takes a benchmark run directory whose report was written '
-                         '(slm-lab report RUN_DIR writes it)')
+                         '(slm-lab report RUN_DIR writes it) or a folder of published results (slm-lab publish)')
     scores: dict[str, list[float]] = {}
     with path.open() as f:
         for rec in csv.DictReader(f):

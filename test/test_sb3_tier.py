@@ -44,6 +44,14 @@ def test_the_comparison_reads_the_labs_scores_and_judges_by_the_intervals(tmp_pa
     assert cells['sac_hopper_100k'][2] == 'lab above'
     assert cells['ppo_hopper_1m'][2] == 'overlap'
     assert cells['sac_halfcheetah_100k'] == ['-', '-', '-']  # neither side has run it
+    published = tmp_path / 'published'  # the same seeds published (slm-lab publish): the same table
+    published.mkdir()
+    (published / 'suite.json').write_text('{}')
+    (published / 'seeds.csv').write_text('row,seed,frame,score,benchmark,trial,lab_commit\n' + ''.join(
+        f'{line.split(",")[0]},{line.split(",")[1]},{line.split(",")[3]},{line.split(",")[5]},b,0,\n'
+        for line in lines[1:] if ',True,' in line))
+    assert tier.main([SUITE, '--out', str(out), '--lab', str(published)]) == 0
+    assert capsys.readouterr().out == printed
 
 
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):

@@ -108,10 +108,17 @@ def read_out(path: Path) -> dict:
         raise SystemExit(f'error: {path} is not a results file of this script; give another --out') from None
 
 
-def lab_scores(run_dir: Path) -> dict[str, list[float]]:
+def lab_scores(run_dir: Path, suite=None) -> dict[str, list[float]]:
     """Row id -> the lab's finished seeds' scores, from RUN_DIR/benchmark/scores.csv, or from a
-    folder of published results (slm-lab publish: its seeds.csv, every seed finished)."""
+    folder of published results (slm-lab publish: its seeds.csv, every seed finished; with `suite`,
+    the folder must publish it, rows defined the same way)."""
     if (run_dir / 'seeds.csv').is_file() and (run_dir / 'suite.json').is_file():
+        if suite is not None:
+            from slm_lab.experiment.benchmark.publish import PublishError, check_same_rows, read_published
+            try:
+                check_same_rows(read_published(run_dir)[0], suite, run_dir, f'the suite file {suite.path}')
+            except PublishError as e:
+                raise SystemExit(f'error: --lab {e}') from None
         scores: dict[str, list[float]] = {}
         with (run_dir / 'seeds.csv').open() as f:
             for rec in csv.DictReader(f):
@@ -183,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--seeds', type=int, help="seeds 0..N-1 (default: the row's)")
     parser.add_argument('--max-frame', type=int, help='cap each row at this many frames (a quick check; recorded)')
     parser.add_argument('--cpu', type=int, help='pin each training to this core')
-    parser.add_argument('--lab', help="the lab's benchmark run directory of the same suite: compare, train nothing")
+    parser.add_argument('--lab', help="the lab's benchmark run directory of the same suite, or the folder its seeds "
+                        'are published in (slm-lab publish): compare, train nothing')
     parser.add_argument('--child', nargs=4, metavar=('SPEC_NAME', 'ENV', 'FRAMES', 'SEED'), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -231,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         if short := short_runs(rows, data['runs'], (data.get('meta') or {}).get('max_frame_cap')):
             print(f'error: {out} {short}: they cannot stand for the row', file=sys.stderr)
             return 2
-        table = compare(rows, data['runs'], lab_scores(Path(args.lab)), args.seeds)
+        table = compare(rows, data['runs'], lab_scores(Path(args.lab), suite), args.seeds)
         print(f'# {suite.name}: score {SCORE} (mean of the last 100 training episodes), mean [95% bootstrap interval]')
         if (data.get('meta') or {}).get('max_frame_cap'):
             print(f"# SB3's runs were capped at {data['meta']['max_frame_cap']:,} frames (--max-frame), "

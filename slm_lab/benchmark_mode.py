@@ -9,7 +9,7 @@ import os
 
 from slm_lab.experiment.benchmark import SuiteError, read_suite, select
 from slm_lab.experiment.benchmark import report as bench_report
-from slm_lab.experiment.benchmark.publish import published_pairs
+from slm_lab.experiment.benchmark.publish import published_pairs, spec_digest
 from slm_lab.experiment.benchmark import run as bench_run
 from slm_lab.experiment.search import specs as search_specs
 from slm_lab.lab import DATA_DIR, check_data_dir, logger
@@ -51,17 +51,22 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
             print(f'every row-seed of the suite{" (these rows)" if rows else ""} is published in {missing_from}: '
                   'nothing to run', flush=True)
             return {'run_dir': None, 'report': '', 'files': []}
+        left_out = len(bench_run.plan_trials(suite)) - len(plan)
+        # a row whose seeds are all published has nothing to run here, nor to report
+        suite = dataclasses.replace(suite, rows=tuple(r for r in suite.rows if any(e['row'] == r.id for e in plan)))
         ts = new_experiment_ts(data_dir, suite.name)
         specs, labelled = {}, []
         for row in suite.rows:
             try:
                 row_spec = prepare_spec(row.spec_file, row.spec_name, 'train', row.overrides(0), data_dir)
+                digest = spec_digest(row)  # the spec as written: publish refuses seeds of an edited one
                 # the report's labels, where the row gives none: the spec's env and algorithm
                 labelled.append(dataclasses.replace(row, env=row.env or row_spec['env']['name'],
                                                     algorithm=row.algorithm or row_spec['agent']['name']))
                 for entry in (e for e in plan if e['row'] == row.id):
                     loaded = load_spec(row.spec_file, row.spec_name, row.overrides(entry['seed']))
                     specs[entry['trial']] = bench_run.seed_spec(row_spec, loaded, entry['trial'], ts)
+                    entry['spec_digest'] = digest
             except SpecError as e:
                 raise SuiteError(f'suite file {suite.path}: row {row.id} ({row.spec_file} {row.spec_name}): {e}') \
                     from None
@@ -74,7 +79,7 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
             bench_run.write_benchmark(staging, suite, plan, specs)
         lock, run_dir = create_run_dir(RunDir.for_spec(data_dir, suite.name, ts), None, write=write, spec=stamp)
         logger.info(f'run directory {run_dir.root}: benchmark of {len(suite.rows)} row(s), {len(plan)} row-seed(s)'
-                    + (f' ({len(skip)} published in {missing_from} left out)' if skip else ''))
+                    + (f' ({left_out} published in {missing_from} left out)' if left_out else ''))
     else:
         target = mode[len('benchmark@'):]
         run_dir = bench_run.resolve_benchmark(target, suite.name, data_dir)

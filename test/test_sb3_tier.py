@@ -46,12 +46,17 @@ def test_the_comparison_reads_the_labs_scores_and_judges_by_the_intervals(tmp_pa
     assert cells['sac_halfcheetah_100k'] == ['-', '-', '-']  # neither side has run it
     published = tmp_path / 'published'  # the same seeds published (slm-lab publish): the same table
     published.mkdir()
-    (published / 'suite.json').write_text('{}')
+    (published / 'suite.json').write_text(Path(SUITE).read_text())
     (published / 'seeds.csv').write_text('row,seed,frame,score,benchmark,trial,lab_commit\n' + ''.join(
         f'{line.split(",")[0]},{line.split(",")[1]},{line.split(",")[3]},{line.split(",")[5]},b,0,\n'
         for line in lines[1:] if ',True,' in line))
     assert tier.main([SUITE, '--out', str(out), '--lab', str(published)]) == 0
     assert capsys.readouterr().out == printed
+    other = json.loads(Path(SUITE).read_text())  # a folder of the suite at another budget: refused
+    other['rows'][0]['max_frame'] = 50_000
+    (published / 'suite.json').write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match=r'^error: --lab row sac_hopper_100k: .*max_frame 50000 there'):
+        tier.main([SUITE, '--out', str(out), '--lab', str(published)])
 
 
 def test_bad_input_is_one_line(tmp_path, capsys, monkeypatch):

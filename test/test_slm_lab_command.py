@@ -77,7 +77,7 @@ def test_slm_lab_run_and_plot_after_pip_install_in_a_fresh_venv(tmp_path):
     out = slm_lab('plot', '-f', 'data/no_such_run')
     assert out.returncode == 2 and out.stderr.startswith('error: -f data/no_such_run: no such run directory')
     out = slm_lab('unknown')
-    assert out.returncode == 2 and 'run, plot, report and benchmark' in out.stderr
+    assert out.returncode == 2 and 'run, plot, report, benchmark and publish' in out.stderr
     # slm-lab benchmark SUITE_FILE is run_lab.py's SUITE_FILE benchmark (its errors too)
     ours, theirs = slm_lab('benchmark', 'no_suite.json'), cli(['no_suite.json', 'benchmark'], work, env=lab_env())
     assert ours.returncode == theirs.returncode == 2 and ours.stderr == theirs.stderr

@@ -431,6 +431,8 @@ def test_a_suite_run_in_pieces_through_a_published_folder_equals_the_straight_su
     (second,) = (tmp_path / 'data').glob('tiny_*')
     plan = json.loads((second / 'benchmark' / 'plan.json').read_text())
     assert [(e['trial'], e['row'], e['seed']) for e in plan] == [(0, 'ppo_b', 1)]
+    ran = json.loads((second / 'benchmark' / 'suite.json').read_text())  # ppo_a, all published: not in this piece
+    assert [r['id'] for r in ran['rows']] == ['ppo_b']
     assert publish_main([str(second), '--to', str(folder)]) == 0
     capsys.readouterr()
     seeds = pd.read_csv(folder / 'seeds.csv')
@@ -438,6 +440,8 @@ def test_a_suite_run_in_pieces_through_a_published_folder_equals_the_straight_su
     assert list(zip(seeds['row'], seeds['seed'])) == list(zip(whole['row'], whole['seed']))
     assert list(seeds['score']) == list(whole['score']) and list(seeds['frame']) == list(whole['frame'])
     assert list(seeds['benchmark']) == [first.name] * 3 + [second.name]
+    digests = dict(zip(seeds['row'] + seeds['seed'].astype(str), seeds['spec_digest']))
+    assert digests['ppo_b1'] == digests['ppo_b0'] != digests['ppo_a0'] == digests['ppo_a1']  # ppo_b: its own set
     for _, s in whole.iterrows():  # the published curve is the seed's train records' total_reward_ma
         mine = pd.read_csv(folder / 'curves' / f'{s["row"]}_s{s["seed"]}_train.csv')
         theirs = pd.read_csv(straight.run_dir / 'info' / f'tiny_t{s["trial"]}_s0_session_df_train.csv')
@@ -484,7 +488,7 @@ def test_publish_and_missing_from_refuse_bad_input_in_one_line(tmp_path, capsys)
     refused([str(tmp_path), '--to', str(other)], 'no suite.json')
     data = tmp_path / 'data'
     data.mkdir()
-    for folder, words in ((tmp_path / 'absent', 'no such directory'), (other, 'no suite.json')):
+    for folder, words in ((tmp_path / 'no' / 'absent', 'no such directory'), (other, 'no suite.json')):
         with pytest.raises(PublishError, match=words):
             slm_lab.benchmark(suite, missing_from=folder, data_dir=str(data))
     published = tmp_path / 'published'
@@ -496,6 +500,12 @@ def test_publish_and_missing_from_refuse_bad_input_in_one_line(tmp_path, capsys)
         slm_lab.benchmark(suite, missing_from=published, data_dir=str(data))
     (published / 'suite.json').write_text(json.dumps({**saved, 'name': 'huge'}))
     with pytest.raises(PublishError, match="holds suite 'huge'"):
+        slm_lab.benchmark(suite, missing_from=published, data_dir=str(data))
+    (published / 'suite.json').write_text(Path(suite).read_text())  # the same rows, but seeds of an edited spec
+    (published / 'seeds.csv').write_text('row,seed,frame,score,benchmark,trial,lab_commit,spec_digest\n'
+                                         'ppo_a,0,600,21.5,tiny_2026_01_01_000000,0,,0123456789abcdef\n')
+    with pytest.raises(PublishError, match=r"row ppo_a: .*spec_digest 0123456789abcdef, here [0-9a-f]{16}: the spec "
+                                           r"file's entry was edited"):
         slm_lab.benchmark(suite, missing_from=published, data_dir=str(data))
     assert tree_digest(data) == {}
     with pytest.raises(SystemExit) as e:

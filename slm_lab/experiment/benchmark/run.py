@@ -4,7 +4,8 @@ its snapshots; a stop signal saves them; search/trial.py continues a trial from 
 
     data/{suite}_{timestamp}/
       benchmark/suite.json          the suite as it runs (rows narrowed by --rows, seeds by --seeds)
-      benchmark/plan.json           trial i = (row, seed, max_frame), in row order then seed order
+      benchmark/plan.json           trial i = (row, seed, max_frame, the spec_digest of its row), in row order
+                                    then seed order
       {suite}_t{i}_spec.json        trial i's spec: the row's spec at its budget, one session whose
       {suite}_t{i}_s0_spec.json     random_seed is the seed (meta.session 0 keeps it as it is)
       info/ model/ ckpt/ log/ graph/ tb/   the trials' files, as train writes them

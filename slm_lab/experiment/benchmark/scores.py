@@ -39,10 +39,16 @@ def last_ma(rows: list[dict]) -> float | None:
 
 def score(definition: str, train_csv: Path, eval_csv: Path) -> float | None:
     """A seed's score under `definition` (a suite.SCORES name)."""
+    return score_rows(definition, lambda: read_rows(train_csv), lambda: read_rows(eval_csv))
+
+
+def score_rows(definition: str, train, evals) -> float | None:
+    """A seed's score under `definition` from its train and eval rows (each given as a function
+    returning read_rows' list, so only the one the definition needs is read)."""
     if definition == 'slm_ma':
-        return slm_ma(read_rows(train_csv))
+        return slm_ma(train())
     if definition == 'final_ma':
-        return last_ma(read_rows(train_csv))
+        return last_ma(train())
     if definition == 'final_return_ma':
-        return last_ma(read_rows(eval_csv))
+        return last_ma(evals())
     raise ValueError(f'unknown score {definition!r}')

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -142,12 +143,29 @@ def test_warm_start_begins_at_frame_0_with_the_parents_weights(parent, tmp_path,
     assert tree_digest(parent_run) == before
 
 
-def _refused(args: list[str], cwd: Path, expect: str) -> str:
+def _refused(args: list[str], cwd: Path, expect: str, capsys=None) -> str:
+    """The command refused in one line, exit 2, nothing written: run as a process, or with `capsys`
+    in this one (cli.run_main, the same code after the interpreter's start: a process costs
+    seconds, and the file's other refusals need no more than one of each kind)."""
     data = cwd / 'data'
     before = sorted(p.name for p in data.iterdir()) if data.exists() else []
-    proc = cli(args, cwd)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
+    if capsys is None:
+        proc = cli(args, cwd)
+        code, stderr = proc.returncode, proc.stderr
+    else:
+        from slm_lab.cli import run_main
+        capsys.readouterr()
+        here = os.getcwd()
+        os.chdir(cwd)
+        try:
+            code, _ = run_main(args, own_process=False)
+        except SystemExit as e:  # the parser's refusals exit, as in a process of its own
+            code = e.code
+        finally:
+            os.chdir(here)
+        stderr = capsys.readouterr().err
+    assert code == 2, stderr
+    lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
     assert expect in lines[0], lines[0]
     assert (sorted(p.name for p in data.iterdir()) if data.exists() else []) == before  # nothing written
@@ -156,7 +174,7 @@ def _refused(args: list[str], cwd: Path, expect: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path):
+def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path, capsys):
     spec_file, _, parent_run = parent
     before = tree_digest(parent_run)
     run = str(parent_run)
@@ -164,24 +182,27 @@ def test_bad_fork_and_warm_start_input_is_one_line(parent, tmp_path):
     _refused([spec_file, NAME, 'train', '--fork', str(tmp_path / 'nope')], tmp_path, 'no such run directory')
     (tmp_path / 'empty').mkdir()
     _refused([spec_file, NAME, 'train', '--warm-start', str(tmp_path / 'empty')], tmp_path,
-             'is not a run directory')
+             'is not a run directory', capsys)
     search = tmp_path / 'search_run'
     (search / 'search').mkdir(parents=True)
     (search / f'{NAME}_spec.json').write_text((parent_run / f'{NAME}_spec.json').read_text())
-    _refused([spec_file, NAME, 'train', '--fork', str(search)], tmp_path, 'is a search')
+    _refused([spec_file, NAME, 'train', '--fork', str(search)], tmp_path, 'is a search', capsys)
     # a frame with no snapshot names the frames that exist
-    line = _refused([spec_file, NAME, 'train', '--fork', run, '--frame', '250'], tmp_path, 'no snapshot at frame 250')
+    line = _refused([spec_file, NAME, 'train', '--fork', run, '--frame', '250'], tmp_path, 'no snapshot at frame 250',
+                    capsys)
     assert '100, 200, 300' in line and 'session 0' in line
     # the parent's newest snapshot is at its env.max_frame: a fork must train further
-    _refused([spec_file, NAME, 'train', '--fork', run], tmp_path, 'use env.max_frame > 800')
+    _refused([spec_file, NAME, 'train', '--fork', run], tmp_path, 'use env.max_frame > 800', capsys)
     # nets that do not fit: named
-    for option in ('--fork', '--warm-start'):
-        _refused([spec_file, NAME, 'train', option, run, '-s', 'agent.net.hid_layers=[16]', '-s',
-                  'env.max_frame=1600'], tmp_path, "net 'model'")
+    _refused([spec_file, NAME, 'train', '--fork', run, '-s', 'agent.net.hid_layers=[16]', '-s',
+              'env.max_frame=1600'], tmp_path, "net 'model'")
+    _refused([spec_file, NAME, 'train', '--warm-start', run, '-s', 'agent.net.hid_layers=[16]', '-s',
+              'env.max_frame=1600'], tmp_path, "net 'model'", capsys)
     # usage mistakes, refused by the parser
     _refused([spec_file, NAME, 'dev', '--fork', run], tmp_path, 'use mode train')
-    _refused([spec_file, NAME, 'train', '--fork', run, '--warm-start', run], tmp_path, '--fork and --warm-start')
-    _refused([spec_file, NAME, 'train', '--frame', '400'], tmp_path, 'use it with --fork')
+    _refused([spec_file, NAME, 'train', '--fork', run, '--warm-start', run], tmp_path, '--fork and --warm-start',
+             capsys)
+    _refused([spec_file, NAME, 'train', '--frame', '400'], tmp_path, 'use it with --fork', capsys)
     assert tree_digest(parent_run) == before
 
 

@@ -41,7 +41,9 @@ def fill_keys_added_later(spec: dict) -> dict:
     """The run's saved spec with each key of KEYS_ADDED_LATER and ALGORITHM_KEYS_ADDED_LATER it
     lacks set to its old behaviour, its Adam optimizers that do not say how they step set to
     fused false (spec.validate.fill_fused), its conv nets without memory_format to
-    "contiguous", and its bf16 nets without bf16_min_rows to 1 (every forward in bf16)."""
+    "contiguous", its bf16 nets without bf16_min_rows to 1 (every forward in bf16), and its other
+    nets without linear_kernel to "default" (torch's kernel, whatever "auto" picks now) and those on
+    "onednn" without onednn_min_rows to 1 (every product on oneDNN)."""
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section]:
             spec[section][key] = old_value
@@ -59,6 +61,10 @@ def fill_keys_added_later(spec: dict) -> dict:
                 net.setdefault('memory_format', 'contiguous')
             if isinstance(net, dict) and net.get('precision') == 'bf16':  # acting was in bf16 too before the key
                 net.setdefault('bf16_min_rows', 1)
+            if isinstance(net, dict) and net.get('type') and 'conv_hid_layers' not in net:  # nets with linear_kernel
+                net.setdefault('linear_kernel', 'default')  # MKL before the key ("auto" picks oneDNN on AMD)
+                if net['linear_kernel'] == 'onednn':  # every product on oneDNN before onednn_min_rows
+                    net.setdefault('onednn_min_rows', 1)
     return spec
 
 

@@ -258,6 +258,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
         raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "
                         f'use one of: {", ".join(algo_cls.memory_names)}')
     spec['agent'] = fill_fused(agent, True)
+    for section in ('net', 'critic_net'):  # linear_kernel "auto" settled here: the saved spec holds the kernel
+        if isinstance(agent.get(section), dict) and agent[section].get('linear_kernel') == 'auto':
+            agent[section]['linear_kernel'] = net.onednn_linear.resolve_linear_kernel(agent[section])
     if spec['meta']['distributed'] and any((agent.get(k) or {}).get('precision', 'fp32') != 'fp32'
                                            for k in ('net', 'critic_net')):
         raise SpecError('agent.net.precision: "bf16" is not available with meta.distributed yet (its sessions '

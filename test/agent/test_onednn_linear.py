@@ -101,3 +101,82 @@ def test_td3_on_onednn_resumes_exactly_after_max_frame(tmp_path):
     spec = resume_spec(td3_spec, policy_delay=2)
     spec['agent']['net'].update(linear_kernel='onednn', hid_layers=[64, 64])
     check_resume_after_max_frame(tmp_path, 'td3_onednn', spec)
+
+
+@pytest.mark.parametrize('pays, widths, given, settled', [
+    (True, [256, 256], None, 'onednn'),  # the default on an AMD CPU with AVX-512, a wide net
+    (True, [400, 300], 'auto', 'onednn'),
+    (True, [256, 64], None, 'default'),  # a layer under 128 wide: oneDNN measured slower there
+    (True, [256, 256], 'default', 'default'),  # what the spec says stays
+    (False, [256, 256], None, 'default'),  # an Intel CPU (MKL takes AVX-512 itself), no AVX-512, no op
+    (False, [64, 64], 'onednn', 'onednn'),
+])
+def test_auto_settles_at_validation_and_the_saved_spec_holds_the_kernel(monkeypatch, pays, widths, given, settled):
+    from slm_lab.agent.net import onednn_linear
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: pays)
+    spec = resume_spec(td3_spec)
+    spec['agent']['net']['hid_layers'] = widths
+    spec['agent']['net'].pop('linear_kernel', None)
+    if given is not None:
+        spec['agent']['net']['linear_kernel'] = given
+    saved = validate_spec(spec)
+    assert saved['agent']['net']['linear_kernel'] == settled
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: not pays)  # another machine validates it again
+    assert validate_spec(copy.deepcopy(saved))['agent']['net']['linear_kernel'] == settled
+
+
+def test_a_run_saved_before_the_key_resumes_on_the_default_kernel(monkeypatch):
+    """A saved spec without linear_kernel ran on torch's kernel: resumed where "auto" would pick
+    oneDNN, it keeps the default (edits.fill_keys_added_later)."""
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.persistence.edits import fill_keys_added_later
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: True)
+    spec = validate_spec(resume_spec(td3_spec))
+    spec['agent']['net']['hid_layers'] = [256, 256]
+    del spec['agent']['net']['linear_kernel']
+    assert validate_spec(copy.deepcopy(spec))['agent']['net']['linear_kernel'] == 'onednn'  # a new run's
+    assert validate_spec(fill_keys_added_later(spec))['agent']['net']['linear_kernel'] == 'default'
+
+
+def test_onednn_pays_on_an_amd_cpu_with_avx512_only(monkeypatch, tmp_path):
+    from slm_lab.agent.net import onednn_linear
+    for text, pays in (('vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_bf16\n', True),
+                       ('vendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 fma\n', False),
+                       ('vendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f amx_bf16\n', False)):
+        (tmp_path / 'cpuinfo').write_text(text)
+        monkeypatch.setattr(onednn_linear, 'Path', lambda _: tmp_path / 'cpuinfo')
+        onednn_linear.onednn_pays.cache_clear()
+        assert onednn_linear.onednn_pays() is pays
+    onednn_linear.onednn_pays.cache_clear()
+
+
+def test_a_product_over_fewer_rows_than_onednn_min_rows_takes_the_default_kernel(monkeypatch):
+    """Acting in one env (a few rows) takes MKL's product, a training batch oneDNN's: a rule of the
+    input's shape alone. A net built from a spec without the key (saved before it) puts every
+    product on oneDNN, and resuming such a run fills 1."""
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.persistence.edits import fill_keys_added_later
+    calls = []
+    real = onednn_linear._LINEAR
+    monkeypatch.setattr(onednn_linear, '_LINEAR', lambda *a: calls.append(a[0].shape[0]) or real(*a))
+    spec = {**mlp_spec('onednn'), 'hid_layers': [256, 256], 'onednn_min_rows': 16}
+    net = build_net(spec, 64, 2)
+    layers = [m for m in net.modules() if isinstance(m, OneDNNLinear)]
+    assert layers and all(m.min_rows == 16 for m in layers)
+    plain = copy.deepcopy(net)
+    for m in plain.modules():
+        if isinstance(m, OneDNNLinear):
+            m.__class__ = nn.Linear
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        assert torch.equal(net(x), plain(x))  # batch 1: the default kernel's very numbers
+        assert calls == []
+        net(torch.randn(16, 64))
+    assert calls and set(calls) == {16}
+    old = {k: v for k, v in spec.items() if k != 'onednn_min_rows'}
+    assert all(m.min_rows == 1 for m in build_net(old, 64, 2).modules() if isinstance(m, OneDNNLinear))
+    saved = validate_spec(resume_spec(td3_spec))
+    saved['agent']['net'].update(linear_kernel='onednn', hid_layers=[256, 256])
+    del saved['agent']['net']['onednn_min_rows']
+    assert fill_keys_added_later(saved)['agent']['net']['onednn_min_rows'] == 1
+    assert validate_spec(resume_spec(td3_spec))['agent']['net']['onednn_min_rows'] == 16  # a new run's

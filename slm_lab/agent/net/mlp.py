@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import net_util
-from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS
+from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS, ONEDNN_MIN_ROWS
 from slm_lab.agent.net.precision import BF16_MIN_ROWS, PRECISIONS
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_DEVICES, MAX_FRAME, Field, accepts, suggest
@@ -64,11 +64,19 @@ NET_SCHEMA = {
                          doc='polyak: weight of the online net in each target update (target keeps 1 - polyak_coef; '
                              "SLM-Lab's default 0 leaves the target as it is)"),
     'gpu': Field((bool, str), False, check=_check_gpu, doc="use CUDA when available (true/'auto')"),
-    'linear_kernel': Field((str,), 'default', choices=LINEAR_KERNELS,
+    'linear_kernel': Field((str,), 'auto', choices=LINEAR_KERNELS,
                            doc='CPU kernel of the linear layers\' products: "default" (torch\'s, MKL on the pinned '
-                               'build) or "onednn" (AVX-512 where MKL takes AVX2, as on AMD CPUs: 2-3x faster products '
+                               'build), "onednn" (AVX-512 where MKL takes AVX2, as on AMD CPUs: 2-3x faster products '
                                'measured in docs/BENCHMARKS.md; the same maths rounded differently, so a seeded run '
-                               'gives other numbers than under "default"; layers under 32 wide stay on "default")'),
+                               'gives other numbers than under "default"; layers under 32 wide stay on "default"), or '
+                               '"auto": "onednn" on an AMD CPU with AVX-512 for a net whose hid_layers are all 128 or '
+                               'wider, else "default", settled when the spec is validated (the saved spec holds the '
+                               'choice: a resumed run keeps it on any machine)'),
+    'onednn_min_rows': Field((int,), ONEDNN_MIN_ROWS, min=1,
+                             doc='with linear_kernel "onednn": a product over fewer rows than this (acting in one '
+                                 'or a few envs) runs on torch\'s default kernel, where a oneDNN call costs more '
+                                 '(DQN CartPole: 1.10x slower whole-run with every product on oneDNN; '
+                                 'docs/BENCHMARKS.md); 1: every product on oneDNN, as runs saved before this key'),
     'precision': Field((str,), 'fp32', choices=PRECISIONS,
                        doc='"fp32", or "bf16": the net\'s forward and backward under torch\'s autocast in bfloat16 '
                            '(products in bf16 with float32 sums; weights, gradients, optimizer and losses float32), '

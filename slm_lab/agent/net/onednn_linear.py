@@ -8,7 +8,10 @@ it. On this project's AMD EPYC (Zen 5) the products of the off-policy nets (batc
 The maths is the same, y = x W^T + b, but the products sum in another order, so the results
 differ from MKL's in the last bits (about 1e-7 relative): a seeded run gives other numbers. That
 is why the kernel is a spec key, `net.linear_kernel`, read when the nets are built: a run (and its
-resume, which builds from the saved spec) uses one kernel from its first step to its last. The
+resume, which builds from the saved spec) uses one kernel from its first step to its last. Its
+default, "auto", is settled when the spec is validated (resolve_linear_kernel): "onednn" on an AMD
+CPU with AVX-512 for a net whose hidden layers are all AUTO_MIN_WIDTH wide or more, else
+"default"; the saved spec holds what was chosen, so a run resumed on another machine keeps it. The
 parameters are nn.Linear's own (`weight`, `bias`), so state_dicts and snapshots are unchanged.
 
 Only 2-D float32 inputs on the CPU, outside autocast, take the oneDNN path; anything else (a GPU,
@@ -16,17 +19,29 @@ another dtype, a net in `precision: "bf16"`) falls back to F.linear, as the defa
 """
 from __future__ import annotations
 
+import functools
+import re
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from slm_lab.lib import logger as lab_logger
 
-LINEAR_KERNELS = ('default', 'onednn')
+LINEAR_KERNELS = ('auto', 'default', 'onednn')
+# "auto" takes oneDNN for nets whose hidden layers are all this wide or more: the off-policy rows'
+# 256-400 wide nets gained 1.4-1.6x whole-run on an AMD EPYC (docs/BENCHMARKS.md), while 64-wide
+# nets (PPO Hopper) ran slower on it
+AUTO_MIN_WIDTH = 128
 # layers narrower than this on either side (an input layer of a few observations, a Q head) stay on
 # the default kernel: their products are too small for oneDNN to win back its call (measured: a
 # 4 -> 256 layer at batch 64 took 13 us on oneDNN, 4 us on MKL)
 MIN_WIDTH = 32
+# products over fewer rows than this (acting in one or a few envs) stay on the default kernel by
+# default (net.onednn_min_rows): a oneDNN call costs more than MKL's there (DQN CartPole, acting at
+# batch 1 through 256-wide layers, ran 1.10x slower whole-run with every product on oneDNN)
+ONEDNN_MIN_ROWS = 16
 
 
 def _onednn_linear_op():
@@ -41,6 +56,33 @@ def _onednn_linear_op():
 
 
 _LINEAR = _onednn_linear_op()
+
+
+@functools.lru_cache(maxsize=1)
+def onednn_pays() -> bool:
+    """Whether "auto" takes oneDNN on this machine: an AMD CPU (Linux's /proc/cpuinfo vendor_id)
+    with AVX-512, where MKL's sgemm takes its AVX2 path and oneDNN its AVX-512 one, and a torch
+    with the op. Intel CPUs, where MKL takes AVX-512 itself, and other systems keep the default."""
+    if _LINEAR is None:
+        return False
+    try:
+        info = Path('/proc/cpuinfo').read_text(encoding='utf-8', errors='replace')
+    except OSError:
+        return False
+    return 'AuthenticAMD' in info and re.search(r'\bavx512f\b', info) is not None
+
+
+def resolve_linear_kernel(net_spec: dict) -> str:
+    """The kernel a net spec's linear_kernel stands for: "auto" resolved (see onednn_pays and
+    AUTO_MIN_WIDTH: a net whose hid_layers are all ints of at least that width, on a machine where
+    oneDNN pays), anything else as it is."""
+    kernel = net_spec.get('linear_kernel', 'default')
+    if kernel != 'auto':
+        return kernel
+    widths = net_spec.get('hid_layers')
+    wide = isinstance(widths, list) and bool(widths) and all(
+        isinstance(w, int) and not isinstance(w, bool) and w >= AUTO_MIN_WIDTH for w in widths)
+    return 'onednn' if wide and onednn_pays() else 'default'
 
 
 def _mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -69,10 +111,15 @@ class _OneDNNLinearFn(torch.autograd.Function):
 
 
 class OneDNNLinear(nn.Linear):
-    """nn.Linear computed on oneDNN (see the module docstring); the same parameters and state_dict."""
+    """nn.Linear computed on oneDNN (see the module docstring); the same parameters and state_dict.
+    An input of fewer than `min_rows` rows takes torch's default kernel (a rule of the input's
+    shape alone, so a resumed run computes each product as the straight run did)."""
+
+    min_rows = 1  # set by use_linear_kernel (net.onednn_min_rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.device.type != 'cpu' or x.dtype != torch.float32 or self.weight.dtype != torch.float32 \
+                or x.shape[0] < self.min_rows \
                 or torch.is_autocast_enabled('cpu'):  # net.precision bf16: autocast's bf16 product
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
@@ -81,15 +128,17 @@ class OneDNNLinear(nn.Linear):
         return _LINEAR(x.contiguous(), self.weight, self.bias, 'none', [], '')
 
 
-def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear_kernel') -> nn.Module:
+def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear_kernel',
+                      min_rows: int = 1) -> nn.Module:
     """Make the nn.Linear layers of `net` compute on `kernel` ('default': unchanged; 'onednn':
-    each layer at least MIN_WIDTH wide on both sides becomes an OneDNNLinear, the same object).
-    Call before an optimizer or a target copy sees the net. Returns the net.
+    each layer at least MIN_WIDTH wide on both sides becomes an OneDNNLinear, the same object,
+    computing inputs of `min_rows` rows or more on oneDNN). Call before an optimizer or a target
+    copy sees the net. Returns the net.
 
     The oneDNN op is a private torch name: a torch build without it trains on the default kernel,
     with one warning (the same maths, its results differing in the last bits, so a run started on
     oneDNN and resumed there does not repeat the straight run's numbers exactly)."""
-    if kernel == 'default':
+    if kernel in ('default', 'auto'):  # a validated spec holds "auto" resolved (resolve_linear_kernel)
         return net
     if _LINEAR is None:
         lab_logger.warn_once('slm_lab.agent', f"{path}: 'onednn' needs torch's oneDNN linear "
@@ -99,4 +148,5 @@ def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear
     for module in net.modules():
         if type(module) is nn.Linear and min(module.in_features, module.out_features) >= MIN_WIDTH:
             module.__class__ = OneDNNLinear  # the same object and Parameters: only forward changes
+            module.min_rows = min_rows
     return net

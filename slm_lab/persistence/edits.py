@@ -227,6 +227,7 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
         raise ResumeError(f"the run's algorithm is {change[0]} and the spec's is {change[1]}, which does not fit the "
                           f"run's saved spec ({str(e).split('; ')[0]}); {mode} continues a run with its own "
                           f'algorithm: use a spec of {change[0]}, or start {new_run}') from None
+    _keep_settled_kernels(spec, old_spec, load_raw_spec(spec_file, spec_name, overrides))
     meta = spec['meta']
     if meta['random_seed'] is None:
         meta['random_seed'] = old_spec['meta']['random_seed']
@@ -235,6 +236,21 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
     if 'lineage' in old_spec['meta']:  # a forked or warm-started run keeps where it came from
         meta['lineage'] = old_spec['meta']['lineage']
     return spec, old_spec
+
+
+def _keep_settled_kernels(spec: dict, old_spec: dict, raw: dict) -> None:
+    """A net's linear_kernel as the run settled it when the spec file and overrides say "auto" (or
+    nothing): "auto" is settled by the machine that validates it, and a run keeps the kernel it
+    started with on any machine. A concrete kernel the user names stays theirs (an edit)."""
+    agent = raw.get('agent') if isinstance(raw, dict) else None
+    agent = agent[0] if isinstance(agent, list) and agent else agent  # SLM-Lab v4's list layout
+    for section in ('net', 'critic_net'):
+        given = agent.get(section) if isinstance(agent, dict) else None
+        given = given.get('linear_kernel') if isinstance(given, dict) else None
+        new, old = (s.get('agent', {}).get(section) for s in (spec, old_spec))
+        if given in (None, 'auto') and isinstance(new, dict) and isinstance(old, dict) \
+                and old.get('linear_kernel') not in (None, 'auto'):
+            new['linear_kernel'] = old['linear_kernel']
 
 
 def _algorithm_change(spec_file: str, spec_name: str, overrides: list[str], old_spec: dict) -> tuple[str, str] | None:

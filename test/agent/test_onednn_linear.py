@@ -180,3 +180,33 @@ def test_a_product_over_fewer_rows_than_onednn_min_rows_takes_the_default_kernel
     del saved['agent']['net']['onednn_min_rows']
     assert fill_keys_added_later(saved)['agent']['net']['onednn_min_rows'] == 1
     assert validate_spec(resume_spec(td3_spec))['agent']['net']['onednn_min_rows'] == 16  # a new run's
+
+
+def test_a_run_keeps_its_settled_kernel_when_resumed_on_a_machine_that_settles_auto_otherwise(monkeypatch, tmp_path):
+    """Started where "auto" is oneDNN (a wide net on an AMD CPU), continued where it is not, with
+    the spec file saying nothing or "auto": the continuation keeps oneDNN and is no edit; a
+    kernel the user names is theirs (an edit, refused without --force)."""
+    import json
+
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.lib.errors import ResumeError
+    from slm_lab.persistence.edits import check_edits, continuation_spec
+    from slm_lab.spec import load_spec
+    raw = resume_spec(td3_spec)
+    raw['agent']['net']['hid_layers'] = [256, 256]
+    raw['agent']['net'].pop('linear_kernel', None)
+    spec_file = tmp_path / 'spec.json'
+    spec_file.write_text(json.dumps({'td3_wide': raw}))
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: True)
+    old = load_spec(str(spec_file), 'td3_wide')
+    old['meta']['experiment_ts'] = '2026_01_01_000000'
+    assert old['agent']['net']['linear_kernel'] == 'onednn'
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: False)  # another machine
+    for overrides in ([], ['agent.net.linear_kernel=auto']):
+        spec, filled = continuation_spec(str(spec_file), 'td3_wide', overrides, copy.deepcopy(old), 'train@latest')
+        assert spec['agent']['net']['linear_kernel'] == 'onednn', overrides
+        check_edits(filled, spec, force=False)  # no edit
+    spec, filled = continuation_spec(str(spec_file), 'td3_wide', ['agent.net.linear_kernel=default'],
+                                     copy.deepcopy(old), 'train@latest')
+    with pytest.raises(ResumeError, match='linear_kernel'):
+        check_edits(filled, spec, force=False)

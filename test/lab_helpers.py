@@ -18,6 +18,8 @@ import pandas as pd
 import torch
 
 from slm_lab import lab
+from slm_lab.experiment.search.ray_head import LOOPBACK_VAR
+from slm_lab.experiment.search.reaper import marked_pids
 from slm_lab.persistence import snapshot as checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -290,6 +292,57 @@ def lab_processes(root: Path) -> list[str]:
     return found
 
 
+def process_tree(pid: int) -> set[int]:
+    """`pid` and its live descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            ppid = int(Path(f'/proc/{entry}/stat').read_text().rsplit(')', 1)[-1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    tree, todo = set(), [pid]
+    while todo:
+        tree.add(todo[-1])
+        todo.extend(children.get(todo.pop(), []))
+    return tree
+
+
+def listening_addresses(pids) -> set[str]:
+    """The local addresses ('IP:PORT') the TCP sockets of processes `pids` listen on (/proc/net/tcp
+    and tcp6, matched to each process's open sockets)."""
+    import ipaddress
+    inodes = set()
+    for pid in map(str, pids):
+        try:
+            for fd in os.listdir(f'/proc/{pid}/fd'):
+                link = os.readlink(f'/proc/{pid}/fd/{fd}')
+                if link.startswith('socket:['):
+                    inodes.add(link[8:-1])
+        except OSError:  # ended meanwhile
+            continue
+    found = set()
+    for table in ('/proc/net/tcp', '/proc/net/tcp6'):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != '0A' or fields[9] not in inodes:  # 0A: LISTEN
+                continue
+            host, port = fields[1].split(':')
+            raw = bytes.fromhex(host)  # 32-bit words in the machine's (little-endian) order
+            raw = b''.join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add(f'{ipaddress.ip_address(raw)}:{int(port, 16)}')
+    return found
+
+
+def off_loopback(addresses) -> set[str]:
+    """Those of `addresses` ('IP:PORT', from listening_addresses) reachable from outside the machine."""
+    import ipaddress
+    def loopback(address: str) -> bool:
+        ip = ipaddress.ip_address(address.rsplit(':', 1)[0])
+        return ip.is_loopback or (ip.version == 6 and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)
+    return {a for a in addresses if not loopback(a)}
+
+
 def ray_processes() -> set[str]:
     """Live Ray processes on this machine: gcs_server, raylet, ray::* workers and agents."""
     found = set()
@@ -307,8 +360,24 @@ def ray_processes() -> set[str]:
 class TwoNodeRayCluster:
     """A real Ray cluster on loopback: a head and a second node of one CPU each, started with `ray
     start` (token authentication, its token in the environment); `address` is its HOST:PORT and
-    `env` the environment to run the lab against it with. On exit every process of it is gone
-    (checked: nothing of it may outlive the test)."""
+    `env` the environment to run the lab against it with. Every one of its servers listens on
+    loopback only (checked): `--node-ip-address=127.0.0.1` alone does not do it, Ray turns 127.0.0.1
+    into the machine's network address and listens on every interface; with multi-node clusters
+    switched off (LOOPBACK_VAR=0, as the lab's local Ray: search/ray_head.py) it keeps 127.0.0.1,
+    and `ray start` then refuses a second node, which therefore joins through JOIN_ON_LOOPBACK.
+    On exit every process of it is gone (checked: nothing of it may outlive the test)."""
+
+    # `ray start` for the second node with Ray's loopback setting on, except in the one check of
+    # that command's that refuses a second node under it (ray.scripts.scripts reads it there)
+    JOIN_ON_LOOPBACK = '\n'.join([
+        'import sys, types',
+        'import ray._private.ray_constants as constants',
+        'import ray.scripts.scripts as scripts',
+        'view = types.ModuleType(constants.__name__)',
+        'view.__dict__.update(vars(constants), ENABLE_RAY_CLUSTER=True)',
+        'scripts.ray_constants = view',
+        "sys.argv = ['ray', *sys.argv[1:]]",
+        'scripts.main()'])
 
     def __enter__(self):
         import secrets
@@ -320,7 +389,7 @@ class TwoNodeRayCluster:
             port = s.getsockname()[1]
         self.marker, self.token = secrets.token_hex(8), secrets.token_hex(32)
         env = {**os.environ, MARKER_VAR: self.marker, 'RAY_AUTH_MODE': 'token', 'RAY_AUTH_TOKEN': self.token,
-               'PYTHONPATH': str(ROOT)}
+               'PYTHONPATH': str(ROOT), LOOPBACK_VAR: '0'}
         ray_bin = str(Path(sys.executable).parent / 'ray')
         self.temp = Path('/tmp') / f'slm_ray_test_{self.marker}'
         self.address = f'127.0.0.1:{port}'
@@ -330,8 +399,8 @@ class TwoNodeRayCluster:
                                    '--num-cpus=1', '--include-dashboard=false', f'--temp-dir={self.temp}',
                                    '--disable-usage-stats'], env=env, capture_output=True, text=True, timeout=120)
             assert head.returncode == 0, head.stderr[-2000:]
-            node = subprocess.run([ray_bin, 'start', f'--address={self.address}', '--node-ip-address=127.0.0.1',
-                                   '--num-cpus=1', '--disable-usage-stats'],
+            node = subprocess.run([sys.executable, '-c', self.JOIN_ON_LOOPBACK, 'start', f'--address={self.address}',
+                                   '--node-ip-address=127.0.0.1', '--num-cpus=1', '--disable-usage-stats'],
                                   env=env, capture_output=True, text=True, timeout=120)
             assert node.returncode == 0, node.stderr[-2000:]
             # `ray start` returns before the cluster's resource view counts the second node (seconds
@@ -341,6 +410,8 @@ class TwoNodeRayCluster:
                 assert time.monotonic() < deadline, f'the cluster never showed its 2 CPUs: {status[-2000:]}'
                 status = subprocess.run([ray_bin, 'status', f'--address={self.address}'], env=env,
                                         capture_output=True, text=True, timeout=60).stdout
+            exposed = off_loopback(listening_addresses(marked_pids(self.marker, self.token)))
+            assert not exposed, f'the test cluster listens beyond loopback: {sorted(exposed)}'
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -349,7 +420,7 @@ class TwoNodeRayCluster:
     def __exit__(self, exc_type, exc, tb):
         import shutil
 
-        from slm_lab.experiment.search.reaper import marked_pids, sweep
+        from slm_lab.experiment.search.reaper import sweep
         sweep(self.marker, self.token)  # Ray's agents too (their RAY_RAYLET_PID names a marked raylet)
         shutil.rmtree(self.temp, ignore_errors=True)
         if exc_type is None:

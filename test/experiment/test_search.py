@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import TwoNodeRayCluster, cli, lab_processes
+from lab_helpers import (TwoNodeRayCluster, cli, lab_processes, listening_addresses, off_loopback,
+                         process_tree)
 
 from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -381,6 +382,9 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=8000))
     proc = search_until(spec_file, tmp_path, trial=0, rows=3)
     assert proc.poll() is None, proc.stderr.read()
+    # the search's own Ray (its head, raylet, workers: the driver's descendants) listens on loopback only
+    listening = listening_addresses(process_tree(proc.pid))
+    assert listening and not off_loopback(listening), listening
     proc.send_signal(__import__('signal').SIGTERM)
     t0 = time.time()
     _, err = proc.communicate(timeout=60)

@@ -21,7 +21,7 @@ from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, t
 from slm_lab.experiment.search.processes import DriverSpare
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
 from slm_lab.experiment.search.watch import SearchWatch, make_callback
-from slm_lab.experiment.search.ray_head import RayHead
+from slm_lab.experiment.search.ray_head import RayHead, driver_on_loopback
 from slm_lab.experiment.search.reaper import MARKER_VAR, sweep
 from slm_lab.experiment.search.space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal, keep_stop_handlers
@@ -108,6 +108,7 @@ def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
     for it). On the way out: disconnected, and a local Ray stopped with nothing of it left."""
     temp_dir = reaper = spare = head = None
     connected = False
+    loopback = contextlib.ExitStack()
     try:
         if not ray_address:
             previous = run_dir.root / 'search' / 'ray_temp'
@@ -126,6 +127,8 @@ def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
         address = ray_address or head.address(stopping=lambda: stop.requested)
         if address is not None and not stop.requested:
             with keep_stop_handlers():  # ray.init sets a handler by which SIGTERM exits at once (code 15)
+                if not ray_address:  # the local Ray listens on loopback only (ray_head.py)
+                    loopback.enter_context(driver_on_loopback())
                 ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level='WARNING',
                          configure_logging=True)
             connected = True
@@ -133,6 +136,7 @@ def ray_cluster(run_dir: RunDir, ray_address: str | None, stop: StopSignal):
     finally:
         if connected:
             ray.shutdown()
+        loopback.close()
         if spare is not None:
             spare.close()
         if head is not None:

@@ -8,9 +8,17 @@ stalled (`Failed to connect to GCS within 60 seconds`) and exited 1.
 python -m slm_lab.experiment.search.ray_head TEMP_DIR NUM_CPUS PARENT_PID: starts Ray (ray.init,
 its head on this machine, as the driver started it before), prints its GCS address on stdout and
 holds it until the driver kills this process's group (RayHead.stop) or dies (then the kernel kills
-this process, and Ray's processes with it)."""
+this process, and Ray's processes with it).
+
+A local Ray listens on loopback only. Ray turns a node address of 127.0.0.1 into the machine's
+network address (services.resolve_ip_for_localhost), and its servers (GCS, raylets, workers) then
+listen on every interface: a laptop's search would take connections from its network. Ray keeps a
+node on loopback where multi-node clusters are off (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, read once as
+Ray is imported): the head's process and Ray's processes, which inherit its environment, run so,
+and the driver's side connects to it so (driver_on_loopback)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -18,9 +26,28 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from slm_lab.experiment.signals import die_with_parent
+
+
+LOOPBACK_VAR = 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'  # '0': Ray's nodes stay on 127.0.0.1 (see above)
+
+
+@contextlib.contextmanager
+def driver_on_loopback() -> Iterator[None]:
+    """This process, as the driver of a local Ray, on loopback: Ray in this process reads the
+    setting once, as it is imported, so one imported before (a second search in a notebook, a test
+    process) is set for the block and restored after it; a Ray without the setting is left as it is."""
+    import ray._private.ray_constants as constants  # noqa: PLC0415 the search extra, found by check_installed
+    before = getattr(constants, 'ENABLE_RAY_CLUSTER', None)
+    if before is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if before is not None:
+            constants.ENABLE_RAY_CLUSTER = before
 
 
 class RayHead:
@@ -36,7 +63,8 @@ class RayHead:
         token, the lab on PYTHONPATH, which Ray's processes get from it."""
         with open(log, 'ab') as err:
             proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search.ray_head', temp_dir,
-                                     str(num_cpus), str(os.getpid())], stdin=subprocess.DEVNULL,
+                                     str(num_cpus), str(os.getpid())], env={**os.environ, LOOPBACK_VAR: '0'},
+                                    stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         return cls(proc, log)
 

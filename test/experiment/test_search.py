@@ -65,10 +65,11 @@ def experiment_df(cwd: Path, name: str = NAME) -> pd.DataFrame:
     return pd.read_csv(run_dir(cwd, name) / 'info' / f'{name}_experiment_df.csv')
 
 
-def search_until(spec_file: str, cwd: Path, trial: int, rows: int, name: str = NAME) -> subprocess.Popen:
-    """A search started in `cwd`, returned once its trial `trial` logged `rows` train rows (or it
-    ended, or 300 s passed)."""
-    proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, name, 'search'], cwd=cwd,
+def search_until(spec_file: str, cwd: Path, trial: int, rows: int, name: str = NAME, nice: int = 0) -> subprocess.Popen:
+    """A search started in `cwd` (under `nice -n NICE`), returned once its trial `trial` logged `rows`
+    train rows (or it ended, or 300 s passed)."""
+    niced = ['nice', '-n', str(nice)] if nice else []
+    proc = subprocess.Popen([*niced, sys.executable, RUN_LAB, spec_file, name, 'search'], cwd=cwd,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline, logged = time.time() + 300, 0
     while time.time() < deadline and proc.poll() is None and logged < rows:
@@ -380,11 +381,22 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     # long enough that the trial is still running when the SIGTERM reaches it through Ray (at
     # 1,500 frames an idle machine finished the trial first)
     spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=8000))
-    proc = search_until(spec_file, tmp_path, trial=0, rows=3)
+    proc = search_until(spec_file, tmp_path, trial=0, rows=3, nice=3)
     assert proc.poll() is None, proc.stderr.read()
     # the search's own Ray (its head, raylet, workers: the driver's descendants) listens on loopback only
-    listening = listening_addresses(process_tree(proc.pid))
+    tree = process_tree(proc.pid)
+    listening = listening_addresses(tree)
     assert listening and not off_loopback(listening), listening
+    # started niced, its Ray and its trials, in sessions of their own, stay niced where the kernel
+    # shares the CPU by session first (autogroup): each session's group takes the nice
+    if Path('/proc/self/autogroup').exists():
+        own, groups = Path('/proc/self/autogroup').read_text().split()[0], {}
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                group, _, niceness = Path(f'/proc/{pid}/autogroup').read_text().split()
+                groups[group] = int(niceness)
+        groups.pop(own, None)
+        assert len(groups) >= 2 and set(groups.values()) == {3}, groups  # Ray's session, the trial's
     proc.send_signal(__import__('signal').SIGTERM)
     t0 = time.time()
     _, err = proc.communicate(timeout=60)

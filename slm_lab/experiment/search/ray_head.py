@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from slm_lab.experiment.signals import die_with_parent
+from slm_lab.lib.cores import keep_nice_in_own_session
 
 
 LOOPBACK_VAR = 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'  # '0': Ray's nodes stay on 127.0.0.1 (see above)
@@ -60,10 +61,13 @@ class RayHead:
     def start(cls, temp_dir: str, num_cpus: int, log: Path) -> 'RayHead':
         """Start it (Ray starts meanwhile, while the driver imports Ray and Tune); its stderr goes
         to `log`. It inherits the driver's environment: the search's marker (search/reaper.py), Ray's
-        token, the lab on PYTHONPATH, which Ray's processes get from it."""
+        token, the lab on PYTHONPATH, which Ray's processes get from it; and Ray on loopback, with
+        its workers at the driver's nice (Ray adds 15 by default, and the trial processes a worker
+        starts would train at nice 15 where the driver's own first trial trains at the driver's)."""
         with open(log, 'ab') as err:
             proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search.ray_head', temp_dir,
-                                     str(num_cpus), str(os.getpid())], env={**os.environ, LOOPBACK_VAR: '0'},
+                                     str(num_cpus), str(os.getpid())],
+                                    env={**os.environ, LOOPBACK_VAR: '0', 'RAY_worker_niceness': '0'},
                                     stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         return cls(proc, log)
@@ -104,6 +108,7 @@ def main(temp_dir: str, num_cpus: int, parent: int) -> None:
     die_with_parent()  # the kernel kills this process when the driver dies; Ray's own die with it
     if os.getppid() != parent:  # the driver died before that was in place
         return
+    keep_nice_in_own_session()  # Ray's processes, in this process's session, keep a niced search's nice
     answer = os.fdopen(os.dup(1), 'w')  # the driver reads the address alone there: Ray's output goes to the log
     os.dup2(2, 1)
     import ray  # noqa: PLC0415 the search extra, found by the driver's check_installed

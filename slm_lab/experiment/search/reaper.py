@@ -15,6 +15,8 @@ import signal
 import sys
 import time
 
+from slm_lab.lib.cores import keep_nice_in_own_session
+
 MARKER_VAR = 'SLM_LAB_SEARCH_ID'
 
 
@@ -71,6 +73,7 @@ def main(marker: str, parent: int, token: str | None = None) -> None:
     except (OSError, AttributeError):
         pass
     signal.signal(signal.SIGTERM, lambda *_: None)  # wakes the sleep below
+    keep_nice_in_own_session()  # its sweep's CPU, in a session of its own, keeps a niced search's nice
     while os.getppid() == parent:
         time.sleep(0.5)
     sweep(marker, token)

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 # pure Python, no more of the lab: the stop handler is in place before the lab loads (see main)
+from slm_lab.lib.cores import keep_nice_in_own_session
 from slm_lab.lib.errors import LabError, Preempted, catch_stops
 
 
@@ -72,6 +73,7 @@ def main(pipe: int | None = None) -> int:
     # over ends this process at once with 143, which the trainable reads as a trial stopped with the
     # search: nothing is written until then (killed by SIGTERM meanwhile, it was an error)
     catch_stops(at_once=True)
+    keep_nice_in_own_session()  # a niced search's trials stay niced (lib/cores.py), from their first import on
     # torch and the lab load after the Ray worker has started this process (see warm_up)
     from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (torch: after the Ray worker started this process)
     from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (the lab loads only once the stop handler is in place)

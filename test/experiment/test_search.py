@@ -383,20 +383,24 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=8000))
     proc = search_until(spec_file, tmp_path, trial=0, rows=3, nice=3)
     assert proc.poll() is None, proc.stderr.read()
-    # the search's own Ray (its head, raylet, workers: the driver's descendants) listens on loopback only
-    tree = process_tree(proc.pid)
-    listening = listening_addresses(tree)
-    assert listening and not off_loopback(listening), listening
-    # started niced, its Ray and its trials, in sessions of their own, stay niced where the kernel
-    # shares the CPU by session first (autogroup): each session's group takes the nice
-    if Path('/proc/self/autogroup').exists():
-        own, groups = Path('/proc/self/autogroup').read_text().split()[0], {}
-        for pid in tree:
-            with contextlib.suppress(OSError):
-                group, _, niceness = Path(f'/proc/{pid}/autogroup').read_text().split()
-                groups[group] = int(niceness)
-        groups.pop(own, None)
-        assert len(groups) >= 2 and set(groups.values()) == {3}, groups  # Ray's session, the trial's
+    try:
+        # the search's own Ray (its head, raylet, workers: the driver's descendants) listens on loopback only
+        tree = process_tree(proc.pid)
+        listening = listening_addresses(tree)
+        assert listening and not off_loopback(listening), listening
+        # started niced, its Ray and its trials, in sessions of their own, stay niced where the kernel
+        # shares the CPU by session first (autogroup): each session's group takes the nice
+        if Path('/proc/self/autogroup').exists():
+            own, groups = Path('/proc/self/autogroup').read_text().split()[0], {}
+            for pid in tree:
+                with contextlib.suppress(OSError):
+                    group, _, niceness = Path(f'/proc/{pid}/autogroup').read_text().split()
+                    groups[group] = int(niceness)
+            groups.pop(own, None)
+            assert len(groups) >= 2 and set(groups.values()) == {3}, groups  # Ray's session, the trial's
+    except BaseException:
+        proc.kill()  # the driver: its reaper ends the rest
+        raise
     proc.send_signal(__import__('signal').SIGTERM)
     t0 = time.time()
     _, err = proc.communicate(timeout=60)

@@ -152,6 +152,25 @@ def cli(args: list[str], cwd: Path, timeout: float = 300, **kwargs) -> subproces
                           timeout=timeout, **kwargs)
 
 
+def run_in_process(args: list[str], cwd: Path, capsys) -> tuple[int, str]:
+    """`python run_lab.py ARGS` in `cwd` run in this process, as cli() runs it in its own: the same
+    code after the interpreter's start (cli.run_main), without the seconds a process's start and the
+    lab's imports cost; a refusal by the argument parser exits as it does there. Returns (exit code,
+    stderr), read through pytest's `capsys`. It changes the process's directory while it runs: one
+    at a time, never from threads."""
+    from slm_lab.cli import run_main
+    capsys.readouterr()
+    here = os.getcwd()
+    os.chdir(cwd)
+    try:
+        code, _ = run_main(args, own_process=False)
+    except SystemExit as e:  # the parser's refusals exit, as in a process of its own
+        code = e.code
+    finally:
+        os.chdir(here)
+    return code, capsys.readouterr().err
+
+
 def resume_spec(make_spec, *args, **keys) -> dict:
     """A test file's small spec of an algorithm with a replay, `make_spec(*args, **keys)`, as its
     exact-resume checks run it (check_resume_after_max_frame, check_resume_after_sigterm): 300

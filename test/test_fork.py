@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import torch
 
 import slm_lab
-from lab_helpers import DQN, PPO, assert_same_run, cli, train_csv, tree_digest, write_spec, visible
+from lab_helpers import DQN, PPO, assert_same_run, cli, run_in_process, train_csv, tree_digest, write_spec, visible
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.persistence.model_file import load_model_file
 
@@ -145,7 +144,7 @@ def test_warm_start_begins_at_frame_0_with_the_parents_weights(parent, tmp_path,
 
 def _refused(args: list[str], cwd: Path, expect: str, capsys=None) -> str:
     """The command refused in one line, exit 2, nothing written: run as a process, or with `capsys`
-    in this one (cli.run_main, the same code after the interpreter's start: a process costs
+    in this one (run_in_process, the same code after the interpreter's start: a process costs
     seconds, and the file's other refusals need no more than one of each kind)."""
     data = cwd / 'data'
     before = sorted(p.name for p in data.iterdir()) if data.exists() else []
@@ -153,20 +152,10 @@ def _refused(args: list[str], cwd: Path, expect: str, capsys=None) -> str:
         proc = cli(args, cwd)
         code, stderr = proc.returncode, proc.stderr
     else:
-        from slm_lab.cli import run_main
-        capsys.readouterr()
-        here = os.getcwd()
-        os.chdir(cwd)
-        try:
-            code, _ = run_main(args, own_process=False)
-        except SystemExit as e:  # the parser's refusals exit, as in a process of its own
-            code = e.code
-        finally:
-            os.chdir(here)
-        stderr = capsys.readouterr().err
+        code, stderr = run_in_process(args, cwd, capsys)
     assert code == 2, stderr
     lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith('error: '), stderr
     assert expect in lines[0], lines[0]
     assert (sorted(p.name for p in data.iterdir()) if data.exists() else []) == before  # nothing written
     return lines[0]

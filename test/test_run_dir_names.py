@@ -81,14 +81,14 @@ def test_the_next_free_second_is_taken_and_names_keep_sorting(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-@pytest.mark.parametrize('same_second', [True, False], ids=['same-second', 'as-started'])
-def test_trains_started_together_each_get_their_own_directory(tmp_path, same_second):
-    """Three `train`s released at once, twice: all succeed, each in its own directory. With
-    `same_second` every run picked the same name first, so two of each three renames collide;
-    otherwise they read the clock as they come (a collision when two land in one second)."""
+def test_trains_started_together_each_get_their_own_directory(tmp_path):
+    """Three `train`s released at once, twice: all succeed, each in its own directory. First every
+    run picks the same name (the same second), so two of the three renames collide; then three more
+    read the clock as they come (a collision when two land in one second, or on a name the first
+    three took), with data/ holding the first three runs."""
     spec_file = write_spec_file(tmp_path / 'spec.json', {NAME: build_spec('PPO', max_frame=256)})
     data = tmp_path / 'data'
-    for round_ in range(2):
+    for round_, same_second in enumerate([True, False]):
         ts = time.strftime(TS_FORMAT) if same_second else None
         done = start_together(tmp_path, [[spec_file, NAME, 'train']] * 3, ts)
         for proc in done:

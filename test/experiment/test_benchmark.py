@@ -378,10 +378,27 @@ def test_sigterm_then_sigkill_mid_suite_continue_to_the_scores_of_the_suite_that
 @pytest.mark.ray
 @needs_ray
 @pytest.mark.subprocess
-def test_a_suite_runs_on_a_two_node_ray_cluster(straight, tmp_path):
-    """A local Ray cluster of two nodes (one CPU each) on loopback: the row-seeds land on both and
-    score as the local run did."""
+def test_a_search_and_a_suite_run_on_a_two_node_ray_cluster(straight, tmp_path):
+    """A real Ray cluster on this machine: a head and a second node (one CPU each) on loopback,
+    started with `ray start`. A search runs there with --ray-address and its trials land on both
+    nodes; then a suite, whose row-seeds land on both and score as the local run did. One cluster
+    for both (starting one takes seconds): the search first, on the cluster as started."""
+    from test_search import NAME, experiment_df, run_dir, search_spec, write
     with TwoNodeRayCluster() as cluster:
+        searched = tmp_path / 'search'
+        searched.mkdir()
+        spec = search_spec(max_trial=2, max_frame=2000)
+        spec['meta']['search_resources'] = {'cpu': 1}
+        spec['meta'].pop('search_scheduler')
+        spec_file = write(searched, spec)
+        result = cli([spec_file, NAME, 'search', '--ray-address', cluster.address], searched, timeout=600,
+                     env=cluster.env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        root = run_dir(searched)
+        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(2)}
+        assert len(nodes) == 2, nodes  # one CPU per node, one per trial: the two trials ran side by side
+        assert list(experiment_df(searched)['status']) == ['completed'] * 2
+
         suite = write_suite(tmp_path)
         result = cli([suite, 'benchmark', '--ray-address', cluster.address], tmp_path, timeout=600, env=cluster.env)
         assert result.returncode == 0, result.stderr[-3000:]

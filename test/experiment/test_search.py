@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import (TwoNodeRayCluster, cli, lab_processes, listening_addresses, off_loopback,
-                         process_tree)
+from lab_helpers import cli, lab_processes, listening_addresses, off_loopback, process_tree
 
 from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -484,23 +483,8 @@ def test_a_search_stopped_while_ray_starts_or_in_a_trial_exits_at_once_and_conti
     assert json.loads((root / 'info' / f'{NAME}_t0_s0_resumes.json').read_text())  # trial 0 continued
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_search_on_a_two_node_ray_cluster_runs_trials_on_both_nodes(tmp_path):
-    """A real Ray cluster on this machine: a head and a second node (one CPU each), started with
-    `ray start`; the search runs there with --ray-address and its trials land on both nodes."""
-    with TwoNodeRayCluster() as cluster:
-        spec = search_spec(max_trial=2, max_frame=2000)
-        spec['meta']['search_resources'] = {'cpu': 1}
-        spec['meta'].pop('search_scheduler')
-        spec_file = write(tmp_path, spec)
-        result = lab([spec_file, NAME, 'search', '--ray-address', cluster.address], tmp_path, env=cluster.env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        root = run_dir(tmp_path)
-        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(2)}
-        assert len(nodes) == 2, nodes  # one CPU per node, one per trial: the two trials ran side by side
-        df = experiment_df(tmp_path)
-        assert list(df['status']) == ['completed'] * 2
+# a search on a two-node Ray cluster (--ray-address): test_benchmark.py's
+# test_a_search_and_a_suite_run_on_a_two_node_ray_cluster, on the one cluster its suite runs on
 
 
 def test_a_grace_period_longer_than_a_trial_runs_every_trial_to_its_end_with_a_warning(caplog):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from gymnasium.envs.classic_control import CartPoleEnv
 from lab_helpers import (RUN_LAB, PPO, DQN, PENDULUM, write_spec, run_dirs, train_csv, tree_digest, cli,
-                         check_resume_after_max_frame, check_resume_after_sigterm)
+                         run_in_process, check_resume_after_max_frame, check_resume_after_sigterm)
 
 from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
@@ -63,7 +63,10 @@ def test_extend_finished_run_then_finished_again(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path):
+def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys):
+    """The run trained and the final --force resume in processes of their own, as a user runs them;
+    the refusals between in this one (run_in_process: the same code after the interpreter's start,
+    one at a time), each one line that starts with 'error:'; none changes the run."""
     spec_file = write_spec(tmp_path, 'refuse', PPO)
     done = cli([spec_file, 'refuse', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -80,17 +83,11 @@ def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path):
         'missing enjoy spec': ([f'enjoy@{run}/refuse_t0_s9_spec.json'], ['not found']),
     }
     write_spec(tmp_path, 'other', PPO)
-    from concurrent.futures import ThreadPoolExecutor
-    # two chains side by side; the two that take the run's lock (to refuse a resume) in one chain
-    chains = [['inconsistent edit', 'lower max_frame'], ['missing run dir', 'no run of spec', 'missing enjoy spec']]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        done = pool.map(lambda chain: {what: cli(cases[what][0], cwd=tmp_path) for what in chain}, chains)
-        results = {what: result for chain in done for what, result in chain.items()}
     for what, (args, needles) in cases.items():
-        done = results[what]
-        assert done.returncode != 0, what
-        lines = done.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith('error:'), (what, done.stderr)
+        code, stderr = run_in_process(args, tmp_path, capsys)
+        assert code != 0, what
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith('error:'), (what, stderr)
         for needle in needles:
             assert needle in lines[0], (what, lines[0])
     assert tree_digest(run) == before

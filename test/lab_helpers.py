@@ -331,15 +331,20 @@ def listening_addresses(pids) -> set[str]:
     """The local addresses ('IP:PORT') the TCP sockets of processes `pids` listen on (/proc/net/tcp
     and tcp6, matched to each process's open sockets)."""
     import ipaddress
+    assert sys.byteorder == 'little', '/proc/net/tcp holds addresses in the machine\'s byte order'
     inodes = set()
     for pid in map(str, pids):
         try:
-            for fd in os.listdir(f'/proc/{pid}/fd'):
-                link = os.readlink(f'/proc/{pid}/fd/{fd}')
-                if link.startswith('socket:['):
-                    inodes.add(link[8:-1])
+            fds = os.listdir(f'/proc/{pid}/fd')
         except OSError:  # ended meanwhile
             continue
+        for fd in fds:
+            try:
+                link = os.readlink(f'/proc/{pid}/fd/{fd}')
+            except OSError:  # closed meanwhile: the others still count
+                continue
+            if link.startswith('socket:['):
+                inodes.add(link[8:-1])
     found = set()
     for table in ('/proc/net/tcp', '/proc/net/tcp6'):
         for line in Path(table).read_text().splitlines()[1:]:

@@ -26,7 +26,7 @@ from slm_lab.experiment.search.reaper import MARKER_VAR, sweep
 from slm_lab.experiment.search.space import LOG_SPACES, Param
 from slm_lab.experiment.signals import StopSignal, keep_stop_handlers
 from slm_lab.lib import logger as lab_logger
-from slm_lab.lib.cores import usable_cores
+from slm_lab.lib.cores import NICE_VAR, usable_cores
 from slm_lab.lib.errors import Preempted
 from slm_lab.lib.io import atomic_write_text
 from slm_lab.persistence.run_dir import RunDir
@@ -90,6 +90,10 @@ def ray_environment(ray_address: str | None) -> None:
     authentication whose token lives in the environment rather than in ~/.ray (a token the user
     exported is theirs: the lab uses it and never sweeps by it); the lab on PYTHONPATH."""
     global _OWN_TOKEN
+    if not ray_address and hasattr(os, 'nice'):  # the local Ray's processes and trials keep this process's nice
+        os.environ[NICE_VAR] = str(os.nice(0))    # (lib/cores.py); a user's cluster is left as it runs
+    else:
+        os.environ.pop(NICE_VAR, None)
     if not ray_address and 'RAY_AUTH_TOKEN' not in os.environ:
         os.environ.setdefault('RAY_AUTH_MODE', 'token')
         os.environ['RAY_AUTH_TOKEN'] = _OWN_TOKEN = secrets.token_hex(32)

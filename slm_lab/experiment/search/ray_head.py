@@ -64,10 +64,10 @@ class RayHead:
         token, the lab on PYTHONPATH, which Ray's processes get from it; and Ray on loopback, with
         its workers at the driver's nice (Ray adds 15 by default, and the trial processes a worker
         starts would train at nice 15 where the driver's own first trial trains at the driver's)."""
+        env = {'RAY_worker_niceness': '0', **os.environ, LOOPBACK_VAR: '0'}  # a niceness the user set stays
         with open(log, 'ab') as err:
             proc = subprocess.Popen([sys.executable, '-m', 'slm_lab.experiment.search.ray_head', temp_dir,
-                                     str(num_cpus), str(os.getpid())],
-                                    env={**os.environ, LOOPBACK_VAR: '0', 'RAY_worker_niceness': '0'},
+                                     str(num_cpus), str(os.getpid())], env=env,
                                     stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         return cls(proc, log)

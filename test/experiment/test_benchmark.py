@@ -69,6 +69,18 @@ def test_the_verdict_says_where_the_reference_lies_and_the_ends_count_as_inside(
     assert stats.verdict(5.0, None, None) is None
 
 
+@pytest.mark.parametrize('agent, kernel', [
+    ({'net': {'linear_kernel': 'onednn'}}, 'onednn'),
+    ({'net': {'linear_kernel': 'default'}, 'critic_net': {'linear_kernel': 'default'}}, 'default'),
+    ({'net': {'linear_kernel': 'onednn'}, 'critic_net': {'linear_kernel': 'default'}}, 'onednn/default'),
+    ({'net': {'hid_layers': [64]}}, ''),  # saved before the key: not known
+    ({'net': None}, ''),  # an agent without a net (Random)
+])
+def test_a_published_seed_names_the_kernel_its_run_settled(agent, kernel):
+    from slm_lab.experiment.benchmark.publish import settled_kernel
+    assert settled_kernel({'agent': agent, 'meta': {}}) == kernel
+
+
 def test_iqm_drops_a_quarter_from_each_end_as_scipy_trim_mean():
     assert stats.iqm([8, 1, 7, 2, 6, 3, 5, 4]) == 4.5  # 3, 4, 5, 6 kept
     assert stats.iqm(list(range(10))) == 4.5  # floor(2.5) = 2 dropped each end: 2..7
@@ -459,6 +471,7 @@ def test_a_suite_run_in_pieces_through_a_published_folder_equals_the_straight_su
     assert list(seeds['benchmark']) == [first.name] * 3 + [second.name]
     digests = dict(zip(seeds['row'] + seeds['seed'].astype(str), seeds['spec_digest']))
     assert digests['ppo_b1'] == digests['ppo_b0'] != digests['ppo_a0'] == digests['ppo_a1']  # ppo_b: its own set
+    assert set(seeds['linear_kernel']) == {'default'}  # as each trial's saved spec settled it (64-wide nets)
     for _, s in whole.iterrows():  # the published curve is the seed's train records' total_reward_ma
         mine = pd.read_csv(folder / 'curves' / f'{s["row"]}_s{s["seed"]}_train.csv')
         theirs = pd.read_csv(straight.run_dir / 'info' / f'tiny_t{s["trial"]}_s0_session_df_train.csv')

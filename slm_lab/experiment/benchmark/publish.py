@@ -45,7 +45,7 @@ from slm_lab.spec import load_spec
 from slm_lab.spec.read import read_spec_file
 
 SEEDS_FILE = 'seeds.csv'
-SEED_COLUMNS = ('row', 'seed', 'frame', 'score', 'benchmark', 'trial', 'lab_commit', 'spec_digest')
+SEED_COLUMNS = ('row', 'seed', 'frame', 'score', 'benchmark', 'trial', 'lab_commit', 'spec_digest', 'linear_kernel')
 CURVES = 'curves'
 
 
@@ -88,7 +88,8 @@ def read_published(dest: Path) -> tuple[Suite | None, list[dict], dict]:
         text = (dest / SEEDS_FILE).read_text(encoding='utf-8') if (dest / SEEDS_FILE).is_file() else ''
         seeds = [{'row': r['row'], 'seed': int(r['seed']), 'frame': int(r['frame']),
                   'score': None if r['score'] == '' else float(r['score']), 'benchmark': r['benchmark'],
-                  'trial': int(r['trial']), 'lab_commit': r['lab_commit'], 'spec_digest': r.get('spec_digest') or ''}
+                  'trial': int(r['trial']), 'lab_commit': r['lab_commit'], 'spec_digest': r.get('spec_digest') or '',
+                  'linear_kernel': r.get('linear_kernel') or ''}
                  for r in csv.DictReader(io.StringIO(text))]
         saved = json.loads((dest / 'random.json').read_text(encoding='utf-8')) \
             if (dest / 'random.json').is_file() else {}
@@ -236,9 +237,10 @@ def publish(bench_dirs: list[str | Path], dest: str | Path,
             digest = str(entry.get('spec_digest') or '')
             _check_digest(row.id, digest, list(have.values()), dest, f'{run_dir.root} t{i}')
             try:
-                sha = json.loads(run_dir.spec_path(i).read_text(encoding='utf-8'))['meta'].get('git_sha') or ''
+                saved = json.loads(run_dir.spec_path(i).read_text(encoding='utf-8'))
+                sha = saved['meta'].get('git_sha') or ''
             except (OSError, ValueError, KeyError, AttributeError):
-                sha = ''
+                saved, sha = {}, ''
             rows = {kind: read_rows(run_dir.session_df_path(i, 0, kind)) for kind in ('train', 'eval')}
             for kind, kept in rows.items():
                 if kept:
@@ -246,7 +248,8 @@ def publish(bench_dirs: list[str | Path], dest: str | Path,
             have[(row.id, seed)] = {
                 'row': row.id, 'seed': seed, 'frame': int(rows['train'][-1]['frame']) if rows['train'] else 0,
                 'score': score_rows(row.score, lambda: rows['train'], lambda: rows['eval']),
-                'benchmark': run_dir.root.name, 'trial': i, 'lab_commit': str(sha)[:12], 'spec_digest': digest}
+                'benchmark': run_dir.root.name, 'trial': i, 'lab_commit': str(sha)[:12], 'spec_digest': digest,
+                'linear_kernel': settled_kernel(saved)}
     for row in merged.rows:
         if row.random_score is not None:  # the suite's own figure, as the suite file says it now
             randoms[row.id] = (row.random_score, 'the suite')
@@ -269,6 +272,21 @@ def publish(bench_dirs: list[str | Path], dest: str | Path,
     for path, content in files.items():
         atomic_write_text(path, content)
     return text, list(files), notes
+
+
+def settled_kernel(spec: dict) -> str:
+    """The matrix-product kernel a trial's nets ran on, as its saved spec settled it (agent.net's
+    linear_kernel "auto" becomes "onednn" or "default" by the machine: the same row can run on
+    either, rounding differently), "net/critic" where the critic net's differs; '' when the spec
+    does not say (a run saved before the key)."""
+    agent = spec.get('agent') if isinstance(spec, dict) else None
+    agent = agent[0] if isinstance(agent, list) and agent else agent  # SLM-Lab v4's list-wrapped agent
+    if not isinstance(agent, dict):
+        return ''
+    kernels = [str(net.get('linear_kernel') or '') for net in (agent.get('net'), agent.get('critic_net'))
+               if isinstance(net, dict)]
+    kernels = [k for k in kernels if k]
+    return '/'.join(dict.fromkeys(kernels))
 
 
 def seeds_text(seeds: list[dict]) -> str:

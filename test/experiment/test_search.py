@@ -347,9 +347,12 @@ def test_a_dqn_search_killed_mid_trial_resumes_exactly_with_the_replay_left_to_t
         proc = search_until(spec_file, killed, trial=1, rows=4, name=DQN_NAME)
         assert proc.poll() is None, 'the search should be training its second trial'
         root = run_dir(killed, DQN_NAME)
-        # the driver and the trial's process at once, as a crash takes them: the driver alone lets the
-        # trial train on until its process learns of the driver's death (it reached frame 800 once)
-        for pid in [proc.pid] + [int(p.split(':')[0]) for p in lab_processes(root)]:
+        # the driver, its Ray and the trial's process at once, as a crash takes them: the driver alone
+        # lets the trial train on until its process learns of the driver's death (it reached frame 800
+        # twice, the second time with the trial's process not found by lab_processes: it is the
+        # driver's descendant, through Ray's head, raylet and worker)
+        doomed = process_tree(proc.pid) | {int(p.split(':')[0]) for p in lab_processes(root)}
+        for pid in [proc.pid, *sorted(doomed - {proc.pid}, reverse=True)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()

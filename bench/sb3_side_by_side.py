@@ -543,9 +543,21 @@ def report(args: argparse.Namespace, rows: list[Row], tools: tuple[str, ...], re
                                    'sb3_kwargs': row.sb3_kwargs, 'lab_edits': list(row.lab_edits),
                                    'fast_edits': fast_edits(row) if 'lab_fast' in tools else None}
                          for row in done}}
-        atomic_write_text(args.json, json.dumps({'meta': meta, 'runs': [asdict(m) for m in results],
-                                                 'summary': summary, 'floors': list((floors or {}).values())},
-                                                indent=1))
+        figures = {'meta': meta, 'runs': [asdict(m) for m in results], 'summary': summary,
+                   'floors': list((floors or {}).values())}
+        atomic_write_text(args.json, json.dumps(json_safe(figures), indent=1, allow_nan=False))
+
+
+def json_safe(value):
+    """`value` with each NaN or infinite float (a figure not measured: no SB3 column, no floor)
+    as None, so --json writes standard JSON (null) that any reader parses, not Python's NaN."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def measure_floors(args: argparse.Namespace, row_keys: list[str]) -> tuple[dict[str, dict] | None, str]:

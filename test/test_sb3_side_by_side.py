@@ -39,9 +39,10 @@ def test_lab_columns_of_a_tiny_row_print_the_runs_the_summary_and_the_floor(tmp_
     assert f'fast -s {" -s ".join(PPO_FAST)}' in printed  # the row's header names the fast column's edits
     cells = _table_line(printed, 'row  seed', 'ppo')
     assert cells[1] == '1' and cells[2] == '512'  # seed 1; 500 frames end on a whole rollout of 32 x 8
-    figures = json.loads(out.read_text())
+    figures = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f'{c} in --json: not standard JSON'))
     runs = {run['tool']: run for run in figures['runs']}
     assert set(runs) == {'lab', 'lab_fast'}
+    assert figures['summary'][0]['lab_vs_sb3'] is None  # no SB3 column: null, not NaN
     assert runs['lab']['edits'] == [] and runs['lab_fast']['edits'] == PPO_FAST
     for run in runs.values():
         assert (run['row'], run['seed'], run['frames']) == ('ppo', 1, 512)

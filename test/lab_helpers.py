@@ -367,6 +367,17 @@ def off_loopback(addresses) -> set[str]:
     return {a for a in addresses if not loopback(a)}
 
 
+def sessions_have_autogroups() -> bool:
+    """Whether the kernel shares the CPU between sessions first (autogroup scheduling): a process in
+    a new session reads its group from /proc/self/autogroup. False off Linux and where autogroup is
+    off or does not apply (a cgroup of its own for the CPU reads empty)."""
+    if not Path('/proc/self/autogroup').exists():
+        return False
+    done = subprocess.run([sys.executable, '-c', 'print(open("/proc/self/autogroup").read())'],
+                          capture_output=True, text=True, start_new_session=True)
+    return done.returncode == 0 and done.stdout.strip().startswith('/autogroup-')
+
+
 def ray_processes() -> set[str]:
     """Live Ray processes on this machine: gcs_server, raylet, ray::* workers and agents."""
     found = set()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import cli, lab_processes, listening_addresses, off_loopback, process_tree
+from lab_helpers import (cli, lab_processes, listening_addresses, off_loopback, process_tree,
+                         sessions_have_autogroups)
 
 from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -392,8 +393,10 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
         assert listening and not off_loopback(listening), listening
         # started niced, its Ray and its trials, in sessions of their own, stay niced where the kernel
         # shares the CPU by session first (autogroup): each session's group takes the nice
-        if Path('/proc/self/autogroup').exists():
-            own, groups = Path('/proc/self/autogroup').read_text().split()[0], {}
+        if sessions_have_autogroups():
+            # this process's own group; none where it runs in the root group (a process tree that never
+            # started a session of its own since boot, as a container's: the file reads empty)
+            own, groups = (Path('/proc/self/autogroup').read_text().split() or [None])[0], {}
             for pid in tree:
                 with contextlib.suppress(OSError, ValueError):  # ended meanwhile; the root group reads empty
                     group, _, niceness = Path(f'/proc/{pid}/autogroup').read_text().split()

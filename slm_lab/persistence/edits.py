@@ -9,7 +9,7 @@ import re
 from slm_lab.lib.decay import Schedule, linear_to_zero_end, linear_to_zero_factor
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import __version__, git_sha
-from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, validate_spec
+from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, settles_kernels, validate_spec
 from slm_lab.spec.validate import WANDB_KEYS, fill_fused
 
 # edits that keep the past and the future of a run consistent
@@ -217,7 +217,7 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
                           f"{change[0]}, or, to train {change[1]} from the parent's weights, use --warm-start "
                           'instead of --fork (a fresh run; the nets must fit)')
     try:
-        spec = load_spec(spec_file, spec_name, overrides, base=old_spec)
+        spec = load_spec(spec_file, spec_name, overrides, base=old_spec, settle=settles_kernels(mode))
     except SpecError as e:
         change = _algorithm_change(spec_file, spec_name, overrides, old_spec)
         if change is None:

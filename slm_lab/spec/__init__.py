@@ -16,7 +16,7 @@ The env section's schema is slm_lab.env.schema (ENV_SCHEMA is handed on here).
 from slm_lab.env.schema import ENV_PLANNED_KEYS, ENV_SCHEMA
 from slm_lab.spec.diff import diff_specs
 from slm_lab.spec.frames import check_frames_reached, session_max_frame
-from slm_lab.spec.load import load_raw_spec, load_run_spec, load_spec, merge_specs
+from slm_lab.spec.load import load_raw_spec, load_run_spec, load_spec, merge_specs, settles_kernels
 from slm_lab.spec.overrides import apply_overrides, parse_override, set_by_path
 from slm_lab.spec.read import (MAX_SPEC_DEPTH, MAX_SPEC_VALUES, YAML_EXTS, check_spec_name, get_raw_spec,
                                read_spec_file, spec_depth_error, strip_trailing_commas)
@@ -27,7 +27,7 @@ __all__ = [
     'AGENT_SCHEMA', 'ENV_PLANNED_KEYS', 'ENV_SCHEMA', 'MAX_SEED', 'MAX_SESSIONS', 'MAX_SPEC_DEPTH', 'MAX_SPEC_VALUES',
     'MAX_THREADS', 'MAX_TRIALS', 'META_SCHEMA', 'RUNTIME_META', 'TOP_SCHEMA', 'YAML_EXTS', 'apply_overrides',
     'check_spec_name', 'diff_specs', 'get_raw_spec', 'load_raw_spec', 'load_run_spec', 'load_spec', 'merge_specs',
-    'parse_override',
+    'parse_override', 'settles_kernels',
     'read_spec_file', 'session_max_frame', 'check_frames_reached', 'set_by_path', 'spec_depth_error',
     'strip_trailing_commas',
     'validate_spec',

@@ -38,15 +38,15 @@ def merge_specs(base: dict, over: dict) -> dict:
 
 
 def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None,
-              base: dict | None = None) -> dict:
+              base: dict | None = None, settle: bool = True) -> dict:
     """Read, override and validate a spec (keys it omits filled from `base` when given, then
-    from the defaults); record its origin in meta."""
+    from the defaults); record its origin in meta. `settle`: as validate_spec's."""
     raw = load_raw_spec(spec_file, spec_name, overrides)
     if base is not None:
         base = {k: v for k, v in base.items() if k != 'name'}
         base['meta'] = {k: v for k, v in base.get('meta', {}).items() if k not in RUNTIME_META}
         raw = merge_specs(base, raw)
-    spec = validate_spec(raw, spec_name)
+    spec = validate_spec(raw, spec_name, settle)
     spec['name'] = spec_name
     spec['meta']['spec_file'] = os.path.abspath(spec_file)
     spec['meta']['spec_name'] = spec_name
@@ -54,9 +54,15 @@ def load_spec(spec_file: str, spec_name: str, overrides: list[str] | None = None
     return spec
 
 
+def settles_kernels(mode: str) -> bool:
+    """Whether a spec loaded for `mode` settles linear_kernel "auto" (validate_spec's `settle`): a
+    search's spec leaves it to each trial's, which knows the trial's layers."""
+    return not mode.startswith('search')
+
+
 def load_run_spec(spec_file: str, spec_name: str, mode: str, overrides: list[str] | None) -> dict:
     """Load and validate a spec for a run in `mode`, and fill the run's meta (seed, versions)."""
-    spec = load_spec(spec_file, spec_name, overrides)
+    spec = load_spec(spec_file, spec_name, overrides, settle=settles_kernels(mode))
     meta = spec['meta']
     if meta['random_seed'] is None:
         meta['random_seed'] = secrets.randbelow(2**31 - 10**7)

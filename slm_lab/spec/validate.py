@@ -198,9 +198,11 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
                     f'valid: {", ".join(registry)}')
 
 
-def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
+def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> dict:
     """Validate a raw spec and return it with every default filled in. Raises SpecError naming
-    the key path of the first problem and the valid choices."""
+    the key path of the first problem and the valid choices. `settle`: a net's linear_kernel "auto"
+    becomes the kernel this machine takes for its layers; False for a search's spec, whose trials
+    each settle it for the layers they draw (agent.net.hid_layers may be searched)."""
     if not isinstance(spec, dict):
         raise SpecError(f'{spec_name}: a spec must be a JSON object')
     spec = copy.deepcopy(spec)
@@ -259,7 +261,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec') -> dict:
                         f'use one of: {", ".join(algo_cls.memory_names)}')
     spec['agent'] = fill_fused(agent, True)
     for section in ('net', 'critic_net'):  # linear_kernel "auto" settled here: the saved spec holds the kernel
-        if isinstance(agent.get(section), dict) and agent[section].get('linear_kernel') == 'auto':
+        if settle and isinstance(agent.get(section), dict) and agent[section].get('linear_kernel') == 'auto':
             agent[section]['linear_kernel'] = net.onednn_linear.resolve_linear_kernel(agent[section])
     if spec['meta']['distributed'] and any((agent.get(k) or {}).get('precision', 'fp32') != 'fp32'
                                            for k in ('net', 'critic_net')):

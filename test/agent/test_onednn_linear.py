@@ -210,3 +210,37 @@ def test_a_run_keeps_its_settled_kernel_when_resumed_on_a_machine_that_settles_a
                                      copy.deepcopy(old), 'train@latest')
     with pytest.raises(ResumeError, match='linear_kernel'):
         check_edits(filled, spec, force=False)
+
+
+def test_a_search_over_hid_layers_settles_auto_per_trial_for_the_layers_it_draws(monkeypatch, tmp_path):
+    """A search spec leaves linear_kernel "auto" to its trials: each trial settles it for the
+    hid_layers it drew (oneDNN for the wide draw, the default for the narrow one), not for the
+    spec's own layers; a resumed search keeps "auto" (no edit), and one started before this keeps
+    the kernel its saved spec settled."""
+    import json
+
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.experiment.search.specs import trial_spec
+    from slm_lab.persistence.edits import continuation_spec
+    from slm_lab.spec import diff_specs, load_run_spec
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: True)  # an AMD CPU with AVX-512
+    raw = resume_spec(td3_spec)
+    raw['agent']['net']['hid_layers'] = [256, 256]
+    raw['agent']['net'].pop('linear_kernel', None)
+    raw['search'] = {'agent.net.hid_layers__grid_search': [[64, 64], [256, 256]]}
+    spec_file = tmp_path / 'spec.json'
+    spec_file.write_text(json.dumps({'td3_search': raw}))
+    search = load_run_spec(str(spec_file), 'td3_search', 'search', [])
+    assert search['agent']['net']['linear_kernel'] == 'auto'
+    kernels = {tuple(w): trial_spec(search, {'agent.net.hid_layers': w}, i)['agent']['net']['linear_kernel']
+               for i, w in enumerate([[64, 64], [256, 256]])}
+    assert kernels == {(64, 64): 'default', (256, 256): 'onednn'}
+    assert load_run_spec(str(spec_file), 'td3_search', 'train', [])['agent']['net']['linear_kernel'] == 'onednn'
+    search['meta']['experiment_ts'] = '2026_01_01_000000'
+    spec, filled = continuation_spec(str(spec_file), 'td3_search', [], copy.deepcopy(search), 'search@latest')
+    assert spec['agent']['net']['linear_kernel'] == 'auto'
+    assert not [d for d in diff_specs(filled, spec) if 'linear_kernel' in d[0]]
+    old = copy.deepcopy(search)
+    old['agent']['net']['linear_kernel'] = 'onednn'  # saved by a search before this change
+    spec, _ = continuation_spec(str(spec_file), 'td3_search', [], old, 'search@latest')
+    assert trial_spec(spec, {'agent.net.hid_layers': [64, 64]}, 0)['agent']['net']['linear_kernel'] == 'onednn'

@@ -70,8 +70,9 @@ NET_SCHEMA = {
                                'measured in docs/BENCHMARKS.md; the same maths rounded differently, so a seeded run '
                                'gives other numbers than under "default"; layers under 32 wide stay on "default"), or '
                                '"auto": "onednn" on an AMD CPU with AVX-512 for a net whose hid_layers are all 128 or '
-                               'wider, else "default", settled when the spec is validated (the saved spec holds the '
-                               'choice: a resumed run keeps it on any machine)'),
+                               'wider, else "default", settled when the spec is validated (a search\'s trials each for '
+                               'the layers they draw; the saved spec holds the choice: a resumed run keeps it on any '
+                               'machine)'),
     'onednn_min_rows': Field((int,), ONEDNN_MIN_ROWS, min=1,
                              doc='with linear_kernel "onednn": a product over fewer rows than this (acting in one '
                                  'or a few envs) runs on torch\'s default kernel, where a oneDNN call costs more '

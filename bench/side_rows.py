@@ -175,8 +175,10 @@ def speed_opt_ins(spec: dict) -> list[str]:
 def fast_edits(row: Row) -> list[str]:
     """The -s overrides that make the row's lab_fast column: on each net of its spec, linear_kernel
     "onednn" on an AMD CPU where the net type takes the key (the MLP-family nets; ConvNet has none)
-    and its hidden layers are all at least FAST_ONEDNN_MIN_WIDTH wide, precision "bf16" on image nets where this
-    CPU computes bf16 in hardware, and on each Adam / AdamW / RMSprop optimizer the option
+    and its hidden layers are all at least FAST_ONEDNN_MIN_WIDTH wide, precision "bf16" where this
+    CPU computes bf16 in hardware on image nets and, on an AMD CPU, on those wide MLP-family nets
+    (a SAC HalfCheetah update 24% faster there than on oneDNN in float32; on an Intel CPU with AMX
+    no faster, docs/BENCHMARKS.md), and on each Adam / AdamW / RMSprop optimizer the option
     FAST_OPTIM names."""
     from slm_lab.agent.net import IMAGE_NETS, NETS  # here, not at the top: only the lab's columns need torch
     from slm_lab.agent.net.precision import cpu_has_bf16
@@ -185,11 +187,14 @@ def fast_edits(row: Row) -> list[str]:
         net_class = NETS.get(net.get('type'))
         if net_class is None:
             continue
+        wide_mlp = False
         if 'linear_kernel' in net_class.spec_schema and amd_cpu():
             widths = net.get('hid_layers', net_class.spec_schema['hid_layers'].default)
-            if widths and min(widths) >= FAST_ONEDNN_MIN_WIDTH:
+            wide_mlp = bool(widths) and min(widths) >= FAST_ONEDNN_MIN_WIDTH
+            if wide_mlp:
                 edits.append(f'{path}.linear_kernel={FAST_LINEAR_KERNEL}')
-        if issubclass(net_class, IMAGE_NETS) and 'precision' in net_class.spec_schema and cpu_has_bf16():
+        if (issubclass(net_class, IMAGE_NETS) or wide_mlp) and 'precision' in net_class.spec_schema \
+                and cpu_has_bf16():
             edits.append(f'{path}.precision={FAST_PRECISION}')
         edits += [f'{path}.{key}.{FAST_OPTIM[optim["name"]]}=true' for key, optim in _optims(net)
                   if optim.get('name') in FAST_OPTIM]

@@ -131,7 +131,8 @@ def test_the_default_column_has_no_opt_in_and_fast_adds_the_documented_ones():
             and side_rows.amd_cpu()
         assert net.get('linear_kernel') == ('onednn' if wide else None if net['type'] == 'ConvNet' else 'default'), \
             row.key
-        assert net['precision'] == ('bf16' if net['type'] == 'ConvNet' and cpu_has_bf16() else 'fp32'), row.key
+        assert net['precision'] == ('bf16' if (net['type'] == 'ConvNet' or wide) and cpu_has_bf16() else 'fp32'), \
+            row.key
         assert sorted(side_rows.speed_opt_ins(side_rows.raw_spec(row, edits))) == sorted(edits), row.key
 
 

@@ -228,6 +228,30 @@ def test_bad_search_input_is_one_line_and_no_run_directory(tmp_path, edit, messa
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
 
 
+def test_a_trial_saved_by_an_older_lab_continues_with_the_keys_added_since_at_their_old_behaviour(tmp_path):
+    """A search resumed by a newer lab reads each trial's saved spec as train@ reads a run's: a key
+    the lab added since the trial was written takes the behaviour the trial started with (here
+    flush_denormal false, Adam stepped per tensor), not today's default; a spec this lab wrote reads
+    back as it is."""
+    from slm_lab.experiment.search.specs import trial_spec
+    from slm_lab.experiment.search.trial import read_trial_spec
+    from slm_lab.lib.io import write_json
+    from slm_lab.persistence.run_dir import RunDir
+    from slm_lab.spec import validate_spec
+    search = {**validate_spec(search_spec()), 'name': NAME}
+    spec = trial_spec(search, {'agent.algorithm.gamma': 0.95, 'agent.net.optim_spec.lr': 0.001}, 0)
+    run = RunDir(tmp_path / f'{NAME}_2026_01_01_000000', NAME)
+    run.create()
+    write_json(run.spec_path(0), spec)
+    assert read_trial_spec(run, 0) == spec
+    assert spec['meta']['flush_denormal'] is True and spec['agent']['net']['optim_spec']['fused'] is True
+    del spec['meta']['flush_denormal'], spec['agent']['net']['optim_spec']['fused']  # as an older lab wrote it
+    write_json(run.spec_path(0), spec)
+    old = read_trial_spec(run, 0)
+    assert old['meta']['flush_denormal'] is False and old['agent']['net']['optim_spec']['fused'] is False
+    assert old['name'] == NAME and old['agent']['algorithm']['gamma'] == 0.95
+
+
 @pytest.mark.subprocess
 def test_a_ray_address_that_does_not_answer_is_one_line_and_no_run_directory(tmp_path):
     result = lab([write(tmp_path, search_spec()), NAME, 'search', '--ray-address', '127.0.0.1:9'], tmp_path)

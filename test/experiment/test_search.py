@@ -250,6 +250,14 @@ def test_a_trial_saved_by_an_older_lab_continues_with_the_keys_added_since_at_th
     old = read_trial_spec(run, 0)
     assert old['meta']['flush_denormal'] is False and old['agent']['net']['optim_spec']['fused'] is False
     assert old['name'] == NAME and old['agent']['algorithm']['gamma'] == 0.95
+    from slm_lab.lib.errors import ResumeError
+    spec['agent']['net']['hid_layers'] = 'wide'  # a spec this lab refuses, or no spec at all: one line naming the file
+    write_json(run.spec_path(0), spec)
+    with pytest.raises(ResumeError, match=r'ppo_search_t0_spec\.json: the trial.s spec cannot be read \(agent\.net'):
+        read_trial_spec(run, 0)
+    run.spec_path(0).write_text('{')
+    with pytest.raises(ResumeError, match=r'ppo_search_t0_spec\.json: the trial.s spec cannot be read'):
+        read_trial_spec(run, 0)
 
 
 @pytest.mark.subprocess

@@ -72,10 +72,16 @@ def read_trial_spec(run_dir, index: int) -> dict:
     """Trial `index`'s spec as the search wrote it, with what a newer lab added since filled in as
     the trial started (edits.fill_keys_added_later: a search resumed by a newer lab continues each
     trial as it trained, as train@ continues a run) and this lab's other defaults (validated)."""
-    from slm_lab.persistence.edits import fill_keys_added_later  # noqa: PLC0415 (the lab loads after the stop handler)
+    from slm_lab.lib.errors import ResumeError  # noqa: PLC0415 (the lab loads after the stop handler)
+    from slm_lab.persistence.edits import fill_keys_added_later  # noqa: PLC0415
     from slm_lab.spec import validate_spec  # noqa: PLC0415
-    saved = json.loads(run_dir.spec_path(index).read_text())
-    spec = validate_spec(fill_keys_added_later({k: v for k, v in saved.items() if k != 'name'}), run_dir.spec_name)
+    path = run_dir.spec_path(index)
+    try:
+        saved = json.loads(path.read_text())
+        spec = validate_spec(fill_keys_added_later({k: v for k, v in saved.items() if k != 'name'}),
+                             run_dir.spec_name)
+    except (OSError, ValueError, AttributeError, LabError) as e:  # ValueError: JSON; AttributeError: not an object
+        raise ResumeError(f'{path}: the trial\'s spec cannot be read ({e}); the trial cannot run without it') from None
     spec['name'] = saved.get('name', run_dir.spec_name)
     return spec
 
@@ -107,9 +113,9 @@ def main(pipe: int | None = None) -> int:
     watch_stop_files(run_dir, index)
     print(f'trial {index}: process {os.getpid()}, started ahead by '
           f'{"the search driver, before Ray" if pipe is not None else "its Ray worker"}', file=sys.stderr, flush=True)
-    spec = read_trial_spec(run_dir, index)
-    resume = any(run_dir.ckpt_dir(index, s).exists() for s in range(spec['meta']['max_session']))
     try:
+        spec = read_trial_spec(run_dir, index)
+        resume = any(run_dir.ckpt_dir(index, s).exists() for s in range(spec['meta']['max_session']))
         Trial(spec, run_dir, 'train', trial=index, resume=resume).run()
     except LabError as e:
         print(f'error: {e}', file=sys.stderr)

@@ -88,10 +88,9 @@ def benchmark(suite_file: str, mode: str = 'benchmark', rows: list[str] | None =
                               f"{suite_file}'s '{suite.name}'")
         with locked_to_continue(run_dir) as lock:
             suite, plan = bench_run.read_benchmark(run_dir)
-            from slm_lab.experiment.search.trial import read_trial_spec  # noqa: PLC0415 (the lab: after the checks above)
             for e in plan:  # the row-seeds left to run read their specs as their trials will: refused here, not in Ray
                 if not bench_run.finished(run_dir, e['trial']):
-                    read_trial_spec(run_dir, e['trial'])
+                    search_specs.read_trial_spec(run_dir, e['trial'])
         logger.info(f'continuing the benchmark in {run_dir.root}')
     if on_run_dir is not None:
         on_run_dir(run_dir)

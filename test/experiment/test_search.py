@@ -234,7 +234,7 @@ def test_a_trial_saved_by_an_older_lab_continues_with_the_keys_added_since_at_th
     flush_denormal false, Adam stepped per tensor), not today's default; a spec this lab wrote reads
     back as it is."""
     from slm_lab.experiment.search.specs import trial_spec
-    from slm_lab.experiment.search.trial import read_trial_spec
+    from slm_lab.experiment.search.specs import read_trial_spec
     from slm_lab.lib.io import write_json
     from slm_lab.persistence.run_dir import RunDir
     from slm_lab.spec import validate_spec

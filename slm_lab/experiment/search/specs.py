@@ -114,6 +114,21 @@ def write_trial_specs(run_dir: RunDir, spec: dict, values: dict, index: int) -> 
     write_json(run_dir.spec_path(index), trial.session_spec(None))  # last: its presence means all are there
 
 
+def read_trial_spec(run_dir: RunDir, index: int) -> dict:
+    """Trial `index`'s spec as the search wrote it, with what a newer lab added since filled in as
+    the trial started (edits.fill_keys_added_later: a search resumed by a newer lab continues each
+    trial as it trained, as train@ continues a run) and this lab's other defaults (validated)."""
+    path = run_dir.spec_path(index)
+    try:
+        saved = json.loads(path.read_text())
+        spec = validate_spec(edits.fill_keys_added_later({k: v for k, v in saved.items() if k != 'name'}),
+                             run_dir.spec_name)
+    except (OSError, ValueError, AttributeError, LabError) as e:  # ValueError: JSON; AttributeError: not an object
+        raise ResumeError(f'{path}: the trial\'s spec cannot be read ({e}); the trial cannot run without it') from None
+    spec['name'] = saved.get('name', run_dir.spec_name)
+    return spec
+
+
 def total_trials(spec: dict, params: list[Param]) -> int:
     """max_trial trials per grid point (Ray Tune's num_samples with grid_search)."""
     return spec['meta']['max_trial'] * len(grid_points(params))

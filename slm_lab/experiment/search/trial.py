@@ -68,24 +68,6 @@ def read_line(fd: int) -> str:
     return data.decode()
 
 
-def read_trial_spec(run_dir, index: int) -> dict:
-    """Trial `index`'s spec as the search wrote it, with what a newer lab added since filled in as
-    the trial started (edits.fill_keys_added_later: a search resumed by a newer lab continues each
-    trial as it trained, as train@ continues a run) and this lab's other defaults (validated)."""
-    from slm_lab.lib.errors import ResumeError  # noqa: PLC0415 (the lab loads after the stop handler)
-    from slm_lab.persistence.edits import fill_keys_added_later  # noqa: PLC0415
-    from slm_lab.spec import validate_spec  # noqa: PLC0415
-    path = run_dir.spec_path(index)
-    try:
-        saved = json.loads(path.read_text())
-        spec = validate_spec(fill_keys_added_later({k: v for k, v in saved.items() if k != 'name'}),
-                             run_dir.spec_name)
-    except (OSError, ValueError, AttributeError, LabError) as e:  # ValueError: JSON; AttributeError: not an object
-        raise ResumeError(f'{path}: the trial\'s spec cannot be read ({e}); the trial cannot run without it') from None
-    spec['name'] = saved.get('name', run_dir.spec_name)
-    return spec
-
-
 def main(pipe: int | None = None) -> int:
     # a stop (the search's stop file, or its Ray worker's SIGTERM) before the trial takes the signal
     # over ends this process at once with 143, which the trainable reads as a trial stopped with the
@@ -96,6 +78,7 @@ def main(pipe: int | None = None) -> int:
     from slm_lab.experiment.trial import Trial  # noqa: PLC0415 (torch: after the Ray worker started this process)
     from slm_lab.experiment.signals import die_with_parent  # noqa: PLC0415 (the lab loads only once the stop handler is in place)
     from slm_lab.persistence.run_dir import RunDir  # noqa: PLC0415 (the lab loads only once the stop handler is in place)
+    from slm_lab.experiment.search.specs import read_trial_spec  # noqa: PLC0415 (the same)
     die_with_parent()  # a trial never outlives its Ray worker
     try:
         warm_up()

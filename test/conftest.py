@@ -239,22 +239,32 @@ class LabWarnings:
 # files in the order below, the next one when a worker is almost out of tests. The costliest files
 # go first, so that the two workers end together: a long file taken last would leave the other
 # worker idle for its whole length. A file's cost: the seconds its selected tests took on a loaded
-# machine (2026-11-29), its slow tests' in SLOW_FILE_SECONDS (12 s a slow test for a file not
-# listed), its other tests' in FAST_FILE_SECONDS (0.3 s a test for a file not listed). A file
-# missing here or a figure gone stale costs only some balance, never a test.
+# machine (2026-11-29; those marked * on 2026-12-07, beside background trainings, several after
+# their slow tests dropped processes), its slow tests' in SLOW_FILE_SECONDS (12 s a slow test for a
+# file not listed), its other tests' in FAST_FILE_SECONDS (0.3 s a test for a file not listed). A
+# file missing here or a figure gone stale costs only some balance, never a test.
 SLOW_FILE_SECONDS = {
-    'test/experiment/test_benchmark.py': 355,
-    'test/experiment/test_search.py': 330,
-    'test/test_python_api.py': 225,
-    'test/test_run_dir_names.py': 115,
-    'test/test_sb3_side_by_side.py': 205,
-    'test/persistence/test_resume.py': 160,
-    'test/agent/test_conv_net.py': 200,
-    'test/test_fork.py': 80,
-    'test/experiment/test_distributed.py': 130,
-    'test/test_scheduler.py': 90,
-    'test/experiment/test_search_watch.py': 70,
-    'test/persistence/test_resume_reads.py': 55,
+    'test/persistence/test_resume_safety.py': 190,  # *
+    'test/experiment/test_benchmark.py': 180,  # *
+    'test/experiment/test_search.py': 175,  # *
+    'test/test_python_api.py': 110,  # *
+    'test/test_run_dir_names.py': 75,  # *
+    'test/test_sb3_side_by_side.py': 160,  # *
+    'test/persistence/test_resume.py': 120,  # *
+    'test/agent/test_conv_net.py': 70,  # *
+    'test/test_fork.py': 50,  # *
+    'test/experiment/test_distributed.py': 95,  # *
+    'test/test_scheduler.py': 70,  # *
+    'test/test_input_guards.py': 60,  # *
+    'test/experiment/test_tensorboard.py': 50,  # *
+    'test/test_reliability.py': 50,  # *
+    'test/experiment/test_search_watch.py': 20,  # *
+    'test/persistence/test_resume_reads.py': 50,  # *
+    'test/test_cli.py': 75,  # * (many short slow tests: 12 s each would put them first)
+    'test/persistence/test_exact_resume.py': 35,  # *
+    'test/spec/test_spec_reading.py': 30,  # *
+    'test/env/test_env_families.py': 30,  # *
+    'test/experiment/test_control.py': 20,  # *
 }
 FAST_FILE_SECONDS = {  # the fast tier's few costly files (a module fixture that trains, a run in a process)
     'test/experiment/test_benchmark.py': 10,

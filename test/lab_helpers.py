@@ -158,6 +158,12 @@ def run_in_process(args: list[str], cwd: Path, capsys) -> tuple[int, str]:
     lab's imports cost; a refusal by the argument parser exits as it does there. Returns (exit code,
     stderr), read through pytest's `capsys`. It changes the process's directory while it runs: one
     at a time, never from threads."""
+    code, _, err = run_in_process_with_output(args, cwd, capsys)
+    return code, err
+
+
+def run_in_process_with_output(args: list[str], cwd: Path, capsys) -> tuple[int, str, str]:
+    """run_in_process, and what the command printed on stdout: (exit code, stdout, stderr)."""
     from slm_lab.cli import run_main
     capsys.readouterr()
     here = os.getcwd()
@@ -168,7 +174,8 @@ def run_in_process(args: list[str], cwd: Path, capsys) -> tuple[int, str]:
         code = e.code
     finally:
         os.chdir(here)
-    return code, capsys.readouterr().err
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def resume_spec(make_spec, *args, **keys) -> dict:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import build_spec, flip_weight_bytes, write_spec_file
-from lab_helpers import PPO, RUN_LAB, cli, lab_env, run_dirs, tree_digest, write_spec
+from lab_helpers import PPO, RUN_LAB, cli, lab_env, run_dirs, run_in_process_with_output, tree_digest, write_spec
 
 from slm_lab import lab
 from slm_lab.persistence import model_file, snapshot as checkpoint
@@ -204,15 +204,23 @@ def resume_cli(tmp_path: Path, spec_file: str, *extra: str) -> subprocess.Comple
                env={**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser'})
 
 
+def resume_in_process(tmp_path: Path, spec_file: str, capsys, *extra: str) -> subprocess.CompletedProcess:
+    """resume_cli's command run by the command line's code in this process (run_in_process): its
+    exit code, stdout and stderr, without a process's start and the lab's imports. Call it with the
+    no_png fixture in place."""
+    code, out, err = run_in_process_with_output([spec_file, 'stopped', 'train@latest', *extra], tmp_path, capsys)
+    return subprocess.CompletedProcess(['run_lab.py', spec_file, 'stopped', 'train@latest', *extra], code, out, err)
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_train_record_that_is_not_text_is_named_in_one_line(damaged, tmp_path):
+def test_a_train_record_that_is_not_text_is_named_in_one_line(damaged, tmp_path, capsys, no_png):
     run, spec_file = damaged
     shutil.rmtree(run / 'ckpt')
     csv = run / 'info' / 'stopped_t0_s0_session_df_train.csv'
     csv.write_bytes(bytes([0xE5, 0xFF, 0x00, 0x0A] * 75))
     before = tree_digest(run)
-    done = resume_cli(tmp_path, spec_file)
+    done = resume_in_process(tmp_path, spec_file, capsys)
     assert done.returncode == 2
     line = one_line(done)
     assert str(csv.relative_to(tmp_path)) in line and 'not UTF-8' in line, line
@@ -221,12 +229,12 @@ def test_a_train_record_that_is_not_text_is_named_in_one_line(damaged, tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_lock_that_is_a_directory_is_one_line(damaged, tmp_path):
+def test_a_lock_that_is_a_directory_is_one_line(damaged, tmp_path, capsys, no_png):
     run, spec_file = damaged
     (run / '.lock').unlink()
     (run / '.lock').mkdir()
     before = tree_digest(run)
-    done = resume_cli(tmp_path, spec_file)
+    done = resume_in_process(tmp_path, spec_file, capsys)
     assert done.returncode == 2
     line = one_line(done)
     assert '.lock is a directory' in line, line
@@ -291,12 +299,12 @@ def test_sigterm_during_an_evaluation_stops_at_once_and_the_run_continues(tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_deleted_log_directory_is_made_again_and_the_resume_recorded_once(damaged, tmp_path):
+def test_a_deleted_log_directory_is_made_again_and_the_resume_recorded_once(damaged, tmp_path, capsys, no_png):
     run, spec_file = damaged
     shutil.rmtree(run / 'log')
     shutil.rmtree(run / 'graph')
     frame = max(int(p.name[1:]) for p in checkpoint.list_snapshots(run / 'ckpt' / 'stopped_t0_s0'))
-    done = resume_cli(tmp_path, spec_file, '-s', f'env.max_frame={frame + 512}')
+    done = resume_in_process(tmp_path, spec_file, capsys, '-s', f'env.max_frame={frame + 512}')
     assert done.returncode == 0, done.stderr
     assert (run / 'log' / 'stopped_t0_s0.log').is_file() and (run / 'graph').is_dir()
     assert len(json.loads((run / 'stopped_resumes.json').read_text())) == 1
@@ -340,12 +348,12 @@ def test_a_model_file_records_a_checksum_of_its_contents(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_resume_writes_a_damaged_best_model_again_from_the_snapshot(damaged, tmp_path):
+def test_resume_writes_a_damaged_best_model_again_from_the_snapshot(damaged, tmp_path, capsys, no_png):
     run, spec_file = damaged
     best = run / 'model' / 'stopped_t0_s0_model_best.pt'
     flip_weight_bytes(best)
     frame = max(int(p.name[1:]) for p in checkpoint.list_snapshots(run / 'ckpt' / 'stopped_t0_s0'))
-    done = resume_cli(tmp_path, spec_file, '-s', f'env.max_frame={frame + 256}')
+    done = resume_in_process(tmp_path, spec_file, capsys, '-s', f'env.max_frame={frame + 256}')
     assert done.returncode == 0, done.stderr
     assert 'fail the checksum' in (run / 'log' / 'stopped_t0_s0.log').read_text()
     assert model_file.load_model_file(best)[1]

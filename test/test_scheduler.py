@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from lab_helpers import PPO, RUN_LAB, assert_same_run, cli, lab_env, train_csv, visible, write_spec
 
+from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint
 
 NAME = 'job'
@@ -48,7 +49,7 @@ def start_and_stop(args: list[str], cwd: Path, log: Path, condition, signum: int
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_one_command_starts_continues_and_completes_the_run(tmp_path):
+def test_one_command_starts_continues_and_completes_the_run(tmp_path, no_png):
     """run, SIGKILL, run, SIGTERM, run == one straight run; a fourth run exits 0 at once."""
     spec_file = write_spec(tmp_path, NAME, job_spec())
     run = tmp_path / 'jobs' / 'job_1'
@@ -70,8 +71,8 @@ def test_one_command_starts_continues_and_completes_the_run(tmp_path):
     assert fourth.returncode == 0, fourth.stderr
     assert 'already finished at frame 8000' in fourth.stdout
     assert time.monotonic() - t0 < 30
-    straight = cli([spec_file, NAME, 'train', '--run-dir', str(tmp_path / 'straight')], cwd=tmp_path)
-    assert straight.returncode == 0, straight.stderr
+    # the run that never stopped, for the comparison: in this process (the same code as the command)
+    lab.run(spec_file, NAME, 'train', run_dir=str(tmp_path / 'straight'))
     assert_same_run(run, tmp_path / 'straight', NAME)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import PPO, cli, tree_digest, write_spec
+from lab_helpers import PPO, cli, run_in_process, tree_digest, write_spec
 
 import slm_lab
 from slm_lab.lib.errors import ResumeError
@@ -62,7 +62,9 @@ def test_warm_start_from_a_run_of_another_spec_name_plays_at_its_level(teacher, 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_warm_start_refusals_name_the_nets_and_the_trial(teacher, tmp_path):
+def test_warm_start_refusals_name_the_nets_and_the_trial(teacher, tmp_path, capsys):
+    """The first refusal by run_lab.py in a process of its own, the second by the same code in this
+    process (run_in_process), the others from Python."""
     spec_file = write_spec(tmp_path, 'ppo_student', student_spec())
     out = cli([spec_file, 'ppo_student', 'train', '--warm-start', str(teacher), '-s', 'agent.net.hid_layers=[16]'],
               cwd=tmp_path)
@@ -71,8 +73,8 @@ def test_warm_start_refusals_name_the_nets_and_the_trial(teacher, tmp_path):
     assert 'do not fit the nets of this spec' in lines[0]
     assert not (tmp_path / 'data').exists() or not list((tmp_path / 'data').iterdir())
     # a train run has trial 0 only; a search needs RUN_DIR/tN
-    out = cli([spec_file, 'ppo_student', 'train', '--warm-start', f'{teacher}/t2'], cwd=tmp_path)
-    assert out.returncode == 2 and 'is a train run, with trial 0 only' in out.stderr, out.stderr
+    code, err = run_in_process([spec_file, 'ppo_student', 'train', '--warm-start', f'{teacher}/t2'], tmp_path, capsys)
+    assert code == 2 and 'is a train run, with trial 0 only' in err, err
     search = tmp_path / 'a_search'
     (search / 'search').mkdir(parents=True)
     for f in teacher.glob('ppo_teacher*_spec.json'):

@@ -1,6 +1,7 @@
 """benchmark mode: a suite file's rows x seeds run as the lab's trials on Ray Tune, its report (the
 interval, verdict and IQM maths against hand-computed values), bad suite files, and a benchmark
-stopped by SIGTERM and killed by SIGKILL that continues to the same scores as one never stopped."""
+stopped by SIGTERM and killed by SIGKILL that continues to the same scores as one never stopped
+(which ran on a two-node Ray cluster, with a search there before it)."""
 from __future__ import annotations
 
 import hashlib
@@ -244,20 +245,34 @@ def test_bad_benchmark_input_exits_2_with_one_line_and_never_touches_a_run(tmp_p
 
 @pytest.fixture(scope='module')
 def straight(tmp_path_factory):
-    """The tiny suite run straight through, from Python (slm_lab.benchmark), in a process of its own:
-    the lab sets Ray's environment before Ray is imported, which a test process may have done.
-    Every test that reads it is marked slow (it takes 40 s or more on a loaded machine): the slow
-    tier runs it once for all of them, where each tier ran it once before."""
+    """The tiny suite run straight through on a real Ray cluster on this machine: a head and a
+    second node (one CPU each) on loopback, started with `ray start` (TwoNodeRayCluster). From
+    Python (slm_lab.benchmark with ray_address), in a process of its own: the lab sets Ray's
+    environment before Ray is imported, which a test process may have done. First, on the cluster
+    as started, a search with --ray-address (its result in `search`, its directory in `searched`):
+    one cluster for both (starting one takes seconds), and one run of the suite for every test
+    that reads a finished suite; the suite's local runs (stopped and continued, in pieces) are
+    checked against it. Every test that reads it is marked slow (it takes a minute or more on a
+    loaded machine): the slow tier runs it once for all of them."""
+    from test_search import NAME, search_spec, write
     folder = tmp_path_factory.mktemp('straight')
-    script = ('import json, slm_lab, sys\n'
-              'r = slm_lab.benchmark(sys.argv[1], data_dir=sys.argv[2])\n'
-              'print(json.dumps({"run_dir": str(r.run_dir), "report": r.report}))\n')
-    done = subprocess.run([sys.executable, '-c', script, write_suite(folder), str(folder / 'data')], cwd=folder,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONPATH': str(ROOT)})
+    with TwoNodeRayCluster() as cluster:
+        searched = folder / 'search'
+        searched.mkdir()
+        spec = search_spec(max_trial=2, max_frame=2000)
+        spec['meta']['search_resources'] = {'cpu': 1}
+        spec['meta'].pop('search_scheduler')
+        search = cli([write(searched, spec), NAME, 'search', '--ray-address', cluster.address], searched,
+                     timeout=600, env=cluster.env)
+        script = ('import json, slm_lab, sys\n'
+                  'r = slm_lab.benchmark(sys.argv[1], data_dir=sys.argv[2], ray_address=sys.argv[3])\n'
+                  'print(json.dumps({"run_dir": str(r.run_dir), "report": r.report}))\n')
+        done = subprocess.run([sys.executable, '-c', script, write_suite(folder), str(folder / 'data'),
+                               cluster.address], cwd=folder, capture_output=True, text=True, timeout=600,
+                              env={**cluster.env, 'BROWSER_PATH': os.devnull + '/no-browser'})
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    return SimpleNamespace(run_dir=Path(out['run_dir']), report=out['report'])
+    return SimpleNamespace(run_dir=Path(out['run_dir']), report=out['report'], search=search, searched=searched)
 
 
 def seed_scores(root: Path) -> pd.DataFrame:
@@ -390,34 +405,25 @@ def test_sigterm_then_sigkill_mid_suite_continue_to_the_scores_of_the_suite_that
 @pytest.mark.ray
 @needs_ray
 @pytest.mark.subprocess
-def test_a_search_and_a_suite_run_on_a_two_node_ray_cluster(straight, tmp_path):
-    """A real Ray cluster on this machine: a head and a second node (one CPU each) on loopback,
-    started with `ray start`. A search runs there with --ray-address and its trials land on both
-    nodes; then a suite, whose row-seeds land on both and score as the local run did. One cluster
-    for both (starting one takes seconds): the search first, on the cluster as started."""
-    from test_search import NAME, experiment_df, run_dir, search_spec, write
-    with TwoNodeRayCluster() as cluster:
-        searched = tmp_path / 'search'
-        searched.mkdir()
-        spec = search_spec(max_trial=2, max_frame=2000)
-        spec['meta']['search_resources'] = {'cpu': 1}
-        spec['meta'].pop('search_scheduler')
-        spec_file = write(searched, spec)
-        result = cli([spec_file, NAME, 'search', '--ray-address', cluster.address], searched, timeout=600,
-                     env=cluster.env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        root = run_dir(searched)
-        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(2)}
-        assert len(nodes) == 2, nodes  # one CPU per node, one per trial: the two trials ran side by side
-        assert list(experiment_df(searched)['status']) == ['completed'] * 2
+def test_a_search_and_a_suite_run_on_a_two_node_ray_cluster(straight):
+    """`straight` ran on a real two-node Ray cluster (one CPU a node): a search with --ray-address
+    first, on the cluster as started, whose trials landed on both nodes; then the suite, whose
+    row-seeds landed on both (they score as the suite's local runs do: the tests that continue
+    and piece together the suite locally check their scores against it)."""
+    from test_search import experiment_df, run_dir
 
-        suite = write_suite(tmp_path)
-        result = cli([suite, 'benchmark', '--ray-address', cluster.address], tmp_path, timeout=600, env=cluster.env)
-        assert result.returncode == 0, result.stderr[-3000:]
-        (root,) = (tmp_path / 'data').glob('tiny_*')
-        nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(4)}
-        assert len(nodes) == 2, nodes
-        pd.testing.assert_frame_equal(seed_scores(root), seed_scores(straight.run_dir))
+    from slm_lab.cli import parse_run_args
+    assert straight.search.returncode == 0, straight.search.stderr[-3000:]
+    root = run_dir(straight.searched)
+    nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(2)}
+    assert len(nodes) == 2, nodes  # one CPU per node, one per trial: the two trials ran side by side
+    assert list(experiment_df(straight.searched)['status']) == ['completed'] * 2
+    root = straight.run_dir
+    nodes = {json.loads((root / 'search' / 'nodes' / str(i)).read_text())['node_id'] for i in range(4)}
+    assert len(nodes) == 2, nodes
+    # the command line's --ray-address is slm_lab.benchmark's ray_address (run_main passes it on)
+    args = parse_run_args([str(root / 'benchmark' / 'suite.json'), 'benchmark', '--ray-address', '127.0.0.1:6379'])
+    assert (args.mode, args.ray_address) == ('benchmark', '127.0.0.1:6379')
 
 
 def straight_suite_file(straight, folder: Path) -> str:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import (cli, lab_processes, listening_addresses, off_loopback, process_tree,
-                         sessions_have_autogroups)
+from lab_helpers import (cli, lab_env, lab_processes, listening_addresses, off_loopback, process_tree,
+                         run_in_process, sessions_have_autogroups)
 
 from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -274,80 +275,20 @@ def test_search_options_belong_to_search(tmp_path):
     assert result.returncode == 2 and '--keep only applies to search' in result.stderr
 
 
-ROWS = 4  # of 8: the middle of the third trial
-
-
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_stopped(tmp_path):
-    """Point 7 of the search issue: 4 trials one at a time (each reserves every core), ASHA on,
-    SIGKILL while the third trial trains, search@latest: the same experiment_df.csv and the same
-    trial records as a search run without interruption; nothing of the killed search's processes
-    is left behind."""
-    spec_file = write(tmp_path, search_spec(max_frame=2000))
-    straight, killed = tmp_path / 'straight', tmp_path / 'killed'
-    straight.mkdir()
-    killed.mkdir()
-    # the uninterrupted search runs beside the one that is killed and resumed (its own local Ray)
-    reference = subprocess.Popen([sys.executable, RUN_LAB, spec_file, NAME, 'search'], cwd=straight,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        proc = search_until(spec_file, killed, trial=2, rows=ROWS)
-        assert proc.poll() is None, 'the search should be training its third trial'
-        proc.kill()
-        proc.wait()
-        root = run_dir(killed)
-        deadline = time.time() + 20
-        while lab_processes(root) and time.time() < deadline:
-            time.sleep(0.2)
-        assert not lab_processes(root), lab_processes(root)
-        assert not (root / 'info' / f'{NAME}_experiment_df.csv').exists()
-        # train@ never takes a search's directory (it would continue trial 0 without what it drew)
-        refused = lab([spec_file, NAME, 'train@latest'], killed)
-        assert refused.returncode == 2 and 'train@latest: no run of spec' in refused.stderr, refused.stderr
-        refused = lab([spec_file, NAME, f'train@{root}'], killed)
-        assert refused.returncode == 2 and 'is a search, not a train run; continue it with search@' in refused.stderr
-        # a journal line cut off by the kill is cut away, not joined to the next one
-        with open(root / 'search' / 'optuna.journal', 'ab') as f:
-            f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 3, "param_na')
-
-        ray_temp = Path((root / 'search' / 'ray_temp').read_text().strip())
-        assert ray_temp.is_dir()  # Ray's session files of the killed search, outside the run directory
-
-        result = lab([spec_file, NAME, 'search@latest'], killed)
-        assert result.returncode == 0, result.stderr[-3000:]
-        _, err = reference.communicate(timeout=300)
-    finally:
-        reference.kill()
-    assert reference.returncode == 0, err[-3000:]
-    assert not ray_temp.exists() and list((root / 'search' / 'ray').glob('session_*/logs'))  # moved in
-    a, b = experiment_df(straight), experiment_df(killed)
-    pd.testing.assert_frame_equal(a, b)
-    assert set(a['status']) <= {'completed', 'stopped early (ASHA)'} and len(a) == 4
-    for i in range(4):
-        # each trial's records up to where the search judged it (a trial ASHA stopped may have
-        # logged a row or two more before its process saw the stop; those rows are not the search's)
-        cols = ['frame', 'total_reward_ma', 'loss', 'opt_step']
-        ta = pd.read_csv(run_dir(straight) / 'info' / f'{NAME}_t{i}_s0_session_df_train.csv')[cols]
-        tb = pd.read_csv(root / 'info' / f'{NAME}_t{i}_s0_session_df_train.csv')[cols]
-        until = a.loc[i, 'frame']
-        pd.testing.assert_frame_equal(ta[ta['frame'] <= until].reset_index(drop=True),
-                                      tb[tb['frame'] <= until].reset_index(drop=True))
-        assert ta['frame'].iloc[-1] >= until and tb['frame'].iloc[-1] >= until
-    # the layout: the search spec, each trial's spec with what it drew
-    saved = json.loads((root / f'{NAME}_t2_spec.json').read_text())
-    assert not saved.get('search') and saved['meta']['trial'] == 2
-    assert saved['agent']['algorithm']['gamma'] == pytest.approx(b.loc[2, 'agent.algorithm.gamma'])
-    assert json.loads((root / f'{NAME}_spec.json').read_text())['search']
-    assert list((root / 'graph').glob(f'{NAME}_experiment_graph.html'))
-    assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()
-
-
 DQN_NAME = 'dqn_search'
+# of 12: the third trial early on (its snapshot at frame 100 written), well before its first ASHA
+# rung (grace_period 600): a DQN trial of 1,200 frames takes about a second on an idle machine
+ROWS = 2
+LINE = re.compile(r'^\[[\d\- :]+ INFO slm_lab\.search\] (.*)$')  # a console line of the search's driver
 
 
-def dqn_search_spec(max_frame: int) -> dict:
-    """A DQN search of 2 trials, one at a time, that leaves meta.snapshot_replay to the lab."""
+def search_lines(stderr: str) -> list[str]:
+    return [m.group(1) for m in map(LINE.match, stderr.splitlines()) if m]
+
+
+def dqn_search_spec(max_frame: int = 1200, max_trial: int = 4) -> dict:
+    """A DQN search of 4 trials, one at a time (each reserves every core), ASHA on (rungs at 600 and
+    1,200 frames), that leaves meta.snapshot_replay to the lab."""
     return {
         'agent': {'name': 'DQN',
                   'algorithm': {'name': 'DQN', 'training_frequency': 8, 'training_iter': 2, 'training_start_step': 64,
@@ -357,62 +298,148 @@ def dqn_search_spec(max_frame: int) -> dict:
                   'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 0.001},
                           'update_type': 'replace', 'update_frequency': 100}},
         'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': max_frame},
-        'meta': {'max_trial': 2, 'max_session': 1, 'log_frequency': 100, 'random_seed': 3,
-                 'search_resources': {'cpu': os.cpu_count()}},
-        'search': {'agent.net.optim_spec.lr__loguniform': [1e-4, 1e-2]},
+        'meta': {'max_trial': max_trial, 'max_session': 1, 'log_frequency': 100, 'random_seed': 3,
+                 'search_resources': {'cpu': os.cpu_count()},
+                 'search_scheduler': {'grace_period': 600, 'reduction_factor': 2}},
+        'search': {'agent': {'algorithm': {'gamma__uniform': [0.9, 0.999]}},
+                   'agent.net.optim_spec.lr__loguniform': [1e-4, 1e-2]},
     }
+
+
+def check_search_lines(stderr: str, df: pd.DataFrame, root: Path, name: str, log_frequency: int) -> None:
+    """The console of a search run straight through, one trial at a time: a line per trial start
+    (its drawn values) and end (its status, frame and total_reward_ma, as experiment_df.csv has
+    them), a summary each log interval, no other trial's start before a trial's end; its first
+    trial ran in the process the driver started before Ray (its imports overlapped Ray's start),
+    the second in the one its Ray worker started while the first trained."""
+    lines = search_lines(stderr)
+    starts = [x for x in lines if re.match(r'trial \d start: ', x)]
+    ends = [x for x in lines if re.match(r'trial \d end: ', x)]
+    assert len(starts) == len(ends) == len(df), lines
+    assert re.fullmatch(r'trial 0 start: agent\.algorithm\.gamma=0\.\d+, agent\.net\.optim_spec\.lr=[\d.e-]+',
+                        starts[0]), starts[0]
+    for i, end in enumerate(ends):
+        assert re.fullmatch(rf'trial {i} end: {re.escape(df.loc[i, "status"])} \| frame {df.loc[i, "frame"]} '
+                            r'\| total_reward_ma \d+\.\d\d', end), (end, df.loc[i].to_dict())
+        if i + 1 < len(df):
+            assert lines.index(starts[i + 1]) > lines.index(end)  # one trial at a time (each takes every core)
+    summaries = [x for x in lines if x.startswith('search: ')]
+    # a summary each log_frequency frames a trial reported (one trial runs at a time): up to the
+    # frame where the search judged each trial
+    assert len(summaries) == df['frame'].sum() // log_frequency, lines
+    last = len(df) - 1
+    assert summaries[-1].startswith(f'search: {last}/{len(df)} trials ended, 1 running (t{last} frame '
+                                    f'{df.loc[last, "frame"]}) | best: trial '), summaries[-1]
+    graph = (root / 'graph' / f'{name}_experiment_graph.html').read_text()
+    assert '"type":"log"' in graph  # lr is drawn log-uniformly
+    logs = [(root / 'log' / f'{name}_t{i}_process.log').read_text() for i in (0, 1)]
+    assert 'started ahead by the search driver, before Ray' in logs[0], logs[0]
+    assert 'started ahead by its Ray worker' in logs[1], logs[1]
+    assert not list((root / 'search').rglob('*.fifo'))  # the pipe went with the search
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_dqn_search_killed_mid_trial_resumes_exactly_with_the_replay_left_to_the_lab(tmp_path):
-    """Issue 29: meta.snapshot_replay left out of a DQN search's spec: the lab puts the small replay
-    into the snapshots, so a search SIGKILLed in the middle of its second trial and continued with
-    search@latest gives the experiment_df.csv and trial records of the search that never stopped
-    (with the replay refilled from empty, the resumed trial's losses would differ)."""
-    spec_file = write(tmp_path, dqn_search_spec(max_frame=800), DQN_NAME)
+def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_stopped(tmp_path, capsys):
+    """Point 7 of the search issue: 4 trials one at a time (each reserves every core), ASHA on,
+    SIGKILL while the third trial trains, search@latest: the same experiment_df.csv and the same
+    trial records as a search run without interruption; nothing of the killed search's processes
+    is left behind. The killed processes are the driver and its trial processes at once, as a crash
+    takes them (the driver alone lets a short trial train on to its end before the search's reaper
+    ends it): Ray's processes are left to the reaper. (A driver killed alone, its reaper ending all
+    the rest: test_benchmark.py's SIGKILL of benchmark@latest, the same search driver.)
+    One search for issue 29 too: a DQN search with meta.snapshot_replay left out of its spec; the lab
+    puts the small replay into the snapshots, so the third trial continues exactly from the frame
+    it was killed at (with the replay refilled from empty, its losses would differ). And the search
+    that never stopped is the check of a whole search's console lines (check_search_lines)."""
+    spec = dqn_search_spec()
+    spec_file = write(tmp_path, spec, DQN_NAME)
     straight, killed = tmp_path / 'straight', tmp_path / 'killed'
     straight.mkdir()
     killed.mkdir()
+    # the uninterrupted search runs beside the one that is killed and resumed (its own local Ray)
     reference = subprocess.Popen([sys.executable, RUN_LAB, spec_file, DQN_NAME, 'search'], cwd=straight,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=lab_env())
     try:
-        proc = search_until(spec_file, killed, trial=1, rows=4, name=DQN_NAME)
-        assert proc.poll() is None, 'the search should be training its second trial'
+        # niced (its Ray and trials too): on a loaded machine this process, polling, comes first, so
+        # that the kill lands while the third trial trains (at nice 0, on a machine loaded beside, a
+        # trial in a session of its own once ran past the kill point to its first rung, where ASHA
+        # stopped it, before this process polled again)
+        proc = search_until(spec_file, killed, trial=2, rows=ROWS, name=DQN_NAME, nice=5)
+        assert proc.poll() is None, 'the search should be training its third trial'
         root = run_dir(killed, DQN_NAME)
-        # the driver, its Ray and the trial's process at once, as a crash takes them: the driver alone
-        # lets the trial train on until its process learns of the driver's death (it reached frame 800
-        # twice, the second time with the trial's process not found by lab_processes: it is the
-        # driver's descendant, through Ray's head, raylet and worker)
-        doomed = process_tree(proc.pid) | {int(p.split(':')[0]) for p in lab_processes(root)}
-        for pid in [proc.pid, *sorted(doomed - {proc.pid}, reverse=True)]:
+        trials = [pid for pid in process_tree(proc.pid) if is_trial_process(pid)]
+        assert trials, 'the third trial has a process'
+        for pid in [proc.pid, *trials]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait()
+        assert not (root / 'info' / f'{DQN_NAME}_t3_s0_session_df_train.csv').exists(), 'killed in the third trial'
         deadline = time.time() + 20
         while lab_processes(root) and time.time() < deadline:
             time.sleep(0.2)
+        assert not lab_processes(root), lab_processes(root)
+        assert not (root / 'info' / f'{DQN_NAME}_experiment_df.csv').exists()
+        # train@ never takes a search's directory (it would continue trial 0 without what it drew);
+        # refused before anything runs, here in this process (run_in_process), as the command line does
+        code, said = run_in_process([spec_file, DQN_NAME, 'train@latest'], killed, capsys)
+        assert code == 2 and 'train@latest: no run of spec' in said, said
+        code, said = run_in_process([spec_file, DQN_NAME, f'train@{root}'], killed, capsys)
+        assert code == 2 and 'is a search, not a train run; continue it with search@' in said, said
+        # a journal line cut off by the kill is cut away, not joined to the next one
+        with open(root / 'search' / 'optuna.journal', 'ab') as f:
+            f.write(b'{"op_code": 5, "worker_id": "x", "trial_id": 3, "param_na')
+
+        ray_temp = Path((root / 'search' / 'ray_temp').read_text().strip())
+        assert ray_temp.is_dir()  # Ray's session files of the killed search, outside the run directory
+
         result = lab([spec_file, DQN_NAME, 'search@latest'], killed)
         assert result.returncode == 0, result.stderr[-3000:]
         _, err = reference.communicate(timeout=300)
     finally:
         reference.kill()
     assert reference.returncode == 0, err[-3000:]
-    saved = json.loads((root / f'{DQN_NAME}_t1_s0_spec.json').read_text())['meta']
+    assert not ray_temp.exists() and list((root / 'search' / 'ray').glob('session_*/logs'))  # moved in
+    a, b = experiment_df(straight, DQN_NAME), experiment_df(killed, DQN_NAME)
+    pd.testing.assert_frame_equal(a, b)
+    assert set(a['status']) <= {'completed', 'stopped early (ASHA)'} and len(a) == 4
+    # the replay left to the lab went into trial 2's snapshots: it continued exactly, mid-way
+    saved = json.loads((root / f'{DQN_NAME}_t2_s0_spec.json').read_text())['meta']
     assert saved['snapshot_replay'] is None and saved['snapshot_replay_auto']['on'] is True, saved
-    (resumed,) = json.loads((root / 'info' / f'{DQN_NAME}_t1_s0_resumes.json').read_text())
-    assert resumed['exact'] is True and 0 < resumed['frame'] < 800, resumed
-    pd.testing.assert_frame_equal(experiment_df(straight, DQN_NAME), experiment_df(killed, DQN_NAME))
-    for i in range(2):
-        ta, tb = (pd.read_csv(run_dir(d, DQN_NAME) / 'info' / f'{DQN_NAME}_t{i}_s0_session_df_train.csv')
-                  for d in (straight, killed))
+    (resumed,) = json.loads((root / 'info' / f'{DQN_NAME}_t2_s0_resumes.json').read_text())
+    assert resumed['exact'] is True and 0 < resumed['frame'] < spec['env']['max_frame'], resumed
+    for i in range(4):
+        # each trial's records up to where the search judged it (a trial ASHA stopped may have
+        # logged a row or two more before its process saw the stop; those rows are not the search's)
         cols = ['frame', 'total_reward_ma', 'loss', 'opt_step', 'explore_var']
-        pd.testing.assert_frame_equal(ta[cols], tb[cols])
+        ta = pd.read_csv(run_dir(straight, DQN_NAME) / 'info' / f'{DQN_NAME}_t{i}_s0_session_df_train.csv')[cols]
+        tb = pd.read_csv(root / 'info' / f'{DQN_NAME}_t{i}_s0_session_df_train.csv')[cols]
+        until = a.loc[i, 'frame']
+        pd.testing.assert_frame_equal(ta[ta['frame'] <= until].reset_index(drop=True),
+                                      tb[tb['frame'] <= until].reset_index(drop=True))
+        assert ta['frame'].iloc[-1] >= until and tb['frame'].iloc[-1] >= until
+    # the layout: the search spec, each trial's spec with what it drew
+    saved = json.loads((root / f'{DQN_NAME}_t2_spec.json').read_text())
+    assert not saved.get('search') and saved['meta']['trial'] == 2
+    assert saved['agent']['algorithm']['gamma'] == pytest.approx(b.loc[2, 'agent.algorithm.gamma'])
+    assert json.loads((root / f'{DQN_NAME}_spec.json').read_text())['search']
+    assert list((root / 'graph').glob(f'{DQN_NAME}_experiment_graph.html'))
+    assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()
+    check_search_lines(err, a, run_dir(straight, DQN_NAME), DQN_NAME, spec['meta']['log_frequency'])
+
+
+def is_trial_process(pid: int) -> bool:
+    """Whether `pid` runs a search's trial (slm_lab/experiment/search/trial.py: a trial, or one
+    started ahead for the next)."""
+    try:
+        return b'slm_lab.experiment.search.trial' in Path(f'/proc/{pid}/cmdline').read_bytes()
+    except OSError:
+        return False
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path):
+def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_finishes_with_keep(tmp_path, capsys):
     # long enough that the trial is still running when the SIGTERM reaches it through Ray (at
     # 1,500 frames an idle machine finished the trial first)
     spec_file = write(tmp_path, search_spec(max_trial=2, max_frame=8000))
@@ -449,9 +476,9 @@ def test_sigterm_stops_the_running_trial_with_a_snapshot_and_search_at_latest_fi
     log = (root / 'log' / f'{NAME}_t0_s0.log').read_text()
     assert 'stopped at frame' in log and 'with a snapshot' in log
 
-    refused = lab([spec_file, NAME, 'search@latest', '-s', 'env.max_frame=12000'], tmp_path)
-    assert refused.returncode == 2 and "env.max_frame: 8000 -> 12000" in refused.stderr and \
-        'meta.max_trial' in refused.stderr, refused.stderr
+    # refused before anything runs, here in this process (run_in_process), as the command line does
+    code, refused = run_in_process([spec_file, NAME, 'search@latest', '-s', 'env.max_frame=12000'], tmp_path, capsys)
+    assert code == 2 and "env.max_frame: 8000 -> 12000" in refused and 'meta.max_trial' in refused, refused
     result = lab([spec_file, NAME, 'search@latest', '--keep', '1'], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     df = experiment_df(tmp_path)

@@ -183,7 +183,7 @@ def snapshot_frames(run: Path, name: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_sigterm_and_resume_leave_one_continuous_curve(tmp_path):
+def test_a_sigterm_and_resume_leave_one_continuous_curve(tmp_path, no_png):
     spec = quick(PPO)
     spec['env']['max_frame'] = 400000
     spec_file, proc = start_run(tmp_path, 'tbterm', spec)
@@ -199,15 +199,15 @@ def test_a_sigterm_and_resume_leave_one_continuous_curve(tmp_path):
     (run,) = run_dirs(tmp_path / 'data', 'tbterm')
     stop = snapshot_frames(run, 'tbterm')[-1]
     end = (stop // 500 + 3) * 500
-    done = cli([spec_file, 'tbterm', 'train@latest', '-s', f'env.max_frame={end}'], cwd=tmp_path, env=lab_env())
-    assert done.returncode == 0, done.stderr
+    # train@latest in this process
+    lab.run(spec_file, 'tbterm', 'train@latest', [f'env.max_frame={end}'], data_dir=str(tmp_path / 'data'))
     assert train_csv(run, 'tbterm')['frame'].tolist() == list(range(500, end + 1, 500))
     assert_board_mirrors_records(run, 'tbterm')
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(tmp_path):
+def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(tmp_path, no_png):
     """Rows logged after the newest snapshot are in the event file when the run is killed; the
     resume opens its file with purge_step past the snapshot, so TensorBoard drops them, and logs
     them again as it reproduces them: once each. A record cut by the kill does not disturb it."""
@@ -237,8 +237,8 @@ def test_a_sigkill_between_two_snapshots_and_resume_leave_one_continuous_curve(t
     with open(event_file, 'ab') as f:
         f.write(b'\x30\x00\x00\x00\x00\x00\x00\x00\x12\x34')
     end = (logged[-1] // 500 + 2) * 500
-    done = cli([spec_file, 'tbkill', 'train@latest', '-s', f'env.max_frame={end}'], cwd=tmp_path, env=lab_env())
-    assert done.returncode == 0, done.stderr
+    # train@latest in this process
+    lab.run(spec_file, 'tbkill', 'train@latest', [f'env.max_frame={end}'], data_dir=str(tmp_path / 'data'))
     assert train_csv(run, 'tbkill')['frame'].tolist() == list(range(500, end + 1, 500))
     assert_board_mirrors_records(run, 'tbkill')
     assert json.loads((run / 'info' / 'tbkill_t0_s0_resumes.json').read_text())[0]['frame'] == snapshot

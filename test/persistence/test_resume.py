@@ -114,7 +114,7 @@ def wait_for(condition, proc: subprocess.Popen, log: Path, timeout: float = 90) 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_sigkill_at_three_moments_then_resume(tmp_path):
+def test_sigkill_at_three_moments_then_resume(tmp_path, no_png):
     """SIGKILL mid-training, during a resume's start-up, and just after a snapshot is renamed into
     place (while pruning and record writes follow), each followed by train@latest: every resume
     succeeds and the finished run's records are continuous."""
@@ -154,8 +154,7 @@ def test_sigkill_at_three_moments_then_resume(tmp_path):
             proc.kill()
             proc.wait()
         assert proc.returncode == -signal.SIGKILL, (i, log.read_text())
-    done = cli([spec_file, 'kill', 'train@latest'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    lab.run(spec_file, 'kill', 'train@latest', data_dir=str(data))  # the last resume, in this process
     frames = train_csv(run(), 'kill')['frame']
     assert frames.is_monotonic_increasing and frames.is_unique, frames.tolist()
     assert frames.iloc[-1] == 5000 and frames.diff().max() <= 250
@@ -198,13 +197,12 @@ def test_damaged_newest_snapshot_falls_back(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_enjoy_replays_without_touching_the_run(tmp_path):
+def test_enjoy_replays_without_touching_the_run(tmp_path, no_png):
     spec = json.loads(json.dumps(PPO))
     spec['env']['max_frame'] = 12000
     spec['agent']['algorithm']['training_epoch'] = 6
     spec_file = write_spec(tmp_path, 'enjoy', spec)
-    done = cli([spec_file, 'enjoy', 'train'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    lab.run(spec_file, 'enjoy', 'train', data_dir=str(tmp_path / 'data'))  # the run to replay, in this process
     (run,) = run_dirs(tmp_path / 'data', 'enjoy')
     before = tree_digest(run)
     best_ma = torch.load(run / 'model' / 'enjoy_t0_s0_model_best.pt', weights_only=True)['total_reward_ma']

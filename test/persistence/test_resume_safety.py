@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 import torch
 from conftest import LabWarnings, tmpfs
-from lab_helpers import DQN, PPO, RUN_LAB, cli, run_dirs, train_csv, tree_digest, write_spec, visible
+from lab_helpers import (DQN, PPO, RUN_LAB, cli, run_dirs, run_in_process, run_in_process_with_output, train_csv,
+                         tree_digest, write_spec, visible)
 
 from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint
@@ -36,33 +37,36 @@ def flip_byte(path: Path, offset: int | None = None) -> None:
     path.write_bytes(bytes(data))
 
 
-def one_line_error(done: subprocess.CompletedProcess) -> str:
-    """The error line (warnings about damaged snapshots may come before it)."""
-    lines = done.stderr.strip().splitlines()
+def one_line_error(done: subprocess.CompletedProcess | str) -> str:
+    """The error line of a command's stderr (of a process, or the text run_in_process read);
+    warnings about damaged snapshots may come before it."""
+    stderr = done if isinstance(done, str) else done.stderr
+    lines = stderr.strip().splitlines()
     errors = [line for line in lines if line.startswith('error:')]
-    assert len(errors) == 1 and lines[-1] == errors[0] and 'Traceback' not in done.stderr, done.stderr
+    assert len(errors) == 1 and lines[-1] == errors[0] and 'Traceback' not in stderr, stderr
     return errors[0]
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_records_without_an_intact_snapshot_are_refused_and_left_alone(tmp_path):
+def test_records_without_an_intact_snapshot_are_refused_and_left_alone(tmp_path, capsys, no_png):
+    """The run trained, and refused, in this process (the refusals through run_in_process, the
+    command line's code after the interpreter's start)."""
     spec_file = write_spec(tmp_path, 'nosnap', PPO)
-    assert cli([spec_file, 'nosnap', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path).returncode == 0
+    lab.run(spec_file, 'nosnap', 'train', ['env.max_frame=1000'], data_dir=str(tmp_path / 'data'))
     (run,) = run_dirs(tmp_path / 'data', 'nosnap')
     ckpt = run / 'ckpt' / 'nosnap_t0_s0'
     for snap in checkpoint.list_snapshots(ckpt):  # every snapshot damaged
         flip_byte(snap / checkpoint.STATE_FILE)
     before = tree_digest(run)
-    done = cli([spec_file, 'nosnap', 'train@latest', '-s', 'env.max_frame=2000'], cwd=tmp_path)
-    assert done.returncode == 2
-    line = one_line_error(done)
+    code, err = run_in_process([spec_file, 'nosnap', 'train@latest', '-s', 'env.max_frame=2000'], tmp_path, capsys)
+    assert code == 2, err
+    line = one_line_error(err)
     assert 'session 0' in line and 'damaged' in line and 'start a new run' in line, line
     assert tree_digest(run) == before
     shutil.rmtree(run / 'ckpt')  # ckpt/ gone altogether
     before = tree_digest(run)
-    done = cli([spec_file, 'nosnap', 'train@latest', '-s', 'env.max_frame=2000'], cwd=tmp_path)
-    assert done.returncode == 2 and 'no snapshot' in one_line_error(done)
+    code, err = run_in_process([spec_file, 'nosnap', 'train@latest', '-s', 'env.max_frame=2000'], tmp_path, capsys)
+    assert code == 2 and 'no snapshot' in one_line_error(err)
     assert tree_digest(run) == before
 
 
@@ -117,15 +121,14 @@ def test_dqn_without_snapshot_replay_resumes_approximately_and_says_so(tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_state_that_fails_to_load_changes_nothing(tmp_path):
+def test_a_state_that_fails_to_load_changes_nothing(tmp_path, capsys, no_png):
     spec_file = write_spec(tmp_path, 'misfit', DQN)
-    assert cli([spec_file, 'misfit', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path).returncode == 0
+    lab.run(spec_file, 'misfit', 'train', ['env.max_frame=1000'], data_dir=str(tmp_path / 'data'))
     (run,) = run_dirs(tmp_path / 'data', 'misfit')
     before = tree_digest(run)
-    done = cli([spec_file, 'misfit', 'train@latest', '-s', 'env.max_frame=2000', '-s', 'env.num_envs=4', '--force'],
-               cwd=tmp_path)
-    assert done.returncode == 2 and 'does not fit this spec' in one_line_error(done)
+    code, err = run_in_process([spec_file, 'misfit', 'train@latest', '-s', 'env.max_frame=2000', '-s', 'env.num_envs=4',
+                                '--force'], tmp_path, capsys)
+    assert code == 2 and 'does not fit this spec' in one_line_error(err)
     assert tree_digest(run) == before
 
 
@@ -176,15 +179,16 @@ def test_best_weights_from_a_discarded_future_are_kept_aside(tmp_path, no_png):
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_loss_that_becomes_non_finite_stops_the_session_in_one_line(tmp_path):
+def test_a_loss_that_becomes_non_finite_stops_the_session_in_one_line(tmp_path, capsys, no_png):
+    """The command line's code in this process (run_in_process): a trial of one session trains in
+    the lab's process."""
     spec = json.loads(json.dumps(DQN))
     spec['agent']['net']['optim_spec'] = {'name': 'SGD', 'lr': 1e30}
     spec['meta'].update({'log_frequency': 50, 'checkpoint_frequency': 50})
     spec_file = write_spec(tmp_path, 'diverge', spec)
-    done = cli([spec_file, 'diverge', 'train', '-s', 'env.max_frame=3000'], cwd=tmp_path)
-    assert done.returncode == TrainingDiverged.exit_code, done.stderr
-    line = one_line_error(done)
+    code, err = run_in_process([spec_file, 'diverge', 'train', '-s', 'env.max_frame=3000'], tmp_path, capsys)
+    assert code == TrainingDiverged.exit_code, err
+    line = one_line_error(err)
     assert 'training diverged at frame' in line and 'train@' in line, line
     (run,) = run_dirs(tmp_path / 'data', 'diverge')
     snaps = checkpoint.list_snapshots(run / 'ckpt' / 'diverge_t0_s0')
@@ -193,9 +197,9 @@ def test_a_loss_that_becomes_non_finite_stops_the_session_in_one_line(tmp_path):
     for net in state['agent']['algorithm']['nets'].values():
         assert all(torch.isfinite(t).all() for t in net.values())
     # the snapshot before the divergence continues under a changed spec
-    done = cli([spec_file, 'diverge', 'train@latest', '-s', 'env.max_frame=3000',
-                '-s', 'agent.net.optim_spec.lr=0.001', '--force'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    code, err = run_in_process([spec_file, 'diverge', 'train@latest', '-s', 'env.max_frame=3000',
+                                '-s', 'agent.net.optim_spec.lr=0.001', '--force'], tmp_path, capsys)
+    assert code == 0, err
     assert train_csv(run, 'diverge')['frame'].iloc[-1] == 3000
 
 
@@ -220,9 +224,10 @@ runpy.run_path({run_lab!r}, run_name='__main__')
     ('calc_session_metrics', ['info/stopsess_t0_s0_session_metrics.json', 'info/stopsess_t0_trial_metrics.json',
                               'graph/stopsess_t0_trial_graph.html']),
     ('calc_trial_metrics', ['info/stoptrial_t0_trial_metrics.json', 'graph/stoptrial_t0_trial_graph.html'])])
-def test_a_stop_while_final_files_are_written_ends_resumable(tmp_path, fn, missing):
+def test_a_stop_while_final_files_are_written_ends_resumable(tmp_path, fn, missing, capsys, no_png):
     """SIGTERM after max_frame, while the session's or the trial's final files are written: exit
-    143, the run resumable; train@latest of the finished run writes what is missing."""
+    143, the run resumable; train@latest of the finished run (here in this process, run_in_process)
+    writes what is missing."""
     name = 'stopsess' if fn == 'calc_session_metrics' else 'stoptrial'
     spec = copy_spec(PPO, max_frame=1000)
     spec_file = write_spec(tmp_path, name, spec)
@@ -233,9 +238,9 @@ def test_a_stop_while_final_files_are_written_ends_resumable(tmp_path, fn, missi
     assert done.returncode == 128 + signal.SIGTERM, done.stderr
     (run,) = run_dirs(tmp_path / 'data', name)
     assert not any((run / m).exists() for m in missing), missing
-    done = cli([spec_file, name, 'train@latest'], cwd=tmp_path, env={**os.environ, 'BROWSER_PATH': '/dev/null/none'})
-    assert done.returncode == 0, done.stderr
-    assert 'already finished' in done.stdout and 'completed its missing final files' in done.stdout, done.stdout
+    code, out, err = run_in_process_with_output([spec_file, name, 'train@latest'], tmp_path, capsys)
+    assert code == 0, err
+    assert 'already finished' in out and 'completed its missing final files' in out, out
     assert all((run / m).is_file() for m in missing)
     assert train_csv(run, name)['frame'].iloc[-1] == 1000
 
@@ -262,16 +267,16 @@ def badspec_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 @pytest.mark.parametrize('content', ['[]', '{}', '{"agent": {}, "env": {}, "meta": 5}', 'not json'])
-def test_a_damaged_run_spec_is_one_line(tmp_path, badspec_run, content):
+def test_a_damaged_run_spec_is_one_line(tmp_path, badspec_run, content, capsys):
+    """Refused by the command line's code in this process (run_in_process)."""
     spec_file = write_spec(tmp_path, 'badspec', PPO)
     run = tmp_path / 'data' / badspec_run.name
     shutil.copytree(badspec_run, run)
     (run / 'badspec_spec.json').write_text(content)
     before = tree_digest(run)
-    done = cli([spec_file, 'badspec', 'train@latest', '-s', 'env.max_frame=1000'], cwd=tmp_path)
-    assert done.returncode == 2 and 'badspec_spec.json' in one_line_error(done)
+    code, err = run_in_process([spec_file, 'badspec', 'train@latest', '-s', 'env.max_frame=1000'], tmp_path, capsys)
+    assert code == 2 and 'badspec_spec.json' in one_line_error(err)
     assert tree_digest(run) == before
 
 
@@ -289,15 +294,16 @@ def test_a_damaged_resume_log_is_one_line(tmp_path, log):
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_diverged_session_of_several_is_one_line(tmp_path):
+def test_a_diverged_session_of_several_is_one_line(tmp_path, capsys, no_png):
+    """The command line's code in this process (run_in_process); the sessions in processes of
+    their own, as ever for a trial of several."""
     spec = json.loads(json.dumps(DQN))
     spec['agent']['net']['optim_spec'] = {'name': 'SGD', 'lr': 1e30}
     spec['meta'].update({'log_frequency': 50, 'checkpoint_frequency': 50, 'max_session': 2})
     spec_file = write_spec(tmp_path, 'diverge2', spec)
-    done = cli([spec_file, 'diverge2', 'train', '-s', 'env.max_frame=3000'], cwd=tmp_path)
-    assert done.returncode == TrainingDiverged.exit_code, done.stderr
-    assert 'training diverged at frame' in one_line_error(done)
+    code, err = run_in_process([spec_file, 'diverge2', 'train', '-s', 'env.max_frame=3000'], tmp_path, capsys)
+    assert code == TrainingDiverged.exit_code, err
+    assert 'training diverged at frame' in one_line_error(err)
 
 
 @pytest.mark.slow
@@ -384,9 +390,10 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):
+def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path, no_png):
     """Rows are written before the first snapshot of checkpoint_frequency: the snapshot taken
-    before the first step still lets the run continue (from frame 0) after a SIGKILL."""
+    before the first step still lets the run continue (from frame 0, here in this process) after a
+    SIGKILL."""
     spec_file = write_spec(tmp_path, 'early', copy_spec(PPO, max_frame=10**7))
     proc = subprocess.Popen([sys.executable, RUN_LAB, spec_file, 'early', 'train',
                              '-s', 'meta.checkpoint_frequency=10000000'],
@@ -403,8 +410,7 @@ def test_a_crash_before_the_first_scheduled_snapshot_resumes(tmp_path):
         proc.wait()
     (run,) = run_dirs(tmp_path / 'data', 'early')
     assert [s.name for s in checkpoint.list_snapshots(run / 'ckpt' / 'early_t0_s0')] == ['f000000000000']
-    done = cli([spec_file, 'early', 'train@latest', '-s', 'env.max_frame=1000'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    lab.run(spec_file, 'early', 'train@latest', ['env.max_frame=1000'], data_dir=str(tmp_path / 'data'))
     assert train_csv(run, 'early')['frame'].tolist() == [500, 1000]
 
 
@@ -503,32 +509,47 @@ DAMAGES = {  # how the newest snapshot (f2000) is damaged -> (the name it then h
 }
 
 
+# every damage once, two to a resume (one in each session), and a resume with session 0 intact: each
+# resume of the two-session run starts two session processes (seconds each)
+DAMAGE_PAIRS = [('flipped byte in state.pt', 'damaged manifest'), ('deleted manifest', 'renamed directory'),
+                (None, 'replaced directory')]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize('damage', list(DAMAGES))
-def test_a_damaged_snapshot_passed_over_is_said_recorded_and_set_aside(tmp_path, skipping_run, damage, no_png,
+@pytest.mark.parametrize('damages', DAMAGE_PAIRS, ids=[f'{a or "intact"} + {b}' for a, b in DAMAGE_PAIRS])
+def test_a_damaged_snapshot_passed_over_is_said_recorded_and_set_aside(tmp_path, skipping_run, damages, no_png,
                                                                        capfd):
-    """train@latest continues session 1 from its older intact snapshot, and says which one it
-    skipped and why: on the console, in the session's log and in its resume record; the damaged
-    one is set aside as f{frame}.damaged (renamed: not overwritten by the session's next save
-    of that frame). The sessions run in their own processes, which read what the lab read."""
+    """train@latest continues each session whose newest snapshot (f2000) is damaged (damages: session
+    0's, session 1's; None: intact) from its older intact snapshot, and says which one it skipped
+    and why: on the console, in the session's log and in its resume record; the damaged one is set
+    aside as f{frame}.damaged (renamed: not overwritten by the session's next save of that frame). An
+    intact session continues from f2000 and says nothing. The sessions run in their own processes,
+    which read what the lab read."""
+    assert sorted(d for pair in DAMAGE_PAIRS for d in pair if d) == sorted(DAMAGES)  # every damage is tried
     template, spec_file = skipping_run
     run = Path(shutil.copytree(template, tmp_path / 'data' / template.name))
-    damage_fn, said = DAMAGES[damage]
-    name = damage_fn(run / 'ckpt' / f'{SKIP}_t0_s1' / 'f000000002000')
+    names = {s: DAMAGES[damage][0](run / 'ckpt' / f'{SKIP}_t0_s{s}' / 'f000000002000')
+             for s, damage in enumerate(damages) if damage}
     capfd.readouterr()
     lab.run(spec_file, SKIP, 'train@latest', ['env.max_frame=2500'], data_dir=str(run.parent))
     console = capfd.readouterr().err
-    line = f'{SKIP}_t0_s1: skipped damaged snapshot {name} ('
-    for text in (console, (run / 'log' / f'{SKIP}_t0_s1.log').read_text()):
-        assert line in text, text
-        said_line = text.split(line, 1)[1].splitlines()[0]
-        assert said in said_line and f'kept as {name}.damaged; continuing from f000000001500' in said_line, said_line
-    assert 'skipped damaged' not in (run / 'log' / f'{SKIP}_t0_s0.log').read_text()
-    record = json.loads((run / 'info' / f'{SKIP}_t0_s1_resumes.json').read_text())[-1]
-    assert record['frame'] == 1500 and record['fell_back_from'] == [name], record
-    (skipped,) = record['damaged_skipped']
-    assert skipped['snapshot'] == name and said in skipped['problem'] and skipped['kept_as'] == f'{name}.damaged'
-    assert json.loads((run / 'info' / f'{SKIP}_t0_s0_resumes.json').read_text())[-1]['frame'] == 2000
+    for s, damage in enumerate(damages):
+        log = (run / 'log' / f'{SKIP}_t0_s{s}.log').read_text()
+        record = json.loads((run / 'info' / f'{SKIP}_t0_s{s}_resumes.json').read_text())[-1]
+        if damage is None:
+            assert 'skipped damaged' not in log and f'{SKIP}_t0_s{s}: skipped damaged' not in console
+            assert record['frame'] == 2000, record
+            continue
+        name, said = names[s], DAMAGES[damage][1]
+        line = f'{SKIP}_t0_s{s}: skipped damaged snapshot {name} ('
+        for text in (console, log):
+            assert line in text, text
+            said_line = text.split(line, 1)[1].splitlines()[0]
+            assert said in said_line and f'kept as {name}.damaged; continuing from f000000001500' in said_line, \
+                said_line
+        assert record['frame'] == 1500 and record['fell_back_from'] == [name], record
+        (skipped,) = record['damaged_skipped']
+        assert skipped['snapshot'] == name and said in skipped['problem'] and skipped['kept_as'] == f'{name}.damaged'
     for s in (0, 1):
         frames = pd.read_csv(run / 'info' / f'{SKIP}_t0_s{s}_session_df_train.csv')['frame'].tolist()
         assert frames == [500, 1000, 1500, 2000, 2500], (s, frames)
@@ -536,13 +557,13 @@ def test_a_damaged_snapshot_passed_over_is_said_recorded_and_set_aside(tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tmp_path):
+def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tmp_path, no_png):
     """The same for a trial of one session (in the lab's process), through the command line;
     the damaged snapshot is set aside as it is, and resuming again does not pass over it again."""
     spec = copy_spec(PPO, max_frame=2000)
     spec['meta']['keep_checkpoints'] = 5
     one = write_spec(tmp_path, SKIP, spec)
-    assert cli([one, SKIP, 'train'], cwd=tmp_path).returncode == 0
+    lab.run(one, SKIP, 'train', data_dir=str(tmp_path / 'data'))  # the run to damage, in this process
     (run,) = run_dirs(tmp_path / 'data', SKIP)
     ckpt = run / 'ckpt' / f'{SKIP}_t0_s0'
     flip_byte(ckpt / 'f000000002000' / checkpoint.STATE_FILE)
@@ -573,24 +594,24 @@ def recorded_run(tmp_path_factory) -> tuple[Path, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 @pytest.mark.parametrize('deleted,told_by', [
     (['ckpt', 'info', 'model'], 'tb/recorded_t0_s0, its TensorBoard records'),
     (['ckpt', 'info', 'model', 'tb'], 'log/recorded_t0_s0.log, which logs a record at frame 500'),
     (['ckpt', 'info', 'model', 'tb', 'log'], 'recorded_resumes.json, which records frame 1000'),
 ])
-def test_a_run_whose_records_were_deleted_is_not_started_over(tmp_path, recorded_run, deleted, told_by):
+def test_a_run_whose_records_were_deleted_is_not_started_over(tmp_path, recorded_run, deleted, told_by, capsys):
     """Before: train@ after ckpt/, info/ and model/ were deleted started the run again from frame
     0 (exit 0, 'no snapshot to resume from (nothing recorded yet)'). What the run still holds
-    tells that it had progressed: refused in one line naming what is missing, nothing written."""
+    tells that it had progressed: refused in one line naming what is missing, nothing written (by
+    the command line's code in this process, run_in_process)."""
     template, spec_file = recorded_run
     run = Path(shutil.copytree(template, tmp_path / 'data' / template.name))
     for sub in deleted:
         shutil.rmtree(run / sub)
     before = (tree_digest(run), sorted(p.name for p in run.rglob('*')))
-    done = cli([spec_file, 'recorded', 'train@latest', '-s', 'env.max_frame=2000'], cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    line = one_line_error(done)
+    code, err = run_in_process([spec_file, 'recorded', 'train@latest', '-s', 'env.max_frame=2000'], tmp_path, capsys)
+    assert code == 2, err
+    line = one_line_error(err)
     assert f'session 0 of data/{run.name} has recorded progress (data/{run.name}/{told_by})' in line, line
     assert 'it has no snapshot (ckpt/, info/ and model/ are missing from the run)' in line, line
     assert 'start a new run' in line and 'left unchanged' in line, line

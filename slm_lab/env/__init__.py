@@ -11,7 +11,8 @@ from slm_lab.env.atari import atari_settings, make_ale_vector_env
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family
 from slm_lab.env.schema import ENV_SCHEMA
-from slm_lab.env.wrappers import FireReset, LifeLossTermination, NormalizeObservation, NormalizeReward, clip_observation
+from slm_lab.env.wrappers import (ClipAction, FireReset, LifeLossTermination, NormalizeObservation, NormalizeReward,
+                                  RescaleAction, clip_observation)
 from slm_lab.lib.schema import not_available
 
 
@@ -58,9 +59,9 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         env = gym.wrappers.vector.TransformReward(env, scale_fn)
     if isinstance(env.single_action_space, gym.spaces.Box):
         if rescales_actions(env.single_action_space):  # the agent acts in [-1, 1], as in SLM-Lab v5
-            env = gym.wrappers.vector.RescaleAction(env, *unit_bounds(env.single_action_space))
+            env = RescaleAction(env, *unit_bounds(env.single_action_space))
         # the agent keeps (and learns from) the action it sampled; the env gets it clipped
-        env = gym.wrappers.vector.ClipAction(env)
+        env = ClipAction(env)
     if env_spec.get('normalize_obs'):
         env = NormalizeObservation(env, clip=env_spec.get('clip_obs'))
     if env_spec.get('normalize_reward'):

@@ -11,11 +11,21 @@ class RunningMeanStd(GymRunningMeanStd):
     moments directly: the sample itself and a variance of zeros, the values np.mean and np.var
     return for one row, without their reductions (a tenth of a MuJoCo step's time in the two
     normalisation wrappers). The same statistics, the same attributes (mean, var, count), so
-    snapshots hold and restore it as gymnasium's."""
+    snapshots hold and restore it as gymnasium's.
+
+    For that one sample, gymnasium's update_mean_var_count_from_moments with batch_count 1 and
+    batch_var 0 is computed without its operations that leave a number as it is (a product by 1,
+    a sum with 0): the same numbers, bit for bit, in 9 numpy operations instead of 14."""
 
     def update(self, x):
         if x.shape[0] == 1:
-            self.update_from_moments(x[0], np.zeros_like(x[0]), 1)
+            # gymnasium: delta = b - m; t = c + 1; m' = m + delta * 1 / t;
+            # v' = (v * c + 0 * 1 + delta**2 * c * 1 / t) / t
+            delta = x[0] - self.mean
+            tot_count = self.count + 1
+            self.mean = self.mean + delta / tot_count
+            self.var = (self.var * self.count + np.square(delta) * self.count / tot_count) / tot_count
+            self.count = tot_count
         else:
             super().update(x)
 
@@ -73,8 +83,8 @@ class NormalizeObservation(gym.vector.VectorWrapper):
     def normalize(self, observations: np.ndarray) -> np.ndarray:
         """Normalise (and clip, with `clip`) with the current statistics, without updating them."""
         normalized = (observations - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        if self.clip is not None:
-            normalized = np.clip(normalized, -self.clip, self.clip)
+        if self.clip is not None:  # np.clip's numbers (NaN stays NaN) without its dispatch
+            normalized = np.minimum(np.maximum(normalized, -self.clip, out=normalized), self.clip, out=normalized)
         return normalized.astype(np.float32)
 
     def observations(self, observations: np.ndarray) -> np.ndarray:
@@ -104,6 +114,32 @@ def clip_observation(env: gym.Env, bound: float) -> gym.Env:
     normalize_obs). Applied to each sub-env of a vector env, so final_obs is clipped too."""
     return gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -bound, bound).astype(obs.dtype),
                                              env.observation_space)
+
+
+class _WholeBatchActions:
+    """A vectorised gymnasium action wrapper (ClipAction, RescaleAction) that applies its single-env
+    transform to the whole batch of actions in one numpy expression, where gymnasium's applies it
+    to each sub-env's action in turn and concatenates the results (about 12 us a step of one
+    MuJoCo env, a tenth of the step). The transforms are elementwise (np.clip to the bounds;
+    (a - intercept) / gradient), so broadcasting them over the batch computes the same numbers;
+    the result is a new array of the wrapped env's action dtype, as gymnasium's (the given array,
+    overwritten, where the space is unchanged). The class names
+    stay gymnasium's: a snapshot records the wrapper layers by name."""
+
+    def actions(self, actions):
+        out = self.wrapper.func(actions)
+        if self.same_out:  # the space unchanged: gymnasium writes the results into the given array
+            np.copyto(actions, out, casting='same_kind')
+            return actions
+        return np.array(out, dtype=self.env.single_action_space.dtype)  # a new array, as gymnasium's
+
+
+class ClipAction(_WholeBatchActions, gym.wrappers.vector.ClipAction):
+    """gymnasium's vector ClipAction, a whole batch at once (see _WholeBatchActions)."""
+
+
+class RescaleAction(_WholeBatchActions, gym.wrappers.vector.RescaleAction):
+    """gymnasium's vector RescaleAction, a whole batch at once (see _WholeBatchActions)."""
 
 
 class FireReset(gym.Wrapper):

@@ -83,3 +83,33 @@ def test_env_snapshots_pair_wrapper_layers_by_type():
     with pytest.raises(ResumeError, match=r"^the snapshot's env has 3 wrapper layers and the one this lab builds "
                                           r'for PendulumEnv has 4 .*start the run again with train'):
         load_vector_env_state_dict(make_env(spec), older)
+
+
+@pytest.mark.parametrize('env_id,num_envs', [('Pendulum-v1', 3), ('Hopper-v5', 1), ('MountainCarContinuous-v0', 2)])
+def test_the_whole_batch_action_wrappers_compute_gymnasiums_numbers(env_id, num_envs):
+    """The lab's ClipAction and RescaleAction transform a batch in one expression; gymnasium's, one
+    sub-env's action at a time: the same numbers and dtype, NaN and far out-of-bounds values included,
+    and the same array handed back where the space is unchanged (a rescale onto the same bounds)."""
+    from slm_lab.env.wrappers import ClipAction, RescaleAction
+    rng = np.random.default_rng(0)
+
+    def base():
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode='sync')
+    space = base().single_action_space
+    for low, high in [(-1.0, 1.0), (-2.0, 3.0)]:
+        low, high = np.full(space.shape, low, space.dtype), np.full(space.shape, high, space.dtype)
+        pairs = [(gym.wrappers.vector.ClipAction(base()), ClipAction(base())),
+                 (gym.wrappers.vector.RescaleAction(base(), low, high), RescaleAction(base(), low, high)),
+                 (gym.wrappers.vector.ClipAction(gym.wrappers.vector.RescaleAction(base(), low, high)),
+                  ClipAction(RescaleAction(base(), low, high)))]
+        for theirs, ours in pairs:
+            assert type(ours).__name__ == type(theirs).__name__  # snapshots name the layers
+            assert ours.action_space == theirs.action_space
+            for dtype in (np.float32, np.float64):
+                for scale in (0.5, 3.0, 1e30):
+                    x = (rng.standard_normal((num_envs, *space.shape)) * scale).astype(dtype)
+                    x.flat[0] = np.nan
+                    xa, xb = x.copy(), x.copy()
+                    a, b = theirs.actions(xa), ours.actions(xb)
+                    assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
+                    assert xa.tobytes() == xb.tobytes() and (a is xa) == (b is xb)

@@ -14,7 +14,7 @@ Each row has three columns: SB3, and the lab twice (bench/side_rows.py):
         (side_rows.fast_edits, printed per row): `linear_kernel: "onednn"` on each net whose type
         takes the key (MLPNet and its kin, not ConvNet) and whose hidden layers are all at least
         128 wide, on AMD CPUs only, `precision: "bf16"` where the CPU has bf16 instructions on image
-        nets and, on AMD CPUs, on those wide MLP nets, `"fused":
+        nets and, on AMD CPUs, on those wide MLP nets where the batch is 128 or more, `"fused":
         true` on Adam and AdamW optimizers (their default since issue 29), `"foreach": true` on
         RMSprop. All but bf16 change how torch computes, not what: the results differ in rounding
         only; bf16 rounds the nets' products to bfloat16, so its learning column is the one to

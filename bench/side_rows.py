@@ -136,6 +136,10 @@ def amd_cpu() -> bool:
 # (precision.cpu_has_bf16): about 2x on the Nature CNN; on the MLPs it measured no faster than
 # float32, and autocast takes the products off the oneDNN kernel
 FAST_PRECISION = 'bf16'
+# bf16 on a wide MLP net pays for its casts on a large batch only: SAC's batch of 256 (HalfCheetah's
+# update 24% faster than oneDNN's float32 on the AMD EPYC); DQN CartPole's batch of 64, with acting
+# at batch 1 through the same net, ran 1-9% slower in bf16 there (docs/BENCHMARKS.md, 2026-12-07)
+FAST_BF16_MIN_BATCH = 128
 
 
 def _nets(spec: dict):
@@ -177,13 +181,15 @@ def fast_edits(row: Row) -> list[str]:
     "onednn" on an AMD CPU where the net type takes the key (the MLP-family nets; ConvNet has none)
     and its hidden layers are all at least FAST_ONEDNN_MIN_WIDTH wide, precision "bf16" where this
     CPU computes bf16 in hardware on image nets and, on an AMD CPU, on those wide MLP-family nets
-    (a SAC HalfCheetah update 24% faster there than on oneDNN in float32; on an Intel CPU with AMX
-    no faster, docs/BENCHMARKS.md), and on each Adam / AdamW / RMSprop optimizer the option
-    FAST_OPTIM names."""
+    where the memory's batch is at least FAST_BF16_MIN_BATCH (a SAC HalfCheetah update 24% faster
+    there than on oneDNN in float32; on an Intel CPU with AMX no faster, docs/BENCHMARKS.md), and on
+    each Adam / AdamW / RMSprop optimizer the option FAST_OPTIM names."""
     from slm_lab.agent.net import IMAGE_NETS, NETS  # here, not at the top: only the lab's columns need torch
     from slm_lab.agent.net.precision import cpu_has_bf16
     edits = []
-    for path, net in _nets(raw_spec(row, row.lab_edits)):
+    spec = raw_spec(row, row.lab_edits)
+    batch = ((spec.get('agent') or {}).get('memory') or {}).get('batch_size') or 0
+    for path, net in _nets(spec):
         net_class = NETS.get(net.get('type'))
         if net_class is None:
             continue
@@ -193,7 +199,8 @@ def fast_edits(row: Row) -> list[str]:
             wide_mlp = bool(widths) and min(widths) >= FAST_ONEDNN_MIN_WIDTH
             if wide_mlp:
                 edits.append(f'{path}.linear_kernel={FAST_LINEAR_KERNEL}')
-        if (issubclass(net_class, IMAGE_NETS) or wide_mlp) and 'precision' in net_class.spec_schema \
+        if (issubclass(net_class, IMAGE_NETS) or (wide_mlp and batch >= FAST_BF16_MIN_BATCH)) \
+                and 'precision' in net_class.spec_schema \
                 and cpu_has_bf16():
             edits.append(f'{path}.precision={FAST_PRECISION}')
         edits += [f'{path}.{key}.{FAST_OPTIM[optim["name"]]}=true' for key, optim in _optims(net)

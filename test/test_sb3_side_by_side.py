@@ -124,15 +124,17 @@ def test_the_default_column_has_no_opt_in_and_fast_adds_the_documented_ones():
     for row in side.ROWS.values():
         assert side_rows.speed_opt_ins(side_rows.raw_spec(row)) == [], row.key
         edits = side_rows.fast_edits(row)
-        net = load_spec(str(REPO_ROOT / row.spec_file), row.spec_name, [*row.lab_edits, *edits])['agent']['net']
+        spec = load_spec(str(REPO_ROOT / row.spec_file), row.spec_name, [*row.lab_edits, *edits])
+        net = spec['agent']['net']
         option = {'Adam': 'fused', 'RMSprop': 'foreach'}[net['optim_spec']['name']]
         assert net['optim_spec'][option] is True, row.key
         wide = net['type'] != 'ConvNet' and min(net['hid_layers']) >= side_rows.FAST_ONEDNN_MIN_WIDTH \
             and side_rows.amd_cpu()
         assert net.get('linear_kernel') == ('onednn' if wide else None if net['type'] == 'ConvNet' else 'default'), \
             row.key
-        assert net['precision'] == ('bf16' if (net['type'] == 'ConvNet' or wide) and cpu_has_bf16() else 'fp32'), \
-            row.key
+        big_batch = (spec['agent']['memory'].get('batch_size') or 0) >= side_rows.FAST_BF16_MIN_BATCH
+        assert net['precision'] == ('bf16' if (net['type'] == 'ConvNet' or wide and big_batch) and cpu_has_bf16()
+                                    else 'fp32'), row.key
         assert sorted(side_rows.speed_opt_ins(side_rows.raw_spec(row, edits))) == sorted(edits), row.key
 
 

@@ -81,6 +81,36 @@ def test_a_bf16_net_acts_on_fewer_rows_than_bf16_min_rows_in_float32():
     assert torch.equal(while_acting(before_key, few), bf16(few))
 
 
+def test_acting_in_one_thread_leaves_another_threads_forwards_in_bf16():
+    """The acting flag is per thread: while one thread's agent acts (inside while_acting), a forward
+    of the same few rows in another thread, as an agent training there runs it, stays in bf16."""
+    import threading
+    torch.manual_seed(0)
+    fp32 = build_net(mlp_spec('fp32'), (8,), [3])
+    bf16 = build_net({**mlp_spec('bf16'), 'bf16_min_rows': 8}, (8,), [3])
+    bf16.load_state_dict(fp32.state_dict())
+    few = torch.randn(7, 8)
+    acting, trained = threading.Event(), threading.Event()
+    seen = {}
+
+    def act(x):
+        acting.set()
+        assert trained.wait(30)
+        return bf16(x)
+
+    def train():
+        assert acting.wait(30)
+        seen['train'] = bf16(few)
+        trained.set()
+
+    other = threading.Thread(target=train)
+    other.start()
+    seen['act'] = while_acting(act, few)
+    other.join(30)
+    assert torch.equal(seen['act'], fp32(few))  # the acting thread: float32
+    assert torch.equal(seen['train'], bf16(few)) and not torch.equal(seen['train'], fp32(few))  # the other: bf16
+
+
 def test_a_bf16_net_saved_before_bf16_min_rows_resumes_with_every_forward_in_bf16():
     from slm_lab.persistence.edits import fill_keys_added_later
     saved = {'agent': {'algorithm': {'name': 'SAC'}, 'net': {**mlp_spec('bf16')}, 'critic_net': mlp_spec('fp32')},

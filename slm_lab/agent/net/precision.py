@@ -16,6 +16,7 @@ its gain; every training forward is in bf16.
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 
 import torch
@@ -56,23 +57,29 @@ _RUNS = ('forward', 'forward_prepared')
 # docs/BENCHMARKS.md. Training forwards stay in bf16 whatever their size: an update's old policy,
 # its values and its minibatches are computed in one precision.
 BF16_MIN_ROWS = 8
-_ACTING = [False]  # set while the agent acts (while_acting)
+class _Acting(threading.local):
+    """Whether this thread's agent is acting (while_acting): per thread, so that an agent acting in
+    one thread leaves the forwards another thread's agent trains with in bf16."""
+    on = False
+
+
+_ACTING = _Acting()
 
 
 def while_acting(fn, *args):
     """fn(*args) with the agent acting: a bf16 net's forwards over fewer than its bf16_min_rows rows
-    run in float32 meanwhile."""
-    _ACTING[0] = True
+    run in float32 meanwhile (in this thread)."""
+    _ACTING.on = True
     try:
         return fn(*args)
     finally:
-        _ACTING[0] = False
+        _ACTING.on = False
 
 
 def _in_bf16(method):
     def run(self, *args, **kwargs):
         x = args[0] if args else None
-        if _ACTING[0] and isinstance(x, torch.Tensor) and x.dim() and x.shape[0] < self.bf16_min_rows:
+        if _ACTING.on and isinstance(x, torch.Tensor) and x.dim() and x.shape[0] < self.bf16_min_rows:
             return method(self, *args, **kwargs)
         device = next(self.parameters()).device.type
         with torch.autocast(device_type=device, dtype=torch.bfloat16):

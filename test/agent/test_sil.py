@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import make_agent
-from slm_lab.agent.algorithm.sil import sil_losses, sil_returns
+from slm_lab.agent.algorithm.sil import PPOSIL as PPOSIL_CLASS, sil_losses, sil_returns
 from slm_lab.agent.memory.sil_replay import PrioritizedSILReplay, SILReplay, episode_return_parts
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
@@ -123,6 +123,30 @@ def test_replay_stores_episodes_when_they_end_with_their_returns():
     np.testing.assert_allclose(replay.boot_discounts[2:5], [0.125, 0.25, 0.5])
     np.testing.assert_array_equal(replay.final_states[2:5, 0], [12.5] * 3)
     assert [len(e['rewards']) for e in replay.running] == [1, 0]
+
+
+def test_obs_dtype_float16_stores_the_sil_replays_observations_in_half_the_memory():
+    """agent.memory.obs_dtype "float16": the SIL replay stores states and final states as SLM-Lab
+    v5's replays do, rounded to float16; its batches go to the nets as float32 (to_tensor), and the
+    storage estimate counts the smaller rows."""
+    from slm_lab.agent.memory.base import to_tensor
+    half, plain = make_replay(obs_dtype='float16'), make_replay()
+    for replay in (half, plain):
+        step(replay, 0, [1.0, 1.0], [False, False], [False, False])
+        step(replay, 1, [2.0, 2.0], [True, True], [False, False])
+    assert half.states.dtype == half.final_states.dtype == np.float16 and plain.states.dtype == np.float32
+    assert half.states.nbytes * 2 == plain.states.nbytes
+    np.testing.assert_array_equal(half.states, plain.states.astype(np.float16))
+    np.testing.assert_array_equal(half.final_states, plain.final_states.astype(np.float16))
+    batch = half.sample()
+    assert batch.states.dtype == np.float16 and to_tensor(batch.states, 'cpu').dtype == torch.float32
+    spec = validate_spec(copy.deepcopy(PPOSIL))
+    obs, actions = gym.spaces.Box(-10, 10, (4,)), gym.spaces.Discrete(2)
+    full = {n.what: n.nbytes for n in PPOSIL_CLASS.owned_replay_needs(spec, obs, actions)}
+    spec['agent']['memory']['obs_dtype'] = 'float16'
+    smaller = {n.what: n.nbytes for n in PPOSIL_CLASS.owned_replay_needs(validate_spec(spec), obs, actions)}
+    max_size = spec['agent']['memory']['max_size']
+    assert full['SIL replay'] - smaller['SIL replay'] == max_size * 2 * 4 * 2  # two observations of 4
 
 
 def test_an_episode_both_terminated_and_truncated_is_not_bootstrapped():
@@ -300,7 +324,7 @@ def test_sil_trains_continuous_actions():
 
 def test_sil_keys_are_read_from_the_algorithm_and_memory_sections():
     spec = validate_spec(copy.deepcopy(PPOSIL))
-    assert spec['agent']['memory'] == {'name': 'OnPolicyBatchReplay', **SIL_MEMORY}
+    assert spec['agent']['memory'] == {'name': 'OnPolicyBatchReplay', **SIL_MEMORY, 'obs_dtype': None}
     bare = copy.deepcopy(SIL)
     for key in ('sil_policy_loss_coef', 'sil_val_loss_coef', 'training_iter', 'training_batch_iter'):
         del bare['agent']['algorithm'][key]
@@ -310,7 +334,7 @@ def test_sil_keys_are_read_from_the_algorithm_and_memory_sections():
     assert (algo['sil_policy_loss_coef'], algo['sil_val_loss_coef'], algo['training_iter'],
             algo['training_batch_iter']) == (1.0, 0.01, 1, 1)
     assert memory == {'name': 'OnPolicyReplay', 'sil_replay_name': 'Replay', 'batch_size': 32, 'max_size': 10000,
-                      'use_cer': False}
+                      'use_cer': False, 'obs_dtype': None}
 
 
 @pytest.mark.parametrize('where, value, message', [
@@ -387,6 +411,13 @@ def test_sil_with_a_prioritized_replay_resumes_exactly_after_max_frame(tmp_path)
     spec['agent']['memory'].update(sil_replay_name='PrioritizedReplay', beta=0.4)
     check_resume_after_max_frame(tmp_path, 'silper', spec)
 
+
+
+@pytest.mark.slow
+def test_sil_with_a_float16_replay_resumes_exactly_after_max_frame(tmp_path):
+    spec = copy.deepcopy(SIL)
+    spec['agent']['memory'].update(obs_dtype='float16')
+    check_resume_after_max_frame(tmp_path, 'silf16', spec)
 
 
 @pytest.mark.slow

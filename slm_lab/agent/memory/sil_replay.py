@@ -13,6 +13,7 @@ import numpy as np
 
 from slm_lab.agent.memory.base import space_shape_dtype
 from slm_lab.agent.memory.prioritized import NEW_TRANSITION_ERROR, SumTree, importance_weights, priorities_of
+from slm_lab.agent.memory.replay import Replay
 from slm_lab.lib.schema import OMIT, Field
 
 # keys SIL and PPOSIL read in agent.memory, beside the on-policy memory's own
@@ -24,6 +25,10 @@ SIL_MEMORY_SCHEMA = {
     'max_size': Field((int,), 10000, min=1, doc='(SIL, PPOSIL) capacity of the SIL replay in transitions'),
     'use_cer': Field((bool,), False, doc='(SIL, PPOSIL) combined experience replay: each SIL batch includes the '
                                           'newest transition in the SIL replay'),
+    'obs_dtype': Field((str,), None, nullable=True, choices=('float16',),
+                       doc='(SIL, PPOSIL) how the SIL replay stores float observations: null, as the env gives them; '
+                           '"float16", in half the memory, as SLM-Lab v5\'s replays store them (batches are float32 '
+                           'either way; uint8 frames stay uint8)'),
     # with sil_replay_name PrioritizedReplay only; their defaults are PrioritizedReplay's
     'alpha': Field((float,), OMIT, min=0, doc='(SIL, PPOSIL with a PrioritizedReplay SIL replay) priority exponent: '
                                               'p = (A+ + epsilon)^alpha (default 0.6)'),
@@ -95,6 +100,7 @@ class SILReplay:
         self.gamma, self.rng, self.persist = gamma, rng, persist
         self.num_envs = num_envs
         obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        obs_dtype = Replay.stored_obs_dtype(memory_spec, obs_dtype)  # agent.memory.obs_dtype
         act_shape, act_dtype = space_shape_dtype(action_space)
         n = self.max_size
         self.states = np.zeros((n,) + obs_shape, dtype=obs_dtype)
@@ -110,9 +116,9 @@ class SILReplay:
 
     @staticmethod
     def storage_bytes(max_size: int, obs_bytes: int, act_bytes: int, prioritized: bool) -> int:
-        """Bytes the buffer allocates: per transition its state and final state, action, reward
-        sum and bootstrap discount (float32); a prioritized one adds its sum tree. The episodes
-        still running are not counted."""
+        """Bytes the buffer allocates: per transition its state and final state (obs_bytes each, as
+        stored), action, reward sum and bootstrap discount (float32); a prioritized one adds its sum
+        tree. The episodes still running are not counted."""
         return max_size * (2 * obs_bytes + act_bytes + 2 * 4) + (SumTree.nbytes(max_size) if prioritized else 0)
 
     def add(self, obs, action, reward, next_obs, terminated, truncated) -> None:

@@ -42,6 +42,8 @@ Where this differs from SLM-Lab's SIL (v4.2.4 and v5), and why:
   replay is its Replay, whose use_cer puts every transition stored since the previous sample in
   the batch's tail; since this replay receives whole episodes at once, that would fill batches
   with the latest episode, which is not what combined experience replay is for.
+- The SIL replay stores observations as the env gives them (float32); SLM-Lab v5's, a Replay,
+  rounds them to float16: agent.memory.obs_dtype "float16" does so here too.
 """
 from __future__ import annotations
 

@@ -247,8 +247,8 @@ def lab_child(row: Row, seed: int, frames: int, eval_episodes: int, work_dir: Pa
         finally:
             cpu_at.setdefault('end', time.process_time())
 
-    def timed_log_row(self):
-        log_row(self)
+    def timed_log_row(self, *args, **kwargs):
+        log_row(self, *args, **kwargs)
         cpu_at[f'row{self.clock.frame}'] = time.process_time()
         if self.clock.frame >= self.clock.max_frame:
             cpu_at['end'] = time.process_time()  # before the session's final files and graphs

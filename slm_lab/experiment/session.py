@@ -22,7 +22,7 @@ from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, se
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.experiment.tensorboard import SessionBoard
 from slm_lab.experiment.wandb_board import WandbBoard
-from slm_lab.lib import logger as lab_logger, malloc
+from slm_lab.lib import gc_pause, logger as lab_logger, malloc
 from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
 from slm_lab.persistence import snapshots as snapshot_parts
@@ -32,7 +32,8 @@ from slm_lab.persistence.env_state import (env_state_dict, load_env_state_dict, 
 from slm_lab.persistence.lineage import load_warm_start
 from slm_lab.persistence.model_file import reconcile_best_model, save_model_file
 from slm_lab.persistence.run_dir import RunDir
-from slm_lab.persistence.snapshot import save_snapshot as write_snapshot
+from slm_lab.persistence.background import BackgroundWriter
+from slm_lab.persistence.snapshot import PreparedSnapshot, prepare_snapshot, write_snapshot
 from slm_lab.persistence.resume import append_run_record
 from slm_lab.persistence.snapshots import DamagedSnapshot, IntactSnapshots, prune_snapshots
 from slm_lab.persistence.snapshots import Snapshot
@@ -111,6 +112,7 @@ class Session:
         self.best_model: dict | None = None  # what model_best.pt holds, kept for snapshots
         self.last_snapshot_frame: int | None = None
         self._verifier = None  # background checksum of a resumed snapshot's arrays
+        self.writer = BackgroundWriter()  # the loop's periodic writes, off the training thread
         # at the session's first write, once: the run's resume record to append, the queue to report to (Start)
         self._run_record: dict | None = None
         self._report_to: tuple[Any, int] | None = None
@@ -183,11 +185,21 @@ class Session:
         global_nets.attach(self.agent.algorithm, self.index)
         self.global_nets = global_nets
 
-    def save_snapshot(self) -> None:
-        """Snapshot the whole session state at the current frame and keep the newest few."""
+    def save_snapshot(self, background: bool = False) -> None:
+        """Snapshot the whole session state at the current frame and keep the newest few. With
+        `background`, a state that holds no live arrays (a replay's) is copied now and written by
+        the session's writer thread while training goes on (persistence/background.py)."""
         self.before_write()
-        path = write_snapshot(self.ckpt_dir, self.clock.frame, self.state_dict(), self.spec)
+        prepared = prepare_snapshot(self.clock.frame, self.state_dict())
+        if background and prepared.detached:
+            self.writer.submit(self._write_snapshot, prepared)
+        else:
+            self.writer.wait()
+            self._write_snapshot(prepared)
         self.last_snapshot_frame = self.clock.frame
+
+    def _write_snapshot(self, prepared: PreparedSnapshot) -> None:
+        path = write_snapshot(self.ckpt_dir, prepared, self.spec)
         prune_snapshots(self.ckpt_dir, self.keep_checkpoints)
         logger.debug(f'{self.prename}: snapshot {path}')
 
@@ -290,49 +302,51 @@ class Session:
         # a value past float32 (a huge env.reward_scale) is caught as a divergence, not warned about
         numpy_errors = np.seterr(over='ignore')
         try:
-            while clock.frame < clock.max_frame:
-                try:
-                    action = agent.act(obs)
-                except (ValueError, RuntimeError) as e:
-                    raise self._diverged_or(e, obs) from None
-                next_obs, reward, terminated, truncated, info = env.step(action)
-                done = np.logical_or(terminated, truncated)
-                true_next_obs = next_obs
-                if done.any():
-                    if '_final_obs' in info:  # reset in this step (env.autoreset "same_step")
-                        true_next_obs = next_obs.copy()
-                        mask = info['_final_obs']
-                        true_next_obs[mask] = np.stack(info['final_obs'][mask])
-                    body.track_episodes(finished_returns(info, self.whole_games))
-                try:
-                    metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
-                except (ValueError, RuntimeError) as e:
-                    raise self._diverged_or(e, obs, reward) from None
-                if metrics is not None:
-                    if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):
-                        raise self._diverged(metrics, inputs=(obs, reward))
-                    body.track_update(metrics)
-                    if dev_params is not None:
-                        self._dev_check_learning(dev_params)
-                        dev_params = None
-                clock.tick(int(done.sum()))
-                obs = self.obs = next_obs
-                at_end = clock.frame >= clock.max_frame
-                if clock.frame >= next_log or at_end:
-                    self.log_row()
-                    next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
-                if clock.frame >= next_eval or at_end:
-                    self.eval_row()
-                    next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
-                if clock.frame >= next_ckpt or at_end or self.stop.requested:
-                    self.save_snapshot()
-                    next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
-                if self.stop.requested:
-                    self.save_records()
-                    again = continue_mode(self.spec)
-                    logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
-                                   f'continue with {again}@latest')
-                    raise Preempted(self.stop.signum, clock.frame)
+            with gc_pause.frozen_heap():  # the objects alive now: not the collector's to walk each time
+                while clock.frame < clock.max_frame:
+                    try:
+                        action = agent.act(obs)
+                    except (ValueError, RuntimeError) as e:
+                        raise self._diverged_or(e, obs) from None
+                    next_obs, reward, terminated, truncated, info = env.step(action)
+                    done = np.logical_or(terminated, truncated)
+                    true_next_obs = next_obs
+                    if done.any():
+                        if '_final_obs' in info:  # reset in this step (env.autoreset "same_step")
+                            true_next_obs = next_obs.copy()
+                            mask = info['_final_obs']
+                            true_next_obs[mask] = np.stack(info['final_obs'][mask])
+                        body.track_episodes(finished_returns(info, self.whole_games))
+                    try:
+                        metrics = agent.update(obs, action, reward, true_next_obs, terminated, truncated)
+                    except (ValueError, RuntimeError) as e:
+                        raise self._diverged_or(e, obs, reward) from None
+                    if metrics is not None:
+                        if not all(math.isfinite(metrics.get(k, 0.0)) for k in ('loss', 'grad_norm')):
+                            raise self._diverged(metrics, inputs=(obs, reward))
+                        body.track_update(metrics)
+                        if dev_params is not None:
+                            self._dev_check_learning(dev_params)
+                            dev_params = None
+                    clock.tick(int(done.sum()))
+                    obs = self.obs = next_obs
+                    at_end = clock.frame >= clock.max_frame
+                    if clock.frame >= next_log or at_end:
+                        self.log_row(background=True)
+                        next_log = (clock.frame // self.log_frequency + 1) * self.log_frequency
+                    if clock.frame >= next_eval or at_end:
+                        self.eval_row(background=True)
+                        next_eval = (clock.frame // self.eval_frequency + 1) * self.eval_frequency
+                    if clock.frame >= next_ckpt or at_end or self.stop.requested:
+                        # in line at the end and at a stop: the run's last snapshot is on disk when it ends
+                        self.save_snapshot(background=not (at_end or self.stop.requested))
+                        next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
+                    if self.stop.requested:
+                        self.save_records()
+                        again = continue_mode(self.spec)
+                        logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
+                                       f'continue with {again}@latest')
+                        raise Preempted(self.stop.signum, clock.frame)
         finally:
             np.seterr(**numpy_errors)
             self.close()
@@ -359,9 +373,9 @@ class Session:
         logger.debug(f'{self.prename}: dev check passed: parameters change in training')
 
     # --- records --------------------------------------------------------------------------------
-    def log_row(self) -> None:
+    def log_row(self, background: bool = False) -> None:
         row = self.body.train_row(self.clock, self.agent.algorithm)
-        self.write_csv('train')
+        self.write_csv('train', background)
         clock = self.clock
         left = (clock.max_frame - clock.frame) / row['fps'] if row['fps'] and row['fps'] > 0 else math.nan
         loss = '-' if math.isnan(row['loss']) else f'{row["loss"]:.4g}'  # '-': no update yet, not a NaN loss
@@ -371,7 +385,7 @@ class Session:
             f'fps {row["fps"]:.0f} | epi {clock.epi} | total_reward_ma {row["total_reward_ma"]:.2f} | '
             f'loss {loss} | lr {row["lr"]:.3g} | left {_duration(left)}')
 
-    def eval_row(self) -> None:
+    def eval_row(self, background: bool = False) -> None:
         rows = self.body.train_rows
         if rows and rows[-1]['frame'] == self.clock.frame:  # a train row was just made: same numbers
             row = dict(rows[-1])
@@ -379,7 +393,7 @@ class Session:
             row = self.body.current_row(self.clock, self.agent.algorithm)
         returns = self.run_eval() if self.rigorous_eval else None
         row = self.body.eval_row(row, returns)
-        self.write_csv('eval')
+        self.write_csv('eval', background)
         if returns is not None:
             logger.info(f'trial {self.trial} session {self.index} | eval at frame {self.clock.frame}: '
                         f'mean return {row["total_reward"]:.2f} over {len(returns)} episodes, '
@@ -387,8 +401,8 @@ class Session:
         ma = row['total_reward_ma']
         if not math.isnan(ma) and ma > self.body.best_total_reward_ma:
             self.body.best_total_reward_ma = ma
-            self.save_model('best')
-        self.save_model('latest')
+            self.save_model('best', background)
+        self.save_model('latest', background)
         if time.monotonic() - self._last_graph_t > GRAPH_INTERVAL_S:
             self.plot(png=False)
 
@@ -427,22 +441,35 @@ class Session:
             raise Preempted(self.stop.signum, frame, f'during an evaluation at frame {self.clock.frame}; the snapshot '
                                                      f'at frame {frame} is kept')
 
-    def write_csv(self, df_mode: str) -> None:
+    def write_csv(self, df_mode: str, background: bool = False) -> None:
+        """Rewrite the train or eval CSV; with `background`, by the writer thread (the text is made now)."""
         self.before_write()
         rows = self.body.train_rows if df_mode == 'train' else self.body.eval_rows
-        atomic_write_text(self.run_dir.session_df_path(self.trial, self.index, df_mode), rows_to_csv(rows))
+        self._write(background, atomic_write_text, self.run_dir.session_df_path(self.trial, self.index, df_mode),
+                    rows_to_csv(rows))
         self.sync_boards()  # the boards mirror the records at the same points
 
-    def save_model(self, which: str) -> None:
-        """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt."""
+    def save_model(self, which: str, background: bool = False) -> None:
+        """Weights, optimizer and LR scheduler state to model/{prename}_model_{which}.pt; with
+        `background`, a copy of them, by the writer thread."""
         self.before_write()
         state = {**self.agent.model_state_dict(), 'frame': self.clock.frame,
                  'total_reward_ma': self.body.best_total_reward_ma if which == 'best' else self.body.total_reward_ma,
                  'obs_norm': obs_norm_state(self.env)}
-        if which == 'best':  # a copy: the live tensors go on training
+        if which == 'best' or background:  # a copy: the live tensors go on training
             state = _clone_state(state)
+        if which == 'best':
             self.best_model = state
-        save_model_file(self.run_dir.model_path(self.trial, self.index, which), state)
+        self._write(background, save_model_file, self.run_dir.model_path(self.trial, self.index, which), state)
+
+    def _write(self, background: bool, fn, *args) -> None:
+        """fn(*args) by the writer thread, or now, after the writes queued before it (the same file
+        may be among them: its queued write must not land after this one)."""
+        if background:
+            self.writer.submit(fn, *args)
+        else:
+            self.writer.wait()
+            fn(*args)
 
     def plot(self, png: bool) -> None:
         title = f'{self.prename} {self.spec["agent"]["algorithm"]["name"]} {self.spec["env"]["name"]}'
@@ -483,7 +510,9 @@ class Session:
             board.close()
 
     def close(self) -> None:
-        """Close the envs, the TensorBoard event file and the W&B run (again is harmless)."""
+        """Finish the queued writes, close the envs, the TensorBoard event file and the W&B run
+        (again is harmless)."""
+        self.writer.close()
         self.env.close()
         self.close_boards()
         if self.eval_env is not None:

@@ -33,6 +33,7 @@ leftovers of killed writes in tmpfiles.py.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import os
@@ -41,6 +42,7 @@ import shutil
 import time
 import zlib
 from collections import deque
+from dataclasses import dataclass
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -77,7 +79,8 @@ def spec_digest(spec: dict) -> str:
 
 # --- plain state <-> files --------------------------------------------------------------------
 def _split(obj, arrays: dict, path: str, sources: list, ids: dict):
-    """Plain copy of a state dict: big numpy arrays moved to `arrays`, small ones to tensors,
+    """Plain copy of a state dict (sharing nothing mutable with it): big numpy arrays moved to
+    `arrays` (the live arrays, not copies), small ones copied to tensors,
     identified arrays to `arrays` whatever their size, with their content ids in `ids`.
     Arrays read from a loaded snapshot's memory-mapped file are listed in `sources` (key, check)."""
     if is_identified(obj):
@@ -102,7 +105,9 @@ def _split(obj, arrays: dict, path: str, sources: list, ids: dict):
         return obj.item()
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu().clone()
-    return obj
+    if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        return obj
+    return copy.deepcopy(obj)  # the copy is the snapshot's own: training goes on while it is written
 
 
 def _npy_header(arr: np.ndarray, page_aligned: bool) -> bytes:
@@ -186,18 +191,28 @@ def _tensor_bytes(obj) -> int:
     return 0
 
 
-def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier: ArrayVerifier | None = None) -> Path:
-    """Write `state` as snapshot f{frame} under ckpt_dir and return its path. An intact snapshot
-    of the same frame is kept as it is (the state at a frame is the same); a damaged one is
-    replaced.
+@dataclass(frozen=True)
+class PreparedSnapshot:
+    """A state split for writing (prepare_snapshot): `plain`, the state.pt part, is a copy that no
+    longer shares anything mutable with the live state; `arrays`, the big numpy arrays, are the
+    live ones (a replay's), so a snapshot that has any must be written before training goes on."""
+    frame: int
+    plain: dict
+    arrays: dict
+    ids: dict
 
-    Nothing is written from a damaged source: `verifier` (the background check of the snapshot
-    the session resumed from) is waited for, and every array of `state` still memory-mapped from
-    a loaded snapshot is checked (once per file) unless that check already passed; a damaged one
-    raises ResumeError. (An array copied out of a mapping, e.g. into a replay of another size, is
-    covered only by `verifier`.) A full disk raises DiskFullError after the partial snapshot is
-    removed; the earlier snapshots are untouched."""
-    ckpt_dir = Path(ckpt_dir)
+    @property
+    def detached(self) -> bool:
+        """Whether it can be written while training goes on (no live arrays in it)."""
+        return not self.arrays
+
+
+def prepare_snapshot(frame: int, state: dict, verifier: ArrayVerifier | None = None) -> PreparedSnapshot:
+    """Split `state` for writing at `frame` (see PreparedSnapshot). Nothing is written from a
+    damaged source: `verifier` (the background check of the snapshot the session resumed from) is
+    waited for, and every array of `state` still memory-mapped from a loaded snapshot is checked
+    (once per file) unless that check already passed; a damaged one raises ResumeError. (An array
+    copied out of a mapping, e.g. into a replay of another size, is covered only by `verifier`.)"""
     if verifier is not None and (error := verifier.result()) is not None:
         raise error
     arrays: dict[str, np.ndarray] = {}
@@ -208,6 +223,22 @@ def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier:
         if (error := check.run()) is not None:
             raise ResumeError(f'{error}; the state at frame {frame} holds data read from it ({key}), so no '
                               'snapshot was written: resume from an earlier snapshot')
+    return PreparedSnapshot(frame, plain, arrays, ids)
+
+
+def save_snapshot(ckpt_dir: Path, frame: int, state: dict, spec: dict, verifier: ArrayVerifier | None = None) -> Path:
+    """Write `state` as snapshot f{frame} under ckpt_dir and return its path (prepare_snapshot,
+    then write_snapshot)."""
+    return write_snapshot(ckpt_dir, prepare_snapshot(frame, state, verifier), spec)
+
+
+def write_snapshot(ckpt_dir: Path, prepared: PreparedSnapshot, spec: dict) -> Path:
+    """Write a prepared state as snapshot f{frame} under ckpt_dir and return its path. An intact
+    snapshot of the same frame is kept as it is (the state at a frame is the same); a damaged one
+    is replaced. A full disk raises DiskFullError after the partial snapshot is removed; the
+    earlier snapshots are untouched."""
+    ckpt_dir = Path(ckpt_dir)
+    frame, plain, arrays, ids = prepared.frame, prepared.plain, prepared.arrays, prepared.ids
     final = ckpt_dir / f'f{frame:012d}'
     if final.is_dir():
         try:

@@ -1,0 +1,157 @@
+"""The session's periodic writes off the training thread (persistence/background.py) and the
+collector freeze around the training loop (lib/gc_pause.py)."""
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tmpfs
+from lab_helpers import PPO, run_dirs, train_csv, write_spec
+from slm_lab import lab
+from slm_lab.lib import gc_pause
+from slm_lab.lib.errors import DiskFullError
+from slm_lab.lib.io import atomic_write_bytes, atomic_write_text
+from slm_lab.persistence import snapshot as checkpoint
+from slm_lab.persistence.background import BackgroundWriter
+
+SPEC = {'test': 'background'}
+
+
+def test_writes_land_in_the_order_they_were_submitted(tmp_path):
+    target, done = tmp_path / 'rows.csv', []
+
+    def slow_then(text):
+        time.sleep(0.05)  # the first write is still at work while the later ones are queued
+        atomic_write_text(target, text)
+        done.append(text)
+
+    writer = BackgroundWriter()
+    writer.submit(slow_then, 'first')
+    for i in range(5):
+        writer.submit(lambda t=f'row {i}': (atomic_write_text(target, t), done.append(t)))
+    writer.wait()
+    assert done == ['first'] + [f'row {i}' for i in range(5)]
+    assert target.read_text() == 'row 4'
+    writer.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith(writer.name)]
+
+
+def test_a_failed_write_is_raised_by_the_next_submit_or_wait(tmp_path):
+    def fail(delay=0.0):
+        time.sleep(delay)
+        raise OSError('the disk went away')
+
+    writer = BackgroundWriter()
+    writer.submit(fail, 0.2)  # still at work when the next write is queued
+    writer.submit(atomic_write_text, tmp_path / 'after.txt', 'written')  # queued after it: still runs
+    with pytest.raises(OSError, match='the disk went away'):
+        writer.wait()
+    assert (tmp_path / 'after.txt').read_text() == 'written'
+    writer.submit(fail)
+    deadline = time.monotonic() + 10
+    while writer._pending and not writer._pending[0].done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(OSError, match='the disk went away'):
+        writer.submit(atomic_write_text, tmp_path / 'never.txt', 'x')
+    assert not (tmp_path / 'never.txt').exists()
+    writer.close()
+
+
+def test_close_reports_a_failed_write_without_raising(caplog):
+    writer = BackgroundWriter()
+    writer.submit(lambda: 1 / 0)
+    with caplog.at_level(logging.ERROR):
+        writer.close()  # the session is ending for another reason, which this must not hide
+    assert 'a background write failed: division by zero' in caplog.text
+
+
+@pytest.mark.subprocess
+def test_a_full_disk_in_a_background_write_is_the_one_line_error_and_leaves_nothing(tmp_path):
+    with tmpfs(tmp_path / 'mnt', '2m') as disk:
+        target = disk / 'model' / 'latest.pt'
+        writer = BackgroundWriter()
+        writer.submit(atomic_write_bytes, target, np.ones(1 << 20).tobytes())  # 8 MB on a 2 MiB disk
+        with pytest.raises(DiskFullError, match=f'disk full: writing {target} failed'):
+            writer.wait()
+        writer.close()
+        assert not target.exists()
+        assert not [p for p in disk.rglob('*') if '.tmp' in p.name]
+
+
+def test_a_prepared_snapshot_holds_the_state_it_was_made_from(tmp_path):
+    """What the writer thread writes is a copy: training changing the live state meanwhile does
+    not reach the snapshot. A state with a big array (a replay) is not detached: it is written in line."""
+    live = {'net': {'w': torch.zeros(4)}, 'rows': [{'frame': 1}], 'obs': np.zeros(3, dtype=np.float32),
+            'names': {'a'}}
+    prepared = checkpoint.prepare_snapshot(100, live)
+    assert prepared.detached
+    live['net']['w'].add_(1.0)
+    live['rows'][0]['frame'] = 2
+    live['rows'].append({'frame': 3})
+    live['obs'][:] = 5.0
+    live['names'].add('b')
+    path = checkpoint.write_snapshot(tmp_path / 'ckpt', prepared, SPEC)
+    state, _manifest = checkpoint.load_snapshot(path)
+    assert torch.equal(state['net']['w'], torch.zeros(4))
+    assert state['rows'] == [{'frame': 1}]
+    assert np.array_equal(state['obs'], np.zeros(3, dtype=np.float32))
+    assert state['names'] == {'a'}
+    big = np.zeros(checkpoint.ARRAY_FILE_MIN_BYTES, dtype=np.uint8)
+    assert not checkpoint.prepare_snapshot(200, {'memory': {'states': big}}).detached
+
+
+def test_a_run_writes_its_periodic_snapshots_in_the_background_and_each_is_intact(tmp_path, no_png):
+    spec = {**PPO, 'meta': {**PPO['meta'], 'checkpoint_frequency': 250, 'keep_checkpoints': 100}}
+    spec_file = write_spec(tmp_path, 'bg', spec)
+    before = {t.ident for t in threading.enumerate()}
+    lab.run(spec_file, 'bg', 'train', ['env.max_frame=1500'], data_dir=str(tmp_path / 'data'))
+    (run,) = run_dirs(tmp_path / 'data', 'bg')
+    snapshots = checkpoint.list_snapshots(run / 'ckpt' / 'bg_t0_s0')
+    # every checkpoint_frequency (250) frames, at the first vector step (4 envs) past it
+    assert sorted(int(p.name[1:]) for p in snapshots) == [0, 252, 500, 752, 1000, 1252, 1500]
+    for path in snapshots:
+        checkpoint.verify_snapshot(path)
+        assert checkpoint.load_snapshot(path)[0]['clock']['frame'] == int(path.name[1:])
+    assert train_csv(run, 'bg')['frame'].tolist() == [500, 1000, 1500]
+    assert not [p for p in run.rglob('*') if '.tmp' in p.name]
+    # the writer thread ends with its session
+    assert not [t for t in threading.enumerate() if t.ident not in before and t.name.startswith('slm-lab-writer')]
+
+
+def test_the_heap_is_frozen_for_the_loop_and_given_back_after():
+    assert gc.get_freeze_count() == 0
+    with gc_pause.frozen_heap():
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        with gc_pause.frozen_heap():  # a second session in the same process: one freeze
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_freeze_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv(gc_pause.OPT_OUT, 'plain')
+    with gc_pause.frozen_heap():
+        assert gc.get_freeze_count() == 0
+
+
+def test_a_training_loop_runs_with_the_heap_frozen(tmp_path, no_png, monkeypatch):
+    from slm_lab.agent import Agent
+    counts = []
+    act = Agent.act
+
+    def counting_act(self, obs):
+        counts.append(gc.get_freeze_count())
+        return act(self, obs)
+
+    monkeypatch.setattr(Agent, 'act', counting_act)
+    spec_file = write_spec(tmp_path, 'frozen', PPO)
+    lab.run(spec_file, 'frozen', 'train', ['env.max_frame=200'], data_dir=str(tmp_path / 'data'))
+    assert counts and min(counts) > 0
+    assert gc.get_freeze_count() == 0

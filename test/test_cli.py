@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import cli, lab_env, visible
+from lab_helpers import cli, lab_env, run_in_process, visible
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RUN_LAB = str(REPO_ROOT / 'run_lab.py')
@@ -140,31 +140,46 @@ USER_ERRORS = {
 }
 
 
+# the cases also run as real commands (the rest run in this process, through the same code after
+# the interpreter's start: cli.run_main): a spec key, a file that is not JSON, a path that is a folder
+IN_A_PROCESS_OF_THEIR_OWN = ('misspelled key', 'malformed JSON', 'enjoy a directory')
+
+
+def assert_one_line_error(code: int, stderr: str, expected: str, cwd: Path) -> None:
+    assert code not in (0, None)
+    assert 'Traceback' not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, f'stderr must be one line, got:\n{stderr}'
+    assert lines[0].startswith('error: ') and expected in lines[0]
+    assert not (cwd / 'data').exists(), 'a user error must not create a run directory'
+
+
 @pytest.fixture(scope='module')
 def user_error_runs(tmp_path_factory):
-    """Every USER_ERRORS case run as a subprocess, each in its own scratch directory; started
-    together (one per core) since each pays the lab's ~2 s import time. {case: (result, cwd)}."""
+    """The IN_A_PROCESS_OF_THEIR_OWN cases run as subprocesses, each in its own scratch directory;
+    started together (one per core) since each pays the lab's ~2 s import time. {case: (result, cwd)}."""
     def run_case(case: str):
         cwd = tmp_path_factory.mktemp(re.sub(r'\W+', '_', case))
         args = [a(cwd) if callable(a) else a for a in USER_ERRORS[case][0]]
         return run_lab(args, cwd, timeout=120), cwd
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        futures = {case: pool.submit(run_case, case) for case in USER_ERRORS}
+        futures = {case: pool.submit(run_case, case) for case in IN_A_PROCESS_OF_THEIR_OWN}
         yield {case: future.result() for case, future in futures.items()}
 
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-@pytest.mark.parametrize('case', list(USER_ERRORS))
+@pytest.mark.parametrize('case', IN_A_PROCESS_OF_THEIR_OWN)
 def test_user_error_is_one_line_and_creates_nothing(user_error_runs, case):
     out, cwd = user_error_runs[case]
-    expected = USER_ERRORS[case][1]
-    assert out.returncode != 0
-    assert 'Traceback' not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, f'stderr must be one line, got:\n{out.stderr}'
-    assert lines[0].startswith('error: ') and expected in lines[0]
-    assert not (cwd / 'data').exists(), 'a user error must not create a run directory'
+    assert_one_line_error(out.returncode, out.stderr, USER_ERRORS[case][1], cwd)
+
+
+@pytest.mark.parametrize('case', list(USER_ERRORS))
+def test_user_error_in_process_is_one_line_and_creates_nothing(tmp_path, capsys, case):
+    args = [a(tmp_path) if callable(a) else a for a in USER_ERRORS[case][0]]
+    code, stderr = run_in_process(args, tmp_path, capsys)
+    assert_one_line_error(code, stderr, USER_ERRORS[case][1], tmp_path)
 
 
 ENDLESS_DEMO = [sys.executable, RUN_LAB, DEMO, 'ppo_cartpole', 'train', '-s', 'env.max_frame=100000000',

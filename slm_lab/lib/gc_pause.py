@@ -12,8 +12,8 @@ permanent generation (`gc.freeze()`, Python's public API for this), which its co
 exit they go back (`gc.unfreeze()`), so whatever became garbage meanwhile is collected as before.
 Collections still run on everything created in the loop. Nothing a run computes changes.
 Sessions that train concurrently in one process (threads) share one freeze: the heap is unfrozen
-when the last of them leaves. Measured in docs/BENCHMARKS.md ("The garbage collector"). Off with
-SLM_LAB_GC=plain in the environment.
+when the last of them leaves. Measured in docs/BENCHMARKS.md ("Writes off the training thread and
+the garbage collector"). Off with SLM_LAB_GC=plain in the environment.
 """
 from __future__ import annotations
 

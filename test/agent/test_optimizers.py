@@ -224,3 +224,83 @@ def test_group_grad_norms_are_get_total_norm():
     groups = [[torch.randn(16, 4), torch.randn(16)], [torch.randn(2, 16)], []]
     expected = [torch.nn.utils.get_total_norm(g) for g in groups]
     assert all(torch.equal(a, b) for a, b in zip(_group_grad_norms(groups), expected))
+
+
+def _odd_net(seed: int = 0):
+    torch.manual_seed(seed)  # sizes that are not multiples of a vector width
+    return torch.nn.Sequential(torch.nn.Linear(5, 33), torch.nn.Tanh(), torch.nn.Linear(33, 7), torch.nn.Tanh(),
+                               torch.nn.Linear(7, 3))
+
+
+def _rmsprop_pair(kwargs: dict, steps: int, load_at: int | None = None):
+    """The same net trained by RMSprop.step and by step_optimizer (the flat path), the second's
+    optimizer state saved and loaded into a new optimizer at step `load_at` (a resume)."""
+    from slm_lab.agent.net.optimizers import step_optimizer
+    nets = [_odd_net(), _odd_net()]
+    opts = [torch.optim.RMSprop(n.parameters(), **kwargs) for n in nets]
+    torch.manual_seed(1)
+    for t in range(steps):
+        x = torch.randn(40, 5) * 10 ** (t % 5 - 2)
+        if t == load_at:
+            saved = copy.deepcopy(opts[1].state_dict())
+            opts[1] = torch.optim.RMSprop(nets[1].parameters(), **kwargs)
+            opts[1].load_state_dict(saved)
+        for i, (net, opt) in enumerate(zip(nets, opts)):
+            for p in net.parameters():
+                p.grad = None
+            net(x).pow(2).mean().backward()
+            (opt.step() if i == 0 else step_optimizer(opt))
+    return nets, opts
+
+
+@pytest.mark.parametrize('kwargs', [
+    {'lr': 7e-4, 'alpha': 0.99, 'eps': 1e-5},  # the A2C zoo spec's
+    {'lr': 1e-2, 'alpha': 0.9, 'eps': 1e-8, 'weight_decay': 0.01},
+    {'lr': 1e-3, 'foreach': True},
+], ids=['a2c zoo', 'weight decay', 'foreach'])
+@pytest.mark.parametrize('load_at', [None, 7])
+def test_step_optimizer_is_rmsprop_step_number_for_number(kwargs, load_at):
+    # the flat path leaves the weights and the state exactly as RMSprop.step does, from the first
+    # step (torch's, which creates the state) on, and after a loaded state (its tensors copied in)
+    nets, opts = _rmsprop_pair(kwargs, steps=25, load_at=load_at)
+    assert getattr(opts[1], '_slm_lab_flat', None) is not None, 'the flat path was not taken'
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+    state_a, state_b = opts[0].state_dict()['state'], opts[1].state_dict()['state']
+    for k in state_a:
+        for key in ('step', 'square_avg'):
+            assert torch.equal(state_a[k][key], state_b[k][key])
+
+
+def test_flat_rmsprop_params_are_views_of_one_buffer_and_autograd_sees_their_updates():
+    from slm_lab.agent.net.optimizers import step_optimizer
+    nets, opts = _rmsprop_pair({'lr': 1e-3}, steps=3)
+    net, opt = nets[1], opts[1]
+    flat_p = opt._slm_lab_flat[0]
+    assert all(p.untyped_storage().data_ptr() == flat_p.untyped_storage().data_ptr() for p in net.parameters())
+    # a graph built before the step and used after it: torch's in-place check must still fire
+    loss = net(torch.randn(8, 5)).pow(2).mean()
+    for p in net.parameters():
+        p.grad = torch.ones_like(p)
+    step_optimizer(opt)
+    with pytest.raises(RuntimeError, match='modified by an inplace operation'):
+        loss.backward()
+
+
+@pytest.mark.parametrize('cls,kwargs', [
+    (torch.optim.RMSprop, {'lr': 1e-3, 'momentum': 0.9}),
+    (torch.optim.RMSprop, {'lr': 1e-3, 'centered': True}),
+    (GlobalRMSprop, {'lr': 1e-3}),  # its state is shared between processes: stays where it is
+])
+def test_flat_rmsprop_leaves_other_rmsprops_to_torch(cls, kwargs):
+    from slm_lab.agent.net.optimizers import step_optimizer
+    nets = [_odd_net(), _odd_net()]
+    opts = [cls(n.parameters(), **kwargs) for n in nets]
+    for x in [torch.randn(16, 5) for _ in range(4)]:
+        for i, (net, opt) in enumerate(zip(nets, opts)):
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            (opt.step() if i == 0 else step_optimizer(opt))
+    assert getattr(opts[1], '_slm_lab_flat', None) is None
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)

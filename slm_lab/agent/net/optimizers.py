@@ -6,6 +6,7 @@ resolves either. Every one speaks torch's state_dict protocol, so a snapshot res
 from __future__ import annotations
 
 import torch
+from torch.autograd.graph import increment_version
 from torch.optim import optimizer as torch_optimizer
 
 from slm_lab.agent.net import kernels
@@ -150,23 +151,31 @@ def optimizer_class(name: str) -> type:
 
 
 def step_optimizer(opt: torch.optim.Optimizer) -> None:
-    """opt.step(). For a plain fused torch Adam (one param group, every parameter's state made by
+    """opt.step(), or the same numbers by a shorter path: fused Adam's kernel called directly
+    (_step_fused_adam) or RMSprop's step over one flat buffer (_step_flat_rmsprop)."""
+    if kernels.FUSED_ADAM_ is not None and _plain_fused_adam(opt):
+        if _step_fused_adam(opt):
+            return
+    elif _plain_rmsprop(opt) and _step_flat_rmsprop(opt):
+        return
+    opt.step()
+
+
+def _step_fused_adam(opt: torch.optim.Optimizer) -> bool:
+    """For a plain fused torch Adam (one param group, every parameter's state made by
     an earlier step, CPU float32, no amsgrad, maximize, capturable or step hooks), the step's
     own kernels are called directly: the step counts += 1, then torch._fused_adam_ on the same
     lists Adam.step would build. The same numbers, without the per-call wrappers (profiler
     record, hooks, LR-scheduler counter, grad-mode switch, per-group list building), which took
     longer than the fused kernel on the small nets of the zoo specs. The kernel is a private torch
-    name (kernels.FUSED_ADAM_): without it in torch every step is opt.step(), the same numbers."""
-    if kernels.FUSED_ADAM_ is None or not _plain_fused_adam(opt):
-        opt.step()
-        return
+    name (kernels.FUSED_ADAM_): without it in torch every step is opt.step(), the same numbers.
+    False (nothing done) where the step is torch's to take."""
     group = opt.param_groups[0]
     params = [p for p in group['params'] if p.grad is not None]
     states = [opt.state.get(p) for p in params]
     if not params or any(not s or 'exp_avg' not in s for s in states) \
             or any(p.device.type != 'cpu' or p.dtype != torch.float32 or p.grad.is_sparse for p in params):
-        opt.step()  # the first step creates the state; anything unusual takes torch's own path
-        return
+        return False  # the first step creates the state; anything unusual takes torch's own path
     steps = [s['step'] for s in states]
     kernels.add_(steps, 1)
     beta1, beta2 = group['betas']
@@ -174,6 +183,7 @@ def step_optimizer(opt: torch.optim.Optimizer) -> None:
                        [s['exp_avg_sq'] for s in states], [], steps, amsgrad=False, lr=group['lr'],
                        beta1=float(beta1), beta2=float(beta2), weight_decay=group['weight_decay'], eps=group['eps'],
                        maximize=False, grad_scale=None, found_inf=None)
+    return True
 
 
 def _plain_fused_adam(opt: torch.optim.Optimizer) -> bool:
@@ -188,3 +198,91 @@ def _plain_fused_adam(opt: torch.optim.Optimizer) -> bool:
         return False
     return not (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
                 or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
+
+
+def _plain_rmsprop(opt: torch.optim.Optimizer) -> bool:
+    """Whether step_optimizer may take RMSprop's step itself (see _step_flat_rmsprop): torch's
+    RMSprop class itself (GlobalRMSprop's state is shared between processes), one param group,
+    no momentum, not centered, and nothing that changes the step (maximize, capturable,
+    differentiable, a tensor learning rate, step hooks)."""
+    if type(opt) is not torch.optim.RMSprop or len(opt.param_groups) != 1:
+        return False
+    group = opt.param_groups[0]
+    if group['momentum'] != 0 or group['centered'] or group['maximize'] or group['capturable'] \
+            or group['differentiable'] or isinstance(group['lr'], torch.Tensor):
+        return False
+    return not (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
+
+
+def _step_flat_rmsprop(opt: torch.optim.Optimizer) -> bool:
+    """RMSprop's step (torch's single-tensor path, op for op) on one flat buffer of all the
+    parameters, one of their square averages and one of their gradients: five tensor ops for
+    the whole net instead of five per parameter. Every op is elementwise, so each number is what
+    torch computes for it (test/agent/test_flat_rmsprop.py checks it bit for bit). The
+    parameters and their square averages become views of the flat buffers at the first step
+    taken here (_flat_buffers); a loaded optimizer state is copied back into them. False (nothing
+    done) where the step is torch's to take: the first step (torch creates the state), a
+    parameter without a gradient, anything but dense CPU float32 tensors, parameters in shared
+    memory (meta.distributed's global nets)."""
+    group = opt.param_groups[0]
+    params = group['params']
+    if not params or any(p.grad is None for p in params):
+        return False
+    states = [opt.state.get(p) for p in params]
+    if any(not s or 'square_avg' not in s for s in states) \
+            or any(p.device.type != 'cpu' or p.dtype != torch.float32 or p.grad.is_sparse
+                   or p.grad.dtype != torch.float32 for p in params):
+        return False
+    buffers = _flat_buffers(opt, params, states)
+    if buffers is None:
+        return False
+    flat_p, flat_sq, flat_g = buffers
+    torch.cat([p.grad.reshape(-1) for p in params], out=flat_g)
+    kernels.add_([s['step'] for s in states], 1)
+    alpha, weight_decay = group['alpha'], group['weight_decay']
+    grad = flat_g if weight_decay == 0 else flat_g.add(flat_p, alpha=weight_decay)
+    flat_sq.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+    avg = flat_sq.sqrt().add_(group['eps'])
+    flat_p.addcdiv_(grad, avg, value=-group['lr'])
+    # the parameters changed through their flat buffer: autograd's in-place checks must see it
+    increment_version(params)
+    return True
+
+
+def _flat_buffers(opt: torch.optim.Optimizer, params: list, states: list) -> tuple | None:
+    """(parameters, square averages, gradients) as flat buffers whose slices the parameters and
+    square averages are (in order, each contiguous), made on the first call and made again when
+    something replaced a tensor (a loaded optimizer state holds new square averages): the
+    values are copied in, so nothing changes but where they live. None for parameters that must
+    keep their storage (in shared memory) or are not contiguous."""
+    flat = getattr(opt, '_slm_lab_flat', None)
+    if flat is not None and _still_flat(flat, params, states):
+        return flat
+    if any(p.is_shared() or not p.is_contiguous() for p in params):
+        return None
+    sizes = [p.numel() for p in params]
+    flat_p, flat_sq, flat_g = (torch.empty(sum(sizes)) for _ in range(3))
+    offset = 0
+    with torch.no_grad():
+        for p, state, size in zip(params, states, sizes):
+            p_view, sq_view = flat_p[offset:offset + size].view_as(p), flat_sq[offset:offset + size].view_as(p)
+            p_view.copy_(p)
+            sq_view.copy_(state['square_avg'])
+            p.data = p_view
+            state['square_avg'] = sq_view
+            offset += size
+    opt._slm_lab_flat = (flat_p, flat_sq, flat_g)
+    return opt._slm_lab_flat
+
+
+def _still_flat(flat: tuple, params: list, states: list) -> bool:
+    """Whether the parameters and square averages are still the flat buffers' slices, in order."""
+    flat_p, flat_sq, _ = flat
+    p_at, sq_at = flat_p.data_ptr(), flat_sq.data_ptr()
+    offset = 0
+    for p, state in zip(params, states):
+        if p.data_ptr() != p_at + offset or state['square_avg'].data_ptr() != sq_at + offset:
+            return False
+        offset += p.numel() * 4
+    return offset == flat_p.numel() * 4

@@ -6,8 +6,10 @@ import copy
 import io
 import json
 
+import pandas as pd
 import pytest
 import torch
+from lab_helpers import ROOT
 
 from slm_lab.agent.net import net_util
 from slm_lab.agent.net.optimizers import GlobalAdam, GlobalRMSprop, Lookahead
@@ -227,8 +229,9 @@ def test_group_grad_norms_are_get_total_norm():
 
 
 def _odd_net(seed: int = 0):
-    torch.manual_seed(seed)  # sizes that are not multiples of a vector width
-    return torch.nn.Sequential(torch.nn.Linear(5, 33), torch.nn.Tanh(), torch.nn.Linear(33, 7), torch.nn.Tanh(),
+    torch.manual_seed(seed)  # sizes that are not multiples of a vector width, and an A2C net's 64-wide layers
+    return torch.nn.Sequential(torch.nn.Linear(5, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64), torch.nn.Tanh(),
+                               torch.nn.Linear(64, 33), torch.nn.Tanh(), torch.nn.Linear(33, 7), torch.nn.Tanh(),
                                torch.nn.Linear(7, 3))
 
 
@@ -240,7 +243,7 @@ def _rmsprop_pair(kwargs: dict, steps: int, load_at: int | None = None):
     opts = [torch.optim.RMSprop(n.parameters(), **kwargs) for n in nets]
     torch.manual_seed(1)
     for t in range(steps):
-        x = torch.randn(40, 5) * 10 ** (t % 5 - 2)
+        x = torch.randn(40, 5) * 10 ** (t % 3 - 1)
         if t == load_at:
             saved = copy.deepcopy(opts[1].state_dict())
             opts[1] = torch.optim.RMSprop(nets[1].parameters(), **kwargs)
@@ -276,7 +279,7 @@ def test_flat_rmsprop_params_are_views_of_one_buffer_and_autograd_sees_their_upd
     from slm_lab.agent.net.optimizers import step_optimizer
     nets, opts = _rmsprop_pair({'lr': 1e-3}, steps=3)
     net, opt = nets[1], opts[1]
-    flat_p = opt._slm_lab_flat[0]
+    flat_p = opt._slm_lab_flat.param
     assert all(p.untyped_storage().data_ptr() == flat_p.untyped_storage().data_ptr() for p in net.parameters())
     # a graph built before the step and used after it: torch's in-place check must still fire
     loss = net(torch.randn(8, 5)).pow(2).mean()
@@ -304,3 +307,29 @@ def test_flat_rmsprop_leaves_other_rmsprops_to_torch(cls, kwargs):
     assert getattr(opts[1], '_slm_lab_flat', None) is None
     for a, b in zip(nets[0].parameters(), nets[1].parameters()):
         assert torch.equal(a, b)
+
+
+def test_a_run_with_the_flat_rmsprop_step_is_the_run_with_torchs_step(tmp_path, no_png, monkeypatch):
+    # through the whole lab (the nets' products read the parameters from the flat buffer): the
+    # A2C zoo spec's nets and optimizer, the same records and weights as torch's own step gives
+    from lab_helpers import final_weights, run_dirs, train_csv
+    from slm_lab import lab
+    from slm_lab.agent.net import optimizers
+    spec = json.loads((ROOT / 'spec' / 'benchmark' / 'a2c' / 'a2c_cartpole_zoo.json').read_text())
+    runs = []
+    for flat in (True, False):
+        if not flat:
+            monkeypatch.setattr(optimizers, '_plain_rmsprop', lambda opt: False)
+        data = tmp_path / str(flat)
+        lab.run(str(ROOT / 'spec' / 'benchmark' / 'a2c' / 'a2c_cartpole_zoo.json'), 'a2c_cartpole_zoo', 'train',
+                ['env.max_frame=4000', 'meta.log_frequency=1000', 'meta.random_seed=3'], data_dir=str(data))
+        (run,) = run_dirs(data, 'a2c_cartpole_zoo')
+        runs.append(run)
+    assert spec['a2c_cartpole_zoo']['agent']['net']['optim_spec']['name'] == 'RMSprop'
+    cols = ['frame', 'loss', 'grad_norm', 'total_reward_ma', 'entropy']
+    pd.testing.assert_frame_equal(train_csv(runs[0], 'a2c_cartpole_zoo')[cols],
+                                  train_csv(runs[1], 'a2c_cartpole_zoo')[cols], check_exact=True)
+    a, b = (final_weights(run, 'a2c_cartpole_zoo') for run in runs)
+    assert a.keys() == b.keys()
+    for net in a:
+        assert a[net].keys() == b[net].keys() and all(torch.equal(a[net][k], b[net][k]) for k in a[net])

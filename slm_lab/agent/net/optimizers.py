@@ -219,12 +219,12 @@ def _step_flat_rmsprop(opt: torch.optim.Optimizer) -> bool:
     """RMSprop's step (torch's single-tensor path, op for op) on one flat buffer of all the
     parameters, one of their square averages and one of their gradients: five tensor ops for
     the whole net instead of five per parameter. Every op is elementwise, so each number is what
-    torch computes for it (test/agent/test_flat_rmsprop.py checks it bit for bit). The
-    parameters and their square averages become views of the flat buffers at the first step
-    taken here (_flat_buffers); a loaded optimizer state is copied back into them. False (nothing
-    done) where the step is torch's to take: the first step (torch creates the state), a
-    parameter without a gradient, anything but dense CPU float32 tensors, parameters in shared
-    memory (meta.distributed's global nets)."""
+    torch computes for it (test/agent/test_optimizers.py checks it bit for bit, and a run's
+    records against torch's step). The parameters and their square averages become views of the
+    flat buffers at the first step taken here (_flat_buffers); a loaded optimizer state is copied
+    back into them. False (nothing done) where the step is torch's to take: the first step
+    (torch creates the state), a parameter without a gradient, anything but dense CPU float32
+    tensors, parameters in shared memory (meta.distributed's global nets)."""
     group = opt.param_groups[0]
     params = group['params']
     if not params or any(p.grad is None for p in params):
@@ -234,55 +234,73 @@ def _step_flat_rmsprop(opt: torch.optim.Optimizer) -> bool:
             or any(p.device.type != 'cpu' or p.dtype != torch.float32 or p.grad.is_sparse
                    or p.grad.dtype != torch.float32 for p in params):
         return False
-    buffers = _flat_buffers(opt, params, states)
-    if buffers is None:
+    flat = _flat_buffers(opt, params, states)
+    if flat is None:
         return False
-    flat_p, flat_sq, flat_g = buffers
-    torch.cat([p.grad.reshape(-1) for p in params], out=flat_g)
+    pieces = flat.pieces
+    for i, p in enumerate(params):
+        pieces[2 * i] = p.grad.reshape(-1)
+    torch.cat(pieces, out=flat.grad)  # the gradients, with the zero padding between them
     kernels.add_([s['step'] for s in states], 1)
     alpha, weight_decay = group['alpha'], group['weight_decay']
-    grad = flat_g if weight_decay == 0 else flat_g.add(flat_p, alpha=weight_decay)
-    flat_sq.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
-    avg = flat_sq.sqrt().add_(group['eps'])
-    flat_p.addcdiv_(grad, avg, value=-group['lr'])
+    grad = flat.grad if weight_decay == 0 else flat.grad.add(flat.param, alpha=weight_decay)
+    flat.square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
+    avg = flat.square_avg.sqrt().add_(group['eps'])
+    flat.param.addcdiv_(grad, avg, value=-group['lr'])
     # the parameters changed through their flat buffer: autograd's in-place checks must see it
     increment_version(params)
     return True
 
 
-def _flat_buffers(opt: torch.optim.Optimizer, params: list, states: list) -> tuple | None:
-    """(parameters, square averages, gradients) as flat buffers whose slices the parameters and
-    square averages are (in order, each contiguous), made on the first call and made again when
-    something replaced a tensor (a loaded optimizer state holds new square averages): the
-    values are copied in, so nothing changes but where they live. None for parameters that must
-    keep their storage (in shared memory) or are not contiguous."""
+FLAT_ALIGN = 16  # floats: each parameter starts 64 bytes into its buffer, as torch's allocator aligns a tensor
+
+
+class _FlatBuffers:
+    """A net's parameters, square averages and gradients as three flat buffers whose slices the
+    parameters and square averages are, in order, each starting at a multiple of FLAT_ALIGN
+    floats (the gaps hold zeros and stay zero: a zero gradient moves nothing). The alignment
+    matters: the matrix products a parameter takes part in (MKL's, oneDNN's) may sum in another
+    order for a tensor that starts elsewhere in a cache line, and then give other numbers."""
+
+    def __init__(self, params: list, states: list):
+        offsets, n = [], 0
+        for p in params:
+            offsets.append(n)
+            n += -(-p.numel() // FLAT_ALIGN) * FLAT_ALIGN
+        self.param, self.square_avg, self.grad = (torch.zeros(n) for _ in range(3))
+        self.offsets = offsets
+        # torch.cat's inputs: each gradient (filled in at each step) and the zeros after it
+        self.pieces: list = []
+        with torch.no_grad():
+            for p, state, at in zip(params, states, offsets):
+                size = p.numel()
+                p_view = self.param[at:at + size].view_as(p)
+                sq_view = self.square_avg[at:at + size].view_as(p)
+                p_view.copy_(p)
+                sq_view.copy_(state['square_avg'])
+                p.data = p_view
+                state['square_avg'] = sq_view
+                gap = -(-size // FLAT_ALIGN) * FLAT_ALIGN - size
+                self.pieces += [None, torch.zeros(gap)]
+
+    def holds(self, params: list, states: list) -> bool:
+        """Whether the parameters and square averages are still its slices, where it put them."""
+        p_at, sq_at = self.param.data_ptr(), self.square_avg.data_ptr()
+        for p, state, at in zip(params, states, self.offsets):
+            if p.data_ptr() != p_at + 4 * at or state['square_avg'].data_ptr() != sq_at + 4 * at:
+                return False
+        return len(params) == len(self.offsets)
+
+
+def _flat_buffers(opt: torch.optim.Optimizer, params: list, states: list) -> _FlatBuffers | None:
+    """The optimizer's _FlatBuffers, made on the first call and made again when something
+    replaced a tensor (a loaded optimizer state holds new square averages): the values are copied
+    in, so nothing changes but where they live. None for parameters that must keep their storage
+    (in shared memory) or are not contiguous."""
     flat = getattr(opt, '_slm_lab_flat', None)
-    if flat is not None and _still_flat(flat, params, states):
+    if flat is not None and flat.holds(params, states):
         return flat
     if any(p.is_shared() or not p.is_contiguous() for p in params):
         return None
-    sizes = [p.numel() for p in params]
-    flat_p, flat_sq, flat_g = (torch.empty(sum(sizes)) for _ in range(3))
-    offset = 0
-    with torch.no_grad():
-        for p, state, size in zip(params, states, sizes):
-            p_view, sq_view = flat_p[offset:offset + size].view_as(p), flat_sq[offset:offset + size].view_as(p)
-            p_view.copy_(p)
-            sq_view.copy_(state['square_avg'])
-            p.data = p_view
-            state['square_avg'] = sq_view
-            offset += size
-    opt._slm_lab_flat = (flat_p, flat_sq, flat_g)
+    opt._slm_lab_flat = _FlatBuffers(params, states)
     return opt._slm_lab_flat
-
-
-def _still_flat(flat: tuple, params: list, states: list) -> bool:
-    """Whether the parameters and square averages are still the flat buffers' slices, in order."""
-    flat_p, flat_sq, _ = flat
-    p_at, sq_at = flat_p.data_ptr(), flat_sq.data_ptr()
-    offset = 0
-    for p, state in zip(params, states):
-        if p.data_ptr() != p_at + offset or state['square_avg'].data_ptr() != sq_at + offset:
-            return False
-        offset += p.numel() * 4
-    return offset == flat_p.numel() * 4

@@ -16,6 +16,10 @@ own one-line error; its partial file was removed by the write itself, as always.
 killed meanwhile loses the writes still queued, as it would lose the steps after them: the files
 they would have replaced are intact, and a resume continues from the newest complete snapshot.
 
+At most MAX_PENDING writes wait in the queue: a `submit` beyond that first waits for the oldest, so
+a disk slower than the run's log points slows the run down instead of piling copies of its state up
+in memory.
+
 `wait()` returns once everything queued is on disk (the session calls it before the writes it
 makes in line: the final snapshot, the one at a stop, the records at the end); `close()` waits
 and stops the thread.
@@ -27,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 logger = logging.getLogger(__name__)
+MAX_PENDING = 4  # queued writes (a snapshot's copy of the state among them) before submit waits
 
 
 class BackgroundWriter:
@@ -39,8 +44,13 @@ class BackgroundWriter:
         self._pending: list[Future] = []
 
     def submit(self, fn: Callable, *args, **kwargs) -> None:
-        """Queue fn(*args, **kwargs). Raises the error of an earlier write that failed, if any."""
+        """Queue fn(*args, **kwargs), after the oldest queued writes while MAX_PENDING wait. Raises
+        the error of an earlier write that failed, if any."""
         self._raise_done()
+        while len(self._pending) >= MAX_PENDING:
+            future = self._pending.pop(0)
+            if (e := future.exception()) is not None:
+                raise e
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name)
         self._pending.append(self._executor.submit(fn, *args, **kwargs))

@@ -155,3 +155,25 @@ def test_a_training_loop_runs_with_the_heap_frozen(tmp_path, no_png, monkeypatch
     lab.run(spec_file, 'frozen', 'train', ['env.max_frame=200'], data_dir=str(tmp_path / 'data'))
     assert counts and min(counts) > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_slow_disk_holds_the_run_back_instead_of_piling_writes_up(monkeypatch):
+    from slm_lab.persistence import background
+    monkeypatch.setattr(background, 'MAX_PENDING', 2)
+    release, started = threading.Event(), []
+
+    def blocked(i):
+        started.append(i)
+        release.wait(10)
+
+    writer = BackgroundWriter()
+    writer.submit(blocked, 0)
+    writer.submit(blocked, 1)
+    waited = threading.Thread(target=writer.submit, args=(blocked, 2))
+    waited.start()
+    waited.join(0.3)
+    assert waited.is_alive(), 'the third write was queued while two waited'
+    release.set()
+    waited.join(10)
+    writer.close()
+    assert started == [0, 1, 2]

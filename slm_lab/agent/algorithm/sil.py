@@ -47,14 +47,12 @@ Where this differs from SLM-Lab's SIL (v4.2.4 and v5), and why:
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.actor_critic import ActorCritic
 from slm_lab.agent.algorithm.ppo import PPO
-from slm_lab.agent.memory.base import space_bytes, space_shape_dtype
+from slm_lab.agent.memory.base import space_bytes
 from slm_lab.agent.memory.replay import Replay
 from slm_lab.agent.memory.sil_replay import PRIORITY_KEYS, SIL_MEMORY_SCHEMA, PrioritizedSILReplay, SILReplay
 from slm_lab.lib.errors import SpecError
@@ -124,8 +122,7 @@ class SelfImitation:
     def owned_replay_needs(cls, spec: dict, obs_space, action_space) -> list[Need]:
         """The SIL replay's max_size transitions, written whole in each kept snapshot."""
         memory_spec = spec['agent']['memory']
-        obs_shape, obs_dtype = space_shape_dtype(obs_space)
-        obs_bytes = math.prod(obs_shape) * Replay.stored_obs_dtype(memory_spec, obs_dtype).itemsize
+        obs_bytes = Replay.stored_obs_bytes(memory_spec, obs_space)
         sil = SILReplay.storage_bytes(memory_spec['max_size'], obs_bytes, space_bytes(action_space),
                                       memory_spec['sil_replay_name'] == 'PrioritizedReplay')
         return [Need('SIL replay', 'agent.memory.max_size', sil, kept_on_disk(sil, 1.0, spec.get('meta', {})))]

@@ -309,8 +309,7 @@ class Replay(Memory):
         batch, max_size = memory_spec['batch_size'], memory_spec['max_size']
         stored, as_tensors, activations = transition_bytes(obs_space, action_space, units)
         obs_shape, obs_dtype = space_shape_dtype(obs_space)
-        stored_dtype = cls.stored_obs_dtype(memory_spec, obs_dtype)
-        stored -= 2 * math.prod(obs_shape) * (obs_dtype.itemsize - stored_dtype.itemsize)
+        stored -= 2 * (space_bytes(obs_space) - cls.stored_obs_bytes(memory_spec, obs_space))
         replay = cls.storage_bytes(max_size, obs_shape, obs_dtype, space_bytes(action_space), spec['env']['num_envs'])
         if replay is None:  # observations stored as they are: two per transition
             replay = max_size * stored
@@ -327,6 +326,12 @@ class Replay(Memory):
         if memory_spec.get('obs_dtype') == 'float16' and np.issubdtype(obs_dtype, np.floating):
             return np.dtype(np.float16)
         return obs_dtype
+
+    @classmethod
+    def stored_obs_bytes(cls, memory_spec: dict, obs_space: gym.Space) -> int:
+        """Bytes of one observation as the replay stores it (stored_obs_dtype)."""
+        obs_shape, obs_dtype = space_shape_dtype(obs_space)
+        return math.prod(obs_shape) * cls.stored_obs_dtype(memory_spec, obs_dtype).itemsize
 
     @staticmethod
     def index_bytes(max_size: int) -> int:

@@ -3,9 +3,9 @@
 Every file the lab writes is written atomically and made durable: a temp file, fsync, rename,
 fsync of the directory (lib/io.py, snapshot.py). The fsyncs wait on the disk: a few milliseconds
 each on a local SSD, far more on a network filesystem, and a small run's snapshot, CSV rewrite or
-model file needs several. At every log point that waiting stopped training (about a tenth of A2C
-CartPole's wall time: docs/BENCHMARKS.md, "Writes off the training thread and the garbage
-collector").
+model file needs several. At every log point that waiting stopped training (under load on the
+project's VM, A2C CartPole's log points took a seventh of its loop, about half of it waiting on the
+disk: docs/BENCHMARKS.md, "Writes off the training thread and the garbage collector").
 
 `BackgroundWriter.submit(fn, *args)` queues a write; one worker thread runs the writes in the order
 they were submitted, so a snapshot never lands before the records written ahead of it, exactly as

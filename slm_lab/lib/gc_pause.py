@@ -10,7 +10,8 @@ objects that outlive a step, so those collections find nothing to free.
 `frozen_heap()` wraps a training loop: on entry the objects alive then move to the collector's
 permanent generation (`gc.freeze()`, Python's public API for this), which its collections skip; on
 exit they go back (`gc.unfreeze()`), so whatever became garbage meanwhile is collected as before.
-Collections still run on everything created in the loop. Nothing a run computes changes.
+Collections still run on everything created in the loop. Nothing a run computes changes. A
+process that has frozen objects of its own is left as it is.
 Sessions that train concurrently in one process (threads) share one freeze: the heap is unfrozen
 when the last of them leaves. Measured in docs/BENCHMARKS.md ("Writes off the training thread and
 the garbage collector"). Off with SLM_LAB_GC=plain in the environment.
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 OPT_OUT = 'SLM_LAB_GC'  # =plain: leave the collector as it is
 _lock = threading.Lock()
 _holders = 0
+_owned = False  # whether the lab froze the heap (not when the process had frozen objects of its own)
 
 
 def enabled() -> bool:
@@ -35,18 +37,22 @@ def enabled() -> bool:
 @contextlib.contextmanager
 def frozen_heap() -> Iterator[None]:
     """Freeze the objects alive now for the duration of the block (see the module docstring)."""
-    global _holders
+    global _holders, _owned
     if not enabled():
         yield
         return
     with _lock:
         if _holders == 0:
-            gc.freeze()
+            # a process that froze objects itself (the Python API's user) keeps its freeze as it is
+            _owned = gc.get_freeze_count() == 0
+            if _owned:
+                gc.freeze()
         _holders += 1
     try:
         yield
     finally:
         with _lock:
             _holders -= 1
-            if _holders == 0:
+            if _holders == 0 and _owned:
                 gc.unfreeze()
+                _owned = False

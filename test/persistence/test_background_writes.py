@@ -49,18 +49,38 @@ def test_a_failed_write_is_raised_by_the_next_submit_or_wait(tmp_path):
 
     writer = BackgroundWriter()
     writer.submit(fail, 0.2)  # still at work when the next write is queued
-    writer.submit(atomic_write_text, tmp_path / 'after.txt', 'written')  # queued after it: still runs
+    writer.submit(atomic_write_text, tmp_path / 'after.txt', 'written')  # queued after it: skipped
     with pytest.raises(OSError, match='the disk went away'):
         writer.wait()
-    assert (tmp_path / 'after.txt').read_text() == 'written'
-    writer.submit(fail)
-    deadline = time.monotonic() + 10
-    while writer._pending and not writer._pending[0].done() and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert not (tmp_path / 'after.txt').exists(), 'a write queued after a failed one landed'
+    # the writer is spent: a later write is refused with the same error, and nothing lands
     with pytest.raises(OSError, match='the disk went away'):
         writer.submit(atomic_write_text, tmp_path / 'never.txt', 'x')
-    assert not (tmp_path / 'never.txt').exists()
     writer.close()
+    assert not (tmp_path / 'never.txt').exists()
+
+    writer = BackgroundWriter()
+    writer.submit(fail)
+    deadline = time.monotonic() + 10
+    while writer._error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(OSError, match='the disk went away'):  # the next submit says so
+        writer.submit(atomic_write_text, tmp_path / 'never.txt', 'x')
+    writer.close()
+
+
+def test_after_a_failed_write_nothing_queued_behind_it_lands(tmp_path):
+    # a snapshot queued after a failed write of the records must not be there to resume from
+    def fail():
+        time.sleep(0.2)
+        raise OSError('no space')
+
+    writer = BackgroundWriter()
+    writer.submit(fail)
+    for name in ('snapshot', 'model'):
+        writer.submit(atomic_write_text, tmp_path / name, name)
+    writer.close()  # logs the error; the session's own error is what the user sees
+    assert not list(tmp_path.iterdir())
 
 
 def test_close_reports_a_failed_write_without_raising(caplog):
@@ -68,7 +88,15 @@ def test_close_reports_a_failed_write_without_raising(caplog):
     writer.submit(lambda: 1 / 0)
     with caplog.at_level(logging.ERROR):
         writer.close()  # the session is ending for another reason, which this must not hide
-    assert 'a background write failed: division by zero' in caplog.text
+    assert 'a background write failed: ZeroDivisionError: division by zero' in caplog.text
+    caplog.clear()
+    writer = BackgroundWriter()  # an error a wait raised already: the caller has it, not logged again
+    writer.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        writer.wait()
+    with caplog.at_level(logging.ERROR):
+        writer.close()
+    assert 'background write failed' not in caplog.text
 
 
 @pytest.mark.subprocess
@@ -133,6 +161,17 @@ def test_the_heap_is_frozen_for_the_loop_and_given_back_after():
             assert gc.get_freeze_count() == frozen
         assert gc.get_freeze_count() == frozen
     assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_itself_keeps_its_freeze():
+    gc.freeze()  # the Python API's user, say
+    try:
+        mine = gc.get_freeze_count()
+        with gc_pause.frozen_heap():
+            pass
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
 
 
 def test_the_freeze_can_be_turned_off(monkeypatch):

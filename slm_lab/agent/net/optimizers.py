@@ -241,6 +241,8 @@ def _step_flat_rmsprop(opt: torch.optim.Optimizer) -> bool:
     for i, p in enumerate(params):
         pieces[2 * i] = p.grad.reshape(-1)
     torch.cat(pieces, out=flat.grad)  # the gradients, with the zero padding between them
+    for i in range(len(params)):
+        pieces[2 * i] = None  # not kept alive until the next step
     kernels.add_([s['step'] for s in states], 1)
     alpha, weight_decay = group['alpha'], group['weight_decay']
     grad = flat.grad if weight_decay == 0 else flat.grad.add(flat.param, alpha=weight_decay)
@@ -267,7 +269,7 @@ class _FlatBuffers:
         for p in params:
             offsets.append(n)
             n += -(-p.numel() // FLAT_ALIGN) * FLAT_ALIGN
-        self.param, self.square_avg, self.grad = (torch.zeros(n) for _ in range(3))
+        self.param, self.square_avg, self.grad = (torch.zeros(n, dtype=torch.float32) for _ in range(3))
         self.offsets = offsets
         # torch.cat's inputs: each gradient (filled in at each step) and the zeros after it
         self.pieces: list = []
@@ -281,7 +283,7 @@ class _FlatBuffers:
                 p.data = p_view
                 state['square_avg'] = sq_view
                 gap = -(-size // FLAT_ALIGN) * FLAT_ALIGN - size
-                self.pieces += [None, torch.zeros(gap)]
+                self.pieces += [None, torch.zeros(gap, dtype=torch.float32)]
 
     def holds(self, params: list, states: list) -> bool:
         """Whether the parameters and square averages are still its slices, where it put them."""

@@ -104,6 +104,31 @@ def test_gae_bootstraps_truncation_and_stops_at_both_ends():
     torch.testing.assert_close(advs, t(GAE_EXPECTED))
 
 
+
+def _gae_per_step(rewards, values, next_values, terminateds, dones, gamma, lam):
+    """GAE as the lab computed it before its numpy recursion: torch ops step by step."""
+    deltas = rewards + gamma * (1.0 - terminateds) * next_values - values
+    advantages, running = torch.zeros_like(deltas), torch.zeros_like(deltas[0])
+    for t in range(len(deltas) - 1, -1, -1):
+        running = deltas[t] + gamma * lam * (1.0 - dones[t]) * running
+        advantages[t] = running
+    return advantages
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_gae_recursion_gives_the_per_step_torch_numbers_bit_for_bit(dtype):
+    g = torch.Generator().manual_seed(3)
+    T, N = 64, 8
+    rewards, values, next_values = (torch.randn(T, N, generator=g, dtype=dtype) * 10 for _ in range(3))
+    terminateds = (torch.rand(T, N, generator=g) < 0.05).to(dtype)
+    dones = torch.maximum(terminateds, (torch.rand(T, N, generator=g) < 0.05).to(dtype))
+    args = (rewards, values, next_values, terminateds, dones, 0.99, 0.95)
+    assert torch.equal(gae(*args), _gae_per_step(*args))
+    # with a graph (the torch loop) the same numbers, and the gradient flows
+    grad_values = values.clone().requires_grad_()
+    advs = gae(rewards, grad_values, *args[2:])
+    assert torch.equal(advs.detach(), _gae_per_step(*args)) and advs.requires_grad
+
 def ppo_spec(**algo) -> dict:
     return {'agent': {'algorithm': {'name': 'PPO', 'gamma': 0.5, 'lam': 0.5, 'time_horizon': 3, 'minibatch_size': 4,
                                     **algo},

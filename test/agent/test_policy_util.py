@@ -12,7 +12,7 @@ from torch import distributions as D
 
 from conftest import build_spec
 from slm_lab.agent.algorithm import policy_util
-from slm_lab.agent.algorithm.policy_util import PolicyHead, pd_out_dim, sample_actions
+from slm_lab.agent.algorithm.policy_util import PolicyHead, draw_one, pd_out_dim, sample_actions
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import validate_spec
 
@@ -223,3 +223,15 @@ def test_categorical_head_matches_torch_categorical_exactly():
     expected = pd.sample()
     torch.manual_seed(5)
     assert torch.equal(head.sample(logits), expected)
+
+
+@pytest.mark.parametrize('shape', [(1, 2), (8, 2), (16, 6), (3, 18)])
+def test_draw_one_is_multinomials_draw_and_leaves_the_generator_as_it_does(shape):
+    # the exponential form without multinomial's checks: the same indices, the same generator after
+    for seed in range(50):
+        probs = torch.softmax(torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3, dim=-1)
+        torch.manual_seed(seed)
+        expected, after = torch.multinomial(probs, 1, True).squeeze(1), torch.rand(4)
+        torch.manual_seed(seed)
+        drawn = draw_one(probs)
+        assert torch.equal(drawn, expected) and torch.equal(torch.rand(4), after)

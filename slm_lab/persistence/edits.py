@@ -34,6 +34,9 @@ KEYS_ADDED_LATER = {
 # The same for the keys of one algorithm (agent.algorithm), by its name.
 ALGORITHM_KEYS_ADDED_LATER = {
     'DQN': {'double_q': False},  # the lab's DQN computed SLM-Lab v4's targets (the target net picks) before it
+    # the update forwarded over the batch for log pi_old and V(s) before it
+    'PPO': {'keep_acting_outputs': False},
+    'PPOSIL': {'keep_acting_outputs': False},
 }
 
 

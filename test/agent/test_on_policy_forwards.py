@@ -141,7 +141,9 @@ def assert_ppo_matches_whole_batch_forwards(algo, batch) -> dict:
 @pytest.mark.parametrize('memory', ['OnPolicyBatchReplay', 'OnPolicyReplay'])
 @pytest.mark.parametrize('shared', [False, True])
 def test_ppo_forwards_the_batch_once_and_only_the_next_states_after_episode_ends(memory, shared):
-    algo, batch = collect(cartpole_spec({'name': 'PPO'}, {'shared': shared}, memory))
+    # keep_acting_outputs false: the update's own forward over the batch (a shared net on
+    # OnPolicyBatchReplay takes the acting forwards' outputs otherwise, tested below)
+    algo, batch = collect(cartpole_spec({'name': 'PPO', 'keep_acting_outputs': False}, {'shared': shared}, memory))
     _, _, terminateds, dones = flat(batch)
     truncateds = dones - terminateds
     assert terminateds[:-1].any() and truncateds[:-1].any(), 'both kinds of episode end inside the batch'
@@ -150,6 +152,48 @@ def test_ppo_forwards_the_batch_once_and_only_the_next_states_after_episode_ends
     rows = assert_ppo_matches_whole_batch_forwards(algo, batch)
     # before: 3B rows through a shared net; B through the actor and 2B through the critic
     assert rows == ({'body': B + K} if shared else {'actor': B, 'critic': B + K})
+
+
+@pytest.mark.parametrize('shared', [False, True])
+def test_ppo_takes_log_pi_old_and_v_from_the_acting_forwards_of_a_shared_net(shared):
+    # keep_acting_outputs (the default): a shared net's update forwards only the next states that
+    # are not the following states; log pi_old(a|s) and V(s) are the acting forwards' (3 rows each),
+    # the same numbers as a forward over the batch up to rounding. Separate nets keep the batch forward.
+    algo, batch = collect(cartpole_spec({'name': 'PPO'}, {'shared': shared}))
+    assert (algo.acting_outputs is not None) == shared
+    if not shared:
+        assert assert_ppo_matches_whole_batch_forwards(algo, batch) == {
+            'actor': batch.rewards.size, 'critic': batch.rewards.size + expected_kept(batch)}
+        return
+    assert algo.acting_outputs.steps == batch.rewards.shape[0]
+    rollout = algo.rollout(batch)
+    counter = RowCounter(algo.model)
+    log_probs, advs, returns, values = algo.old_policy_and_advantages(rollout)
+    assert counter.rows == {'body': expected_kept(batch)}
+    assert algo.acting_outputs.steps == 0  # the next batch's record starts afresh
+    old_log_probs, old_values, next_values = whole_batch_forwards(algo, batch, rollout.actions)
+    torch.testing.assert_close(log_probs, old_log_probs, **TIGHT)
+    torch.testing.assert_close(values, old_values.reshape(-1), **TIGHT)
+    _, _, terminateds, dones = flat(batch)
+    rewards = algo.tensor(batch.rewards.reshape(terminateds.shape))
+    old_advs = gae(rewards, old_values, next_values, algo.tensor(terminateds), algo.tensor(dones), algo.gamma,
+                   algo.lam)
+    torch.testing.assert_close(advs, old_advs.reshape(-1), **TIGHT)
+    torch.testing.assert_close(returns, (old_advs + old_values).reshape(-1), **TIGHT)
+    # a record that does not cover the batch step for step (here: none) is not used
+    counter.rows['body'] = 0
+    log_probs2 = algo.old_policy_and_advantages(rollout)[0]
+    assert counter.rows == {'body': batch.rewards.size + expected_kept(batch)}
+    torch.testing.assert_close(log_probs2, old_log_probs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('min_rows, kept', [(8, False), (3, True)])
+def test_a_bf16_net_keeps_acting_outputs_only_where_it_acts_in_bf16(min_rows, kept):
+    # 3 envs: below bf16_min_rows the net acts in float32, and its minibatches would compare bf16
+    # log-probabilities with float32 ones
+    net = {'shared': True, 'precision': 'bf16', 'bf16_min_rows': min_rows}
+    algo, _ = collect(cartpole_spec({'name': 'PPO'}, net))
+    assert (algo.acting_outputs is not None) is kept
 
 
 def test_a_first_observation_with_the_bytes_of_the_last_one_stands_for_it():
@@ -234,7 +278,7 @@ def pong_spec(algorithm: dict, batch_norm: bool) -> dict:
 def test_ppo_on_frames_divides_them_by_255_once_with_the_same_bits(batch_norm):
     pytest.importorskip('ale_py', reason='the Atari extra is not installed')
     pytest.importorskip('cv2', reason='the Atari extra is not installed')
-    algo, batch = collect(pong_spec({'name': 'PPO'}, batch_norm))
+    algo, batch = collect(pong_spec({'name': 'PPO', 'keep_acting_outputs': False}, batch_norm))
     assert batch.states.dtype == np.uint8 and batch.truncateds[:-1].any()
     rollout = algo.rollout(batch)
     # prepared once: the very floats each forward made from the frames before
@@ -247,6 +291,27 @@ def test_ppo_on_frames_divides_them_by_255_once_with_the_same_bits(batch_norm):
     K = B if batch_norm else expected_kept(batch)
     assert int(rollout.next_kept.sum()) == K and len(rollout.next_states) == K
     assert assert_ppo_matches_whole_batch_forwards(algo, batch) == {'body': 3 * B if batch_norm else B + K}
+
+
+@pytest.mark.parametrize('batch_norm', [False, True])
+def test_ppo_on_frames_takes_the_acting_forwards_outputs_unless_its_net_reads_the_batch(batch_norm):
+    # keep_acting_outputs: the frames' log pi_old and V(s) from acting (the net dividing them by 255
+    # there as it does for a batch), only the kept next states forwarded; a batch norm in training
+    # mode keeps the three forwards over the batch (acting's numbers came from other batches)
+    pytest.importorskip('ale_py', reason='the Atari extra is not installed')
+    pytest.importorskip('cv2', reason='the Atari extra is not installed')
+    algo, batch = collect(pong_spec({'name': 'PPO'}, batch_norm))
+    B = batch.rewards.size
+    if batch_norm:
+        assert assert_ppo_matches_whole_batch_forwards(algo, batch) == {'body': 3 * B}
+        return
+    rollout = algo.rollout(batch)
+    counter = RowCounter(algo.model)
+    log_probs, _, _, values = algo.old_policy_and_advantages(rollout)
+    assert counter.rows == {'body': expected_kept(batch)}
+    old_log_probs, old_values, _ = whole_batch_forwards(algo, batch, rollout.actions)
+    torch.testing.assert_close(log_probs, old_log_probs, **TIGHT)
+    torch.testing.assert_close(values, old_values.reshape(-1), **TIGHT)
 
 
 def test_a2c_on_frames_takes_next_values_from_the_following_frames():

@@ -166,3 +166,35 @@ def test_zoo_specs_resume_exactly_on_their_fast_optimizer_paths(tmp_path, spec_f
     if 'lr_scheduler_spec' in spec['agent']['net']:  # LinearToZero ends at max_frame, which the resume raises
         spec['agent']['net']['lr_scheduler_spec']['frame'] = 100000
     check_resume_after_max_frame(tmp_path, name, spec)
+
+
+# --- keep_acting_outputs across a run's life -------------------------------------------------------------
+
+def acting_spec(**algo) -> dict:
+    """A shared-net PPO whose stops fall mid-rollout: 32 frames a rollout, a record every 50."""
+    spec = ppo_spec(num_envs=2, max_frame=200, **algo)
+    spec['meta']['eval_frequency'] = 100
+    return spec
+
+
+@pytest.mark.slow
+def test_ppo_keeping_acting_outputs_resumes_mid_rollout_as_the_run_that_never_stopped(tmp_path):
+    # the stop at frame 200 falls 4 vector steps into a rollout: their recorded log-probs and
+    # values are in the snapshot, and the resumed update uses them as the straight one does
+    check_resume_after_max_frame(tmp_path, 'ppo_acting', acting_spec())
+
+
+@pytest.mark.slow
+def test_a_ppo_run_saved_before_keep_acting_outputs_resumes_with_the_batch_forward(tmp_path):
+    from lab_helpers import assert_same_run, drop_saved_key, saved_values, spec_file_in, train_one
+    name, key = 'ppo_acting', 'agent.algorithm.keep_acting_outputs'
+    new_file = spec_file_in(tmp_path / 'new', name, acting_spec())
+    assert saved_values(train_one(new_file, name, 'train', [], tmp_path / 'fresh'), name, key) == [True] * 3
+    old_file = spec_file_in(tmp_path / 'old', name, acting_spec(keep_acting_outputs=False))
+    old = train_one(old_file, name, 'train', [], tmp_path / 'a')
+    drop_saved_key(old, name, key)  # as a lab before the key saved it
+    # resumed under the user's spec file, which does not name the key either
+    lab_run = train_one(new_file, name, f'train@{old}', ['env.max_frame=400'], tmp_path / 'a')
+    assert saved_values(lab_run, name, key) == [False] * 3
+    straight = train_one(old_file, name, 'train', ['env.max_frame=400'], tmp_path / 'b')
+    assert_same_run(lab_run, straight, name)

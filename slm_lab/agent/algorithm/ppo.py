@@ -6,12 +6,14 @@ OnPolicyReplay on training_frequency whole episodes (B = their steps):
   delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)          (bootstraps truncations)
   A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1}                (done = terminated or truncated)
   R_t     = A_t + V(s_t)
-with the weights before the update, from one forward over the batch that gives log pi_old(a|s)
-and V(s) together; V(s'_t) is V(s_{t+1}) of the same sub-env wherever the next state has the bytes
-of the following state, and a forward over the other next states (episode ends, the batch's last
-step) gives the rest. Nets that do not forward per sample (a batch norm, dropout in training
-mode; net_util.forwards_per_sample) keep three forwards over the whole batch, V(s), V(s'), pi_old,
-as each moves their running statistics or draws random numbers. An image batch is divided by 255
+with the weights before the update: log pi_old(a|s) and V(s) as the acting forwards computed
+them (keep_acting_outputs, with one shared net on OnPolicyBatchReplay: Stable-Baselines3's way),
+or from one forward over the batch that gives both together; V(s'_t) is V(s_{t+1}) of the same
+sub-env wherever the next state has the bytes of the following state, and a forward over the other
+next states (episode ends, the batch's last step) gives the rest. Nets that do not forward per
+sample (a batch norm, dropout in training mode; net_util.forwards_per_sample) keep three forwards
+over the whole batch, V(s), V(s'), pi_old, as each moves their running statistics or draws random
+numbers. An image batch is divided by 255
 once, not per minibatch.
 Then training_epoch passes over the shuffled batch in minibatches of minibatch_size (the last
 one smaller when minibatch_size does not divide B, so every sample is trained on in every epoch):
@@ -32,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.algorithm.actor_critic import ActorCritic
 from slm_lab.agent.algorithm.base import BASE_SCHEMA
 from slm_lab.agent.algorithm.maths import symlog
@@ -104,6 +107,45 @@ class PercentileNormalizer:
         self.perc5, self.perc95 = float(state['perc5']), float(state['perc95'])
 
 
+class ActingOutputs:
+    """log pi(a_t|s_t) and V(s_t) of each vector step of the rollout being collected, (T, N) each, as
+    the acting forward computed them (PPO's keep_acting_outputs). Steps are recorded in order from
+    the batch's first; `take` hands over a whole batch's worth and starts the next one, or None when
+    the record does not cover the batch step for step (a batch not collected by this algorithm's
+    act: then the update forwards over the batch)."""
+
+    def __init__(self, shape: tuple[int, int]):
+        self.log_probs = np.zeros(shape, dtype=np.float32)
+        self.values = np.zeros(shape, dtype=np.float32)
+        self.steps = 0  # vector steps recorded, in order, since the batch began; -1: out of order
+
+    def record(self, step: int, log_probs: torch.Tensor, values: torch.Tensor) -> None:
+        """The acting forward's outputs (N,) each for the batch's vector step `step`."""
+        if step != self.steps:  # not the next step of this batch: the record cannot stand for it
+            self.steps = -1
+            return
+        self.log_probs[step] = log_probs.float().cpu().numpy()
+        self.values[step] = values.float().cpu().numpy()
+        self.steps += 1
+
+    def take(self, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(log_probs, values) (T, N) copies for a batch of `shape` (T, N), and a fresh record."""
+        steps, self.steps = self.steps, 0
+        if steps != shape[0] or tuple(shape[1:]) != self.log_probs.shape[1:]:
+            return None
+        return self.log_probs[:steps].copy(), self.values[:steps].copy()
+
+    def state_dict(self) -> dict:
+        return {'log_probs': self.log_probs[:max(self.steps, 0)].copy(),
+                'values': self.values[:max(self.steps, 0)].copy(), 'steps': self.steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        steps = int(state['steps'])
+        self.log_probs[:max(steps, 0)] = state['log_probs']
+        self.values[:max(steps, 0)] = state['values']
+        self.steps = steps
+
+
 class PPO(ActorCritic):
     """Proximal Policy Optimization with clipping, on OnPolicyBatchReplay (time_horizon vector
     steps per update) or OnPolicyReplay (training_frequency episodes per update). Inherits
@@ -139,6 +181,16 @@ class PPO(ActorCritic):
                                      doc='(SLM-Lab v5) divide values and value targets by a running std of the '
                                          'targets (at least 1, updated per minibatch), clipped to [-10, 10], in the '
                                          'value loss; not with clip_vloss, as in SLM-Lab'),
+        'keep_acting_outputs': Field((bool,), True,
+                                     doc="with one shared net (net.shared) and OnPolicyBatchReplay: log pi_old(a|s) "
+                                         "and V(s) as the forward that chose each action computed them (Stable-"
+                                         "Baselines3's way), so the update makes no forward over the batch for them; "
+                                         "false: one forward over the batch at the update (the lab's way before this "
+                                         "key; a run saved before it resumes so). The same quantities from the same "
+                                         "weights, rounded as a forward of num_envs rows or of the whole batch rounds "
+                                         "them; no effect with separate nets, OnPolicyReplay, a net that does not "
+                                         "forward per sample (batch norm, dropout), or a bf16 net that acts in "
+                                         "float32 (env.num_envs below net.bf16_min_rows)"),
         'training_frequency': ignored_field('OnPolicyReplay: episodes per update (default 1); ignored with '
                                             'OnPolicyBatchReplay, as in SLM-Lab: PPO trains every time_horizon '
                                             'vector steps'),
@@ -163,6 +215,13 @@ class PPO(ActorCritic):
         self.symlog = spec['symlog']
         self.percentile_normalizer = (PercentileNormalizer() if spec.get('normalize_advantages') == 'percentile'
                                       else None)
+        # absent only from a spec an older lab saved and nothing validated since: it made the batch forward
+        self.acting_outputs = None
+        # a bf16 net acting in float32 (fewer envs than net.bf16_min_rows) would hand the update old
+        # log-probabilities in another precision than its minibatches': a ratio off 1 from the start
+        if spec.get('keep_acting_outputs', False) and isinstance(self.memory, OnPolicyBatchReplay) \
+                and self.model.shared and getattr(self.model.body, 'bf16_min_rows', 1) <= self.num_envs:
+            self.acting_outputs = ActingOutputs(self.memory.buffers['rewards'].shape)
 
     @classmethod
     def check_spec(cls, spec: dict) -> None:
@@ -197,19 +256,38 @@ class PPO(ActorCritic):
 
     def advantages(self, batch: RolloutBatch | EpisodeBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE over a memory's batch: (advantages (B,), returns (B,), old values (B,))."""
-        return self.old_policy_and_advantages(self.rollout(batch))[1:]
+        return self.old_policy_and_advantages(self.rollout(batch), from_acting=False)[1:]
+
+    @torch.inference_mode()
+    def act(self, obs):
+        """ActorCritic.act; with acting_outputs, the log-probability of each chosen action and each
+        state's value from the same forward are kept for the update (keep_acting_outputs)."""
+        if self.acting_outputs is None:
+            return super().act(obs)
+        out, values = self.model.pd_out_and_value(self.tensor(obs))
+        actions = policy_util.sample_actions(out, self.model.head, self.action_policy,
+                                             self.explore_var.value(self.clock.frame), self.rng, self.act_dim)
+        self.acting_outputs.record(self.memory.size, self.model.head.log_prob(out, actions), values)
+        return policy_util.to_env_actions(actions, self.action_space)
 
     @torch.no_grad()
-    def old_policy_and_advantages(self, rollout) -> tuple[torch.Tensor, ...]:
+    def old_policy_and_advantages(self, rollout, from_acting: bool = True) -> tuple[torch.Tensor, ...]:
         """What the epochs compare against, from the weights before the update: (old log-probs
         log pi_old(a|s) (B,), advantages (B,), returns R = A + V(s) (B,), old values V(s) (B,)).
 
-        One forward over the batch gives both log pi_old and V(s); V(s'_t) is V(s_{t+1}) where the
+        With keep_acting_outputs (`from_acting`, a shared net on OnPolicyBatchReplay), log pi_old
+        and V(s) are those the acting forwards computed (ActingOutputs), when they cover the batch
+        step for step. Otherwise one forward over the batch gives both; V(s'_t) is V(s_{t+1}) where the
         next state is the following state, with a forward over the other next states only
         (ActorCritic.next_values). Nets that do not forward per sample (a batch norm in training
         mode, dropout) keep three forwards over the whole batch in this order, V(s), V(s'), pi(s),
         since each moves their running statistics or draws random numbers."""
         states, actions, shape = rollout.states, rollout.actions, rollout.rewards.shape
+        kept = self.acting_outputs.take(shape) if self.acting_outputs is not None and from_acting else None
+        if kept is not None and self.model.forwards_per_sample():  # what acting computed (keep_acting_outputs)
+            log_probs, values = (self.tensor(x) for x in kept)
+            advs, returns = self.advantages_and_targets(rollout, values)
+            return log_probs.reshape(-1), advs, returns, values.reshape(-1)
         if self.model.forwards_per_sample():
             out, values = self.model.pd_out_and_value(states, prepared=True)
             values = values.reshape(shape)
@@ -276,9 +354,13 @@ class PPO(ActorCritic):
         state = super().extra_state()
         if self.percentile_normalizer is not None:
             state['percentile_normalizer'] = self.percentile_normalizer.state_dict()
+        if self.acting_outputs is not None:
+            state['acting_outputs'] = self.acting_outputs.state_dict()
         return state
 
     def load_extra_state(self, state: dict) -> None:
         super().load_extra_state(state)
         if self.percentile_normalizer is not None:
             self.percentile_normalizer.load_state_dict(state['percentile_normalizer'])
+        if self.acting_outputs is not None and 'acting_outputs' in state:  # absent: a run forced to keep them
+            self.acting_outputs.load_state_dict(state['acting_outputs'])

@@ -48,6 +48,11 @@ class Agent:
             self.algorithm = algo_cls(agent_spec, spec['env'], obs_space, action_space, num_envs, clock,
                                       self.memory, seed=[seed, 2],
                                       persist_replay=replay_in_snapshots(spec['meta']))
+        # a replay of stacked frames hands them over laid out as a channels-last conv net takes them
+        frame_store = getattr(self.memory, 'frame_store', None)
+        if frame_store is not None:
+            frame_store.channels_last = any(getattr(net, 'channels_last', False)
+                                            for net in self.algorithm.nets().values())
         # whether some net computes in bf16 and acts on few rows in float32 (net.bf16_min_rows)
         self.acts_apart = any(getattr(m, 'bf16_min_rows', 1) > 1
                               for net in self.algorithm.nets().values() for m in net.modules())

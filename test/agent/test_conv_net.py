@@ -142,6 +142,21 @@ def test_an_atari_game_continues_from_its_snapshot_exactly_unless_ale_makes_its_
         b.close()
 
 
+@pytest.mark.parametrize('layout', ['channels_last', 'contiguous'])
+def test_a_replay_of_frames_stacks_them_in_the_layout_of_the_conv_net(layout):
+    pytest.importorskip('ale_py', reason='the Atari extra is not installed')
+    from slm_lab.agent import Agent
+    from slm_lab.env import Clock, make_env
+    spec = validate_spec(atari_spec('DoubleDQN', {'type': 'ConvNet', 'memory_format': layout},
+                                    {'name': 'ALE/Pong-v5'}))
+    env = make_env(spec['env'])
+    try:
+        agent = Agent(spec, env.single_observation_space, env.single_action_space, 2, Clock(256, 2), seed=0)
+    finally:
+        env.close()
+    assert agent.memory.frame_store.channels_last is (layout == 'channels_last')
+
+
 @pytest.mark.slow
 def test_dueling_double_dqn_on_a_v4_atari_id_stores_uint8_frames(lab_run):
     """SLM-Lab v4's Atari layout: PongNoFrameskip-v4 with frame_op concat of 4 frames (frame skip

@@ -279,3 +279,24 @@ def test_a_snapshot_of_another_storage_or_size_is_one_line():
         memory(max_size=20, obs_shape=OBS8).load_state_dict(vector.state_dict())
     with pytest.raises(ResumeError, match="holds 20 transitions; this spec's max_size is 30"):
         memory(max_size=30, obs_shape=OBS8).load_state_dict(frames.state_dict())
+
+
+@pytest.mark.parametrize('opencv', [True, False])
+def test_channels_last_stacks_are_the_same_bytes_laid_out_as_a_channels_last_net_takes_them(played, monkeypatch,
+                                                                                            opencv):
+    # the agent sets channels_last for a conv net with memory_format channels_last; the stacks then
+    # come out with NHWC strides (a tensor of them is channels-last, no copy in the net's prepare),
+    # by OpenCV's merge or, without OpenCV, numpy's strided writes
+    import torch
+    if not opencv:
+        monkeypatch.setattr(replay_module, '_opencv', lambda: None)
+    mems, naive, _ = played
+    for mem in mems:
+        mem.frame_store.channels_last = True
+        try:
+            assert_same_as_naive(mem, naive)
+            states = mem.batch_at(np.arange(mem.size)).states
+            assert states.shape == (mem.size, 4, 84, 84) and states.transpose(0, 2, 3, 1).flags['C_CONTIGUOUS']
+            assert torch.as_tensor(states).is_contiguous(memory_format=torch.channels_last)
+        finally:
+            mem.frame_store.channels_last = False

@@ -15,6 +15,7 @@ have not changed since the previous snapshot, so frequent snapshots write only w
 """
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 
@@ -27,6 +28,17 @@ from slm_lab.lib.errors import ResumeError
 from slm_lab.lib.schema import Field
 from slm_lab.lib.arrays import identified_array, join_chunks
 from slm_lab.resources import Need, kept_on_disk, replay_in_snapshots
+
+
+@functools.lru_cache(maxsize=1)
+def _opencv():
+    """OpenCV (the Atari extra, which stacked frames come from), imported on first use: it merges
+    channels fastest; None without it (numpy's strided writes give the same bytes)."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
 
 logger = lab_logger.get_logger('slm_lab.agent.memory.replay')
 
@@ -100,6 +112,24 @@ class ChunkedState:
         self._loaded = None
 
 
+def stack_channels_last(frames: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """frames[slots] (B, K, H, W) of (H, W) frames, its bytes laid out as (B, H, W, K): the array a
+    channels-last conv net takes as it is. Gathering the K frames into the last axis here costs a
+    fraction of converting the stacked batch afterwards (torch's NCHW -> NHWC copy of uint8 frames
+    with 4 channels took 1 ms for a batch of 32 Atari stacks, a tenth of a DQN Pong step; OpenCV's
+    merge of the K channels, 70 us; numpy's strided writes, 300 us). The same bytes either way."""
+    B, K = slots.shape
+    H, W = frames.shape[1:]
+    cv2 = _opencv()
+    if cv2 is not None and 0 < K <= 4 and B * H < 32768:  # OpenCV's merge of up to 4 single-channel images
+        merged = cv2.merge([frames[slots[:, k]].reshape(B * H, W) for k in range(K)])
+        return merged.reshape(B, H, W, K).transpose(0, 3, 1, 2)
+    out = np.empty((B, H, W, K), dtype=frames.dtype)
+    for k in range(K):
+        out[..., k] = frames[slots[:, k]]
+    return out.transpose(0, 3, 1, 2)
+
+
 class FrameStore:
     """The observations of a replay of stacked frames, each frame stored once.
 
@@ -131,6 +161,9 @@ class FrameStore:
         self.last_next_oldest = np.full(num_envs, NO_FRAME, dtype=np.int64)
         self.frame_count = 0  # frames ever added to the ring
         self.transition_count = 0  # transitions ever added
+        # stacks laid out channels-last (set by the agent for a conv net with memory_format
+        # channels_last): see stacks
+        self.channels_last = False
         self.floor = 0  # no frame older than this is referred to
         self.frame_chunks = ChunkedState(FRAME_CHUNK_ROWS, self._n_chunks(1 + self.ring, FRAME_CHUNK_ROWS))
         self.row_chunks = ChunkedState(TRANSITION_CHUNK_ROWS, self._n_chunks(max_size, TRANSITION_CHUNK_ROWS))
@@ -234,8 +267,12 @@ class FrameStore:
 
     # --- reading ------------------------------------------------------------------------------
     def stacks(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(states, next_states) of the transitions at positions idx (B,): each (B, K, H, W)."""
+        """(states, next_states) of the transitions at positions idx (B,): each (B, K, H, W); with
+        `channels_last`, in memory as (B, H, W, K) (the strides of a channels-last tensor)."""
         slots = self.frame_idx[idx]
+        if self.channels_last and len(self.frame_shape) == 2:
+            return stack_channels_last(self.frames, slots[:, :self.stack]), \
+                stack_channels_last(self.frames, slots[:, self.stack:])
         return self.frames[slots[:, :self.stack]], self.frames[slots[:, self.stack:]]
 
     # --- snapshots ----------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def _opencv():
     """OpenCV (the Atari extra, which stacked frames come from), imported on first use: it merges
     channels fastest; None without it (numpy's strided writes give the same bytes)."""
     try:
-        import cv2
+        import cv2  # noqa: PLC0415 an optional extra, and slow to import: only for stacked frames
     except ImportError:
         return None
     return cv2

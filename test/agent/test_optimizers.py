@@ -333,3 +333,32 @@ def test_a_run_with_the_flat_rmsprop_step_is_the_run_with_torchs_step(tmp_path, 
     assert a.keys() == b.keys()
     for net in a:
         assert a[net].keys() == b[net].keys() and all(torch.equal(a[net][k], b[net][k]) for k in a[net])
+
+
+def test_fused_adams_flat_step_counts_survive_a_state_dict_round_trip_and_a_partial_step():
+    # step_optimizer counts every parameter's step with one add on a flat buffer whose elements
+    # the states' 'step' tensors view; a loaded state_dict (copies) is re-flattened from its counts,
+    # and a step where a parameter has no gradient counts the others only, as Adam.step does
+    import copy
+    from slm_lab.agent.net.optimizers import step_optimizer
+    nets = [_two_nets(), _two_nets()]
+    opts = [torch.optim.Adam(n.parameters(), lr=1e-2, fused=True) for n in nets]
+    torch.manual_seed(1)
+    for t, x in enumerate(torch.randn(8, 32, 4)):
+        if t == 4:  # the lab's side resumes from a copy of its state (what a snapshot reloads)
+            state = copy.deepcopy(opts[1].state_dict())
+            opts[1] = torch.optim.Adam(nets[1].parameters(), lr=1e-2, fused=True)
+            opts[1].load_state_dict(state)
+        for i, (net, opt) in enumerate(zip(nets, opts)):
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            if t == 6:  # the first layer's bias without a gradient this step
+                net[0].bias.grad = None
+            (opt.step() if i == 0 else step_optimizer(opt))
+    for a, b in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(a, b)
+    state_a, state_b = opts[0].state_dict()['state'], opts[1].state_dict()['state']
+    assert [float(state_b[k]['step']) for k in sorted(state_b)] == [8.0, 7.0, 8.0, 8.0]
+    for k in state_a:
+        for key in ('step', 'exp_avg', 'exp_avg_sq'):
+            assert torch.equal(state_a[k][key], state_b[k][key])

@@ -192,7 +192,7 @@ def _step_fused_adam(opt: torch.optim.Optimizer) -> bool:
     return True
 
 
-_STEP_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> its flat step counts
+_STEP_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> (flat counts, views)
 
 
 def _flat_steps(opt: torch.optim.Optimizer, states: list[dict]) -> torch.Tensor:
@@ -203,15 +203,14 @@ def _flat_steps(opt: torch.optim.Optimizer, states: list[dict]) -> torch.Tensor:
     are, whenever a state's 'step' is not its view (the first step, a loaded state_dict, which
     copies each count)."""
     steps = [s['step'] for s in states]
-    flat = _STEP_BUFFERS.get(opt)
-    if flat is not None and len(steps) == flat.numel() and all(
-            st.data_ptr() == flat.data_ptr() + i * flat.element_size() and st.dim() == 0
-            for i, st in enumerate(steps)):
-        return flat
+    made = _STEP_BUFFERS.get(opt)  # (the buffer, the views this function put in the states)
+    if made is not None and len(made[1]) == len(steps) and all(a is b for a, b in zip(made[1], steps)):
+        return made[0]
     flat = torch.stack([st.detach().reshape(()) for st in steps])
-    for i, state in enumerate(states):
-        state['step'] = flat[i]
-    _STEP_BUFFERS[opt] = flat
+    views = [flat[i] for i in range(len(steps))]
+    for state, view in zip(states, views):
+        state['step'] = view
+    _STEP_BUFFERS[opt] = (flat, views)
     return flat
 
 

@@ -167,6 +167,10 @@ class GlobalNets:
             opt.register_step_post_hook(functools.partial(_after_step, pairs, self.updates))
         self.updates.slot = session
         self._algorithm = algorithm
+        if self.mode == 'shared' and getattr(algorithm, 'acting_outputs', None) is not None:
+            # other sessions move the weights while this one collects a rollout: PPO's log pi_old and
+            # V(s) come from one forward over the batch at its update (keep_acting_outputs: no effect)
+            algorithm.acting_outputs = None
 
     def state_dict(self) -> dict:
         """The global state as this session reads it now (other sessions may be writing it)."""

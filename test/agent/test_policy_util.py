@@ -235,3 +235,14 @@ def test_draw_one_is_multinomials_draw_and_leaves_the_generator_as_it_does(shape
         torch.manual_seed(seed)
         drawn = draw_one(probs)
         assert torch.equal(drawn, expected) and torch.equal(torch.rand(4), after)
+
+
+def test_draw_one_refuses_nan_probabilities_as_multinomial_does():
+    # a NaN policy is refused at the step that met it (the session reports the divergence there)
+    probs = torch.softmax(torch.tensor([[0.0, float('nan')], [1.0, 2.0]]), dim=-1)
+    with pytest.raises(RuntimeError, match='probability tensor contains'):
+        torch.multinomial(probs, 1, True)
+    with pytest.raises(RuntimeError, match='probability tensor contains'):
+        draw_one(probs)
+    with pytest.raises(RuntimeError, match='probability tensor contains'):
+        PolicyHead('Categorical', 2).sample(torch.tensor([[0.0, float('nan')]]))

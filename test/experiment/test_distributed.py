@@ -292,3 +292,29 @@ def test_lookahead_shares_its_slow_weights_and_not_the_state_of_the_optimizer_it
     assert resumed.optimizers['net']['state'] == {}
     assert resumed.updates.value == 1
     sess.close()
+
+
+@pytest.mark.parametrize('mode, kept', [('shared', False), ('synced', True)])
+def test_ppo_keeps_acting_outputs_unless_other_sessions_move_its_weights(tmp_path, mode, kept):
+    # "shared": the weights change under a rollout (other sessions step them), so log pi_old and
+    # V(s) come from the update's own forward; "synced": a session's copy moves at its own steps only
+    raw = {'agent': {'name': 'ppo', 'algorithm': {'name': 'PPO', 'time_horizon': 16, 'minibatch_size': 8},
+                     'memory': {'name': 'OnPolicyBatchReplay'},
+                     'net': {'type': 'MLPNet', 'hid_layers': [8], 'shared': True,
+                             'optim_spec': {'name': 'GlobalAdam', 'lr': 1e-3}}},
+           'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': 64},
+           'meta': {'random_seed': 1, 'max_session': 1, 'distributed': mode}}
+    spec = validate_spec(raw)
+    run_dir = RunDir(tmp_path, 'ppo')
+    run_dir.create()
+    session_spec = Trial(spec, run_dir, 'train').session_spec(0)
+    owner = Session(session_spec, run_dir, 'train', 0, 0)
+    global_nets = GlobalNets.build(mode, owner.agent.algorithm)
+    owner.close()
+    sess = Session(session_spec, run_dir, 'train', 0, 0)
+    try:
+        assert sess.agent.algorithm.acting_outputs is not None
+        sess.attach_global_nets(global_nets)
+        assert (sess.agent.algorithm.acting_outputs is not None) is kept
+    finally:
+        sess.close()

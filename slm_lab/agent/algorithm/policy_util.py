@@ -153,12 +153,13 @@ def loc_scale_distribution(pdtype: str, loc: torch.Tensor, log_scale: torch.Tens
 def draw_one(probs: torch.Tensor) -> torch.Tensor:
     """One index per row of `probs` (B, K): the draw torch.multinomial(probs, 1, True) makes, the
     same numbers from the same generator state. For one sample torch draws q ~ Exp(1) of probs'
-    shape and takes argmax(probs / q) (the exponential form of the Gumbel-max trick); this is that
-    path without multinomial's checks of the probabilities, which cost more than the draw (three
-    reductions read back to the host: 10 us against 4 us a vector step of 8 CartPoles). The
-    probabilities come from a softmax, valid unless the logits are NaN; then the draw is the first
-    NaN's index instead of an error, and the NaN reaches the loss and the divergence check at the
-    next update."""
+    shape and takes argmax(probs / q) (the exponential form of the Gumbel-max trick), after three
+    checks of the probabilities read back to the host, which cost more than the draw (10 us against
+    4 us a vector step of 8 CartPoles). Probabilities from a softmax need one of them: NaN (from
+    non-finite logits) is refused with multinomial's error, so a session reports the divergence at
+    the step that met it, as before."""
+    if bool(probs.isnan().any()):  # a softmax gives no inf and no negatives: NaN is all there is to refuse
+        raise RuntimeError('probability tensor contains either `inf`, `nan` or element < 0')
     q = torch.empty_like(probs).exponential_(1)
     return torch.argmax(probs / q, dim=-1)
 

@@ -189,8 +189,9 @@ class PPO(ActorCritic):
                                          "key; a run saved before it resumes so). The same quantities from the same "
                                          "weights, rounded as a forward of num_envs rows or of the whole batch rounds "
                                          "them; no effect with separate nets, OnPolicyReplay, a net that does not "
-                                         "forward per sample (batch norm, dropout), or a bf16 net that acts in "
-                                         "float32 (env.num_envs below net.bf16_min_rows)"),
+                                         "forward per sample (batch norm, dropout), a bf16 net that acts in float32 "
+                                         "(env.num_envs below net.bf16_min_rows), or meta.distributed \"shared\" "
+                                         "(other sessions move the weights during a rollout)"),
         'training_frequency': ignored_field('OnPolicyReplay: episodes per update (default 1); ignored with '
                                             'OnPolicyBatchReplay, as in SLM-Lab: PPO trains every time_horizon '
                                             'vector steps'),

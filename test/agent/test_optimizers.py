@@ -167,7 +167,7 @@ def _two_nets(seed: int = 0):
 def test_step_optimizer_is_adam_step_number_for_number(fused):
     # the direct fused-Adam path must leave the weights and the optimizer state exactly as
     # opt.step() does, from the first step (which creates the state) on
-    from slm_lab.agent.net.optimizers import step_optimizer
+    from slm_lab.agent.net.optim_steps import step_optimizer
     nets = [_two_nets(), _two_nets()]
     opts = [torch.optim.Adam(n.parameters(), lr=1e-2, eps=1e-5, fused=fused) for n in nets]
     torch.manual_seed(1)
@@ -188,7 +188,7 @@ def test_step_optimizer_is_adam_step_number_for_number(fused):
 def test_step_optimizer_without_torchs_fused_kernel_takes_adam_step(monkeypatch):
     # the direct path calls a private torch kernel, looked up once in kernels.py; a torch without
     # it (None there) must train the same, through Adam.step (calling None would raise)
-    from slm_lab.agent.net import kernels, optimizers
+    from slm_lab.agent.net import kernels, optim_steps
     monkeypatch.setattr(kernels, 'FUSED_ADAM_', None)
     nets = [_two_nets(), _two_nets()]
     opts = [torch.optim.Adam(n.parameters(), lr=1e-2, fused=True) for n in nets]
@@ -196,7 +196,7 @@ def test_step_optimizer_without_torchs_fused_kernel_takes_adam_step(monkeypatch)
         for i, (net, opt) in enumerate(zip(nets, opts)):
             opt.zero_grad()
             net(x).pow(2).mean().backward()
-            (opt.step() if i == 0 else optimizers.step_optimizer(opt))
+            (opt.step() if i == 0 else optim_steps.step_optimizer(opt))
     for a, b in zip(nets[0].parameters(), nets[1].parameters()):
         assert torch.equal(a, b)
 
@@ -238,7 +238,7 @@ def _odd_net(seed: int = 0):
 def _rmsprop_pair(kwargs: dict, steps: int, load_at: int | None = None):
     """The same net trained by RMSprop.step and by step_optimizer (the flat path), the second's
     optimizer state saved and loaded into a new optimizer at step `load_at` (a resume)."""
-    from slm_lab.agent.net.optimizers import step_optimizer
+    from slm_lab.agent.net.optim_steps import step_optimizer
     nets = [_odd_net(), _odd_net()]
     opts = [torch.optim.RMSprop(n.parameters(), **kwargs) for n in nets]
     torch.manual_seed(1)
@@ -276,7 +276,7 @@ def test_step_optimizer_is_rmsprop_step_number_for_number(kwargs, load_at):
 
 
 def test_flat_rmsprop_params_are_views_of_one_buffer_and_autograd_sees_their_updates():
-    from slm_lab.agent.net.optimizers import step_optimizer
+    from slm_lab.agent.net.optim_steps import step_optimizer
     nets, opts = _rmsprop_pair({'lr': 1e-3}, steps=3)
     net, opt = nets[1], opts[1]
     flat_p = opt._slm_lab_flat.param
@@ -296,7 +296,7 @@ def test_flat_rmsprop_params_are_views_of_one_buffer_and_autograd_sees_their_upd
     (GlobalRMSprop, {'lr': 1e-3}),  # its state is shared between processes: stays where it is
 ])
 def test_flat_rmsprop_leaves_other_rmsprops_to_torch(cls, kwargs):
-    from slm_lab.agent.net.optimizers import step_optimizer
+    from slm_lab.agent.net.optim_steps import step_optimizer
     nets = [_odd_net(), _odd_net()]
     opts = [cls(n.parameters(), **kwargs) for n in nets]
     for x in [torch.randn(16, 5) for _ in range(4)]:
@@ -314,12 +314,12 @@ def test_a_run_with_the_flat_rmsprop_step_is_the_run_with_torchs_step(tmp_path, 
     # A2C zoo spec's nets and optimizer, the same records and weights as torch's own step gives
     from lab_helpers import final_weights, run_dirs, train_csv
     from slm_lab import lab
-    from slm_lab.agent.net import optimizers
+    from slm_lab.agent.net import optim_steps
     spec = json.loads((ROOT / 'spec' / 'benchmark' / 'a2c' / 'a2c_cartpole_zoo.json').read_text())
     runs = []
     for flat in (True, False):
         if not flat:
-            monkeypatch.setattr(optimizers, '_plain_rmsprop', lambda opt: False)
+            monkeypatch.setattr(optim_steps, '_plain_rmsprop', lambda opt: False)
         data = tmp_path / str(flat)
         lab.run(str(ROOT / 'spec' / 'benchmark' / 'a2c' / 'a2c_cartpole_zoo.json'), 'a2c_cartpole_zoo', 'train',
                 ['env.max_frame=4000', 'meta.log_frequency=1000', 'meta.random_seed=3'], data_dir=str(data))
@@ -340,7 +340,7 @@ def test_fused_adams_flat_step_counts_survive_a_state_dict_round_trip_and_a_part
     # the states' 'step' tensors view; a loaded state_dict (copies) is re-flattened from its counts,
     # and a step where a parameter has no gradient counts the others only, as Adam.step does
     import copy
-    from slm_lab.agent.net.optimizers import step_optimizer
+    from slm_lab.agent.net.optim_steps import step_optimizer
     nets = [_two_nets(), _two_nets()]
     opts = [torch.optim.Adam(n.parameters(), lr=1e-2, fused=True) for n in nets]
     torch.manual_seed(1)

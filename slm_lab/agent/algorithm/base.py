@@ -8,7 +8,7 @@ import torch
 from slm_lab.agent.algorithm import policy_util
 from slm_lab.agent.memory.base import to_tensor
 from slm_lab.agent.net import kernels, net_util
-from slm_lab.agent.net.optimizers import step_optimizer
+from slm_lab.agent.net.optim_steps import step_optimizer
 from slm_lab.lib.decay import Schedule, linear_to_zero_factor, linear_to_zero_frame, schedule_field
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import Field, not_available

@@ -32,7 +32,7 @@ from slm_lab.agent.algorithm.maths import symlog
 from slm_lab.agent.algorithm.off_policy import state_action_value
 from slm_lab.agent.algorithm.twin_critic import Critique, TwinCriticAlgorithm
 from slm_lab.agent.net import net_util
-from slm_lab.agent.net.optimizers import step_optimizer
+from slm_lab.agent.net.optim_steps import step_optimizer
 from slm_lab.agent.net.squashed_gaussian import GaussianPolicy
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, MAX_REPEATS, Field, accepts

@@ -3,7 +3,7 @@ public path each call takes where a torch release drops or renames its op (None 
 maths, one torch call per tensor instead of one for the list.
 
 The multi-tensor `_foreach_*` ops run one kernel over a list of tensors (torch.optim and
-torch.nn.utils use them inside); `_fused_adam_` is Adam's fused step (optimizers.step_optimizer).
+torch.nn.utils use them inside); `_fused_adam_` is Adam's fused step (optim_steps.step_optimizer).
 test/agent/test_kernels.py checks every fallback against the op it replaces.
 """
 from __future__ import annotations

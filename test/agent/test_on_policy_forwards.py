@@ -112,6 +112,16 @@ class RowCounter:
         return count
 
 
+def assert_targets_of_whole_batch_values(algo, batch, advs, returns, old_values, next_values) -> None:
+    """PPO's advantages and returns (B,) are GAE's over the whole-batch values V(s), V(s') (T, N)."""
+    _, _, terminateds, dones = flat(batch)
+    rewards = algo.tensor(batch.rewards.reshape(terminateds.shape))
+    old_advs = gae(rewards, old_values, next_values, algo.tensor(terminateds), algo.tensor(dones), algo.gamma,
+                   algo.lam)
+    torch.testing.assert_close(advs, old_advs.reshape(-1), **TIGHT)
+    torch.testing.assert_close(returns, (old_advs + old_values).reshape(-1), **TIGHT)
+
+
 def assert_ppo_matches_whole_batch_forwards(algo, batch) -> dict:
     """PPO's update inputs equal the whole-batch ones (log pi_old and V(s) exactly: the same
     forward on the same batch); returns the rows each net forwarded."""
@@ -127,12 +137,7 @@ def assert_ppo_matches_whole_batch_forwards(algo, batch) -> dict:
         torch.testing.assert_close(new_state[key], value, rtol=0, atol=0, msg=key)
     assert torch.equal(log_probs, old_log_probs)
     assert torch.equal(values, old_values.reshape(-1))
-    _, _, terminateds, dones = flat(batch)
-    rewards = algo.tensor(batch.rewards.reshape(terminateds.shape))
-    old_advs = gae(rewards, old_values, next_values, algo.tensor(terminateds), algo.tensor(dones), algo.gamma,
-                   algo.lam)
-    torch.testing.assert_close(advs, old_advs.reshape(-1), **TIGHT)
-    torch.testing.assert_close(returns, (old_advs + old_values).reshape(-1), **TIGHT)
+    assert_targets_of_whole_batch_values(algo, batch, advs, returns, old_values, next_values)
     return rows
 
 
@@ -174,12 +179,7 @@ def test_ppo_takes_log_pi_old_and_v_from_the_acting_forwards_of_a_shared_net(sha
     old_log_probs, old_values, next_values = whole_batch_forwards(algo, batch, rollout.actions)
     torch.testing.assert_close(log_probs, old_log_probs, **TIGHT)
     torch.testing.assert_close(values, old_values.reshape(-1), **TIGHT)
-    _, _, terminateds, dones = flat(batch)
-    rewards = algo.tensor(batch.rewards.reshape(terminateds.shape))
-    old_advs = gae(rewards, old_values, next_values, algo.tensor(terminateds), algo.tensor(dones), algo.gamma,
-                   algo.lam)
-    torch.testing.assert_close(advs, old_advs.reshape(-1), **TIGHT)
-    torch.testing.assert_close(returns, (old_advs + old_values).reshape(-1), **TIGHT)
+    assert_targets_of_whole_batch_values(algo, batch, advs, returns, old_values, next_values)
     # a record that does not cover the batch step for step (here: none) is not used
     counter.rows['body'] = 0
     log_probs2 = algo.old_policy_and_advantages(rollout)[0]

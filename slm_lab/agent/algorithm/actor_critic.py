@@ -315,9 +315,12 @@ class ActorCritic(OnPolicyAlgorithm):
     @torch.inference_mode()
     def act(self, obs):
         out = self.model.pd_out(self.tensor(obs))
-        actions = policy_util.sample_actions(out, self.model.head, self.action_policy,
-                                             self.explore_var.value(self.clock.frame), self.rng, self.act_dim)
-        return policy_util.to_env_actions(actions, self.action_space)
+        return policy_util.to_env_actions(self.draw_actions(out), self.action_space)
+
+    def draw_actions(self, out: torch.Tensor) -> torch.Tensor:
+        """Actions drawn from the policy net's output under the spec's action policy."""
+        return policy_util.sample_actions(out, self.model.head, self.action_policy,
+                                          self.explore_var.value(self.clock.frame), self.rng, self.act_dim)
 
     @torch.no_grad()
     def act_greedy(self, obs):

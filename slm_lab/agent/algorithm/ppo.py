@@ -266,8 +266,7 @@ class PPO(ActorCritic):
         if self.acting_outputs is None:
             return super().act(obs)
         out, values = self.model.pd_out_and_value(self.tensor(obs))
-        actions = policy_util.sample_actions(out, self.model.head, self.action_policy,
-                                             self.explore_var.value(self.clock.frame), self.rng, self.act_dim)
+        actions = self.draw_actions(out)
         self.acting_outputs.record(self.memory.size, self.model.head.log_prob(out, actions), values)
         return policy_util.to_env_actions(actions, self.action_space)
 

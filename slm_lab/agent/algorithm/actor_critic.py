@@ -419,12 +419,13 @@ class ActorCritic(OnPolicyAlgorithm):
 
     def step_losses(self, policy_loss: torch.Tensor, value_loss: torch.Tensor) -> float:
         """Separate optimizers: the actor's steps on the policy loss, the critic's on the value loss
-        (one optimizer step each); one optimizer: one step on their sum. Returns the gradient norm
-        over everything stepped."""
+        (one optimizer step each, counted as two); one optimizer: one step on their sum. Returns
+        the gradient norm over everything stepped. The separate nets' losses reach disjoint
+        parameters, so one backward of their sum gives each net the gradients its own loss's
+        backward would (step_clip_groups), and each is clipped and stepped on its own as before."""
         if 'actor' in self.optimizers:
-            norms = [self.step_optimizers(policy_loss, names=('actor',)),
-                     self.step_optimizers(value_loss, names=('critic',))]
-            return math.sqrt(sum(n * n for n in norms))
+            norms = self.step_clip_groups(policy_loss + value_loss, names=('actor', 'critic'), ticks=2)
+            return math.sqrt(sum(float(n) ** 2 for n in norms))
         return self.step_optimizers(policy_loss + value_loss)
 
     def train(self, batch: RolloutBatch | EpisodeBatch) -> dict:

@@ -189,6 +189,16 @@ class Algorithm:
         them. An algorithm with several losses (actor, critic, temperature) calls this once per
         loss with the optimizer that goes with it. Returns the gradient norm before clipping (of
         all the groups stepped together) and, when `tick`, counts one optimizer step on the clock."""
+        norms = self.step_clip_groups(loss, names, ticks=int(tick))
+        return float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
+
+    def step_clip_groups(self, loss: torch.Tensor, names: tuple[str, ...] | None = None,
+                         ticks: int = 1) -> list[torch.Tensor]:
+        """step_optimizers' work, returning the gradient norm of each clip group before clipping
+        (0-d tensors, in clip_groups' order) and counting `ticks` optimizer steps on the clock.
+        Losses whose graphs reach disjoint parameters (separate nets, each with its optimizer) may
+        be stepped with one backward of their sum: each parameter gets the gradient its own loss
+        gives it, bit for bit (a sum passes its gradient on to each term unchanged)."""
         names = tuple(self.optimizers) if names is None else names
         optimizers = [self.optimizers[name] for name in names]
         for opt in optimizers:  # opt.zero_grad(set_to_none=True) without its per-call wrappers
@@ -204,12 +214,11 @@ class Algorithm:
             # (the margin keeps that exact in float32); a NaN or inf norm still goes through it
             if clip is not None and not float(norm) < clip * (1.0 - 1e-5):
                 torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
-        grad_norm = float(norms[0]) if len(norms) == 1 else float(torch.linalg.vector_norm(torch.stack(norms)))
         for opt in optimizers:
             step_optimizer(opt)
-        if tick:
+        for _ in range(ticks):
             self.clock.tick_opt_step()
-        return grad_norm
+        return norms
 
     def _clip_groups_of(self, names: tuple[str, ...]) -> list[list[torch.Tensor]]:
         """The clip groups (see clip_groups) whose parameters the optimizers `names` train, each

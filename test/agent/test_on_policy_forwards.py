@@ -336,3 +336,5 @@ def test_nets_forward_per_sample_unless_a_layer_reads_the_batch_moves_state_or_d
     net = nn.Sequential(nn.Linear(4, 4), layer)
     assert forwards_per_sample(net) is per_sample
     assert forwards_per_sample(net.eval())  # in evaluation mode all of them are per sample
+    assert forwards_per_sample(net.train()) is per_sample  # the modes are read at each call (the modules kept)
+    assert forwards_per_sample(nn.Sequential(nn.Linear(4, 4), copy.deepcopy(layer))) is per_sample  # a net of its own

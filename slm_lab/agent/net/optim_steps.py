@@ -133,7 +133,7 @@ def _step_flat_rmsprop(opt: torch.optim.Optimizer) -> bool:
     torch.cat(pieces, out=flat.grad)  # the gradients, with the zero padding between them
     for i in range(len(params)):
         pieces[2 * i] = None  # not kept alive until the next step
-    kernels.add_([s['step'] for s in states], 1)
+    _flat_steps(opt, states).add_(1)  # every parameter has a gradient (checked above): one add counts them all
     alpha, weight_decay = group['alpha'], group['weight_decay']
     grad = flat.grad if weight_decay == 0 else flat.grad.add(flat.param, alpha=weight_decay)
     flat.square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)

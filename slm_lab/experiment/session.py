@@ -196,12 +196,24 @@ class Session:
         else:
             self.writer.wait()
             self._write_snapshot(prepared)
-        self.last_snapshot_frame = self.clock.frame
 
     def _write_snapshot(self, prepared: PreparedSnapshot) -> None:
         path = write_snapshot(self.ckpt_dir, prepared, self.spec)
+        # once it is on disk (here, on the writer thread for a queued one): the frame a message may
+        # name as the snapshot to continue from (durable_snapshot_frame)
+        self.last_snapshot_frame = prepared.frame
         prune_snapshots(self.ckpt_dir, self.keep_checkpoints)
         logger.debug(f'{self.prename}: snapshot {path}')
+
+    def durable_snapshot_frame(self) -> int | None:
+        """The frame of the newest snapshot on disk, after the queued writes: the one a message
+        tells the user to continue from. A queued write that failed leaves the snapshot before it
+        (its error is logged here; the session stops for the reason it was already stopping)."""
+        try:
+            self.writer.wait()
+        except Exception as e:  # noqa: BLE001 (any write error: the message names what is on disk)
+            logger.error(f'{self.prename}: a snapshot could not be written: {e}')
+        return self.last_snapshot_frame
 
     # --- resuming -------------------------------------------------------------------------------
     def resume_from(self, snapshot: Snapshot, approximate: list[str] | None = None, t0: float | None = None) -> None:
@@ -362,7 +374,7 @@ class Session:
         """The one-line error for a loss, gradient norm (or, given as `what`, any other value
         met in training) that became NaN or infinite; `inputs`: the step's observations and rewards."""
         return diverged_error(self.prename, self.run_dir, self.clock.frame, self.clock.opt_step,
-                              self.last_snapshot_frame, what or nonfinite_metrics(metrics, inputs))
+                              self.durable_snapshot_frame(), what or nonfinite_metrics(metrics, inputs))
 
     def _dev_check_learning(self, before: list[torch.Tensor]) -> None:
         """dev mode: after the first training update some parameter must have changed."""
@@ -435,7 +447,7 @@ class Session:
         cut short. The newest snapshot is intact, and train@latest continues from it exactly,
         as after a kill."""
         if self.stop.requested:
-            frame = self.last_snapshot_frame
+            frame = self.durable_snapshot_frame()
             logger.warning(f'{self.prename}: stopped during the evaluation at frame {self.clock.frame}; continue '
                            f'with {continue_mode(self.spec)}@latest from the snapshot at frame {frame}')
             raise Preempted(self.stop.signum, frame, f'during an evaluation at frame {self.clock.frame}; the snapshot '

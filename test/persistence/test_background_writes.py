@@ -216,3 +216,51 @@ def test_a_slow_disk_holds_the_run_back_instead_of_piling_writes_up(monkeypatch)
     waited.join(10)
     writer.close()
     assert started == [0, 1, 2]
+
+
+def test_a_message_names_the_newest_snapshot_on_disk_not_one_still_queued(tmp_path, monkeypatch, caplog):
+    """A snapshot written by the writer thread counts as the one to continue from once it is on
+    disk: a divergence or a stop met while it is queued waits for it, and one whose write failed
+    leaves the snapshot before it named (the failure logged)."""
+    import copy
+
+    from lab_helpers import DQN
+    from slm_lab.experiment import session as session_module
+    from slm_lab.experiment.session import Session
+    from slm_lab.experiment.trial import Trial
+    from slm_lab.persistence.run_dir import RunDir
+    from slm_lab.spec import validate_spec
+    raw = copy.deepcopy(DQN)
+    raw['env']['max_frame'] = 300
+    spec = validate_spec(raw)
+    run_dir = RunDir(tmp_path, 'queued')
+    run_dir.create()
+    session = Session(Trial(spec, run_dir, 'train').session_spec(0), run_dir, 'train', 0, 0)
+    write, release = session_module.write_snapshot, threading.Event()
+    try:
+        session.save_snapshot()
+        assert session.durable_snapshot_frame() == 0
+
+        def held(*args, **kwargs):
+            assert release.wait(10)
+            return write(*args, **kwargs)
+        monkeypatch.setattr(session_module, 'write_snapshot', held)
+        session.clock.frame = 100
+        session.save_snapshot(background=True)
+        assert session.last_snapshot_frame == 0  # queued, not on disk yet
+        threading.Timer(0.1, release.set).start()
+        assert session.durable_snapshot_frame() == 100  # waited for it
+        assert (session.ckpt_dir / f'f{100:012d}').is_dir()
+
+        def disk_full(*args, **kwargs):
+            raise DiskFullError('no space left on device writing the snapshot')
+        monkeypatch.setattr(session_module, 'write_snapshot', disk_full)
+        session.clock.frame = 200
+        session.save_snapshot(background=True)
+        with caplog.at_level(logging.ERROR):
+            assert session.durable_snapshot_frame() == 100
+        assert 'could not be written' in caplog.text and 'no space left' in caplog.text
+        error = session._diverged({'loss': float('nan')})
+        assert 'the snapshot at frame 100 is intact' in str(error)
+    finally:
+        session.close()

@@ -1,11 +1,11 @@
-"""Each CartPole row's algorithm as a bare torch loop: what the row costs in torch itself.
+"""The CartPole rows and PPO Hopper as bare torch loops: what each row costs in torch itself.
 
-    python bench/bare_torch.py --rows ppo,a2c,dqn --seeds 0,1,2 --cpu 1          # bare and the lab, interleaved
+    python bench/bare_torch.py --rows ppo,a2c,dqn,ppo_hopper --seeds 0,1,2 --cpu 1   # bare and the lab, interleaved
     python bench/bare_torch.py --rows ppo,a2c,dqn --seeds 0,1,2 --cpu 1 --with-sb3   # and SB3 (the bench venv)
     python bench/bare_torch.py --rows ppo --seeds 0 --bare-only --frames 4096    # a quick check
 
-The CartPole rows of bench/sb3_side_by_side.py are bound by per-call costs, not by arithmetic:
-their nets are 64 or 256 units wide, so bench/floor.py's floor (the env alone plus the products at
+The CartPole rows and PPO Hopper of bench/sb3_side_by_side.py are bound by per-call costs, not by
+arithmetic: their nets are 64 or 256 units wide, so bench/floor.py's floor (the env alone plus the products at
 this CPU's peak) is tens of times above what any tool reaches, and says nothing about how much
 room a tool has left. This bench measures another reference: the row's algorithm written as a
 plain loop over gymnasium and torch, with nothing but the work itself: the row's vector env
@@ -13,7 +13,8 @@ plain loop over gymnasium and torch, with nothing but the work itself: the row's
 step), its nets (torch.nn.Sequential of nn.Linear and the activation, orthogonal init), acting under
 torch.inference_mode with torch's Categorical draw (softmax, multinomial), the update of rl-zoo3's
 hyperparameters (bench/side_rows.py: the same batch sizes, epochs, gradient steps, clipping and
-learning-rate schedule), and the fastest public optimizer steps (Adam(fused=True),
+learning-rate schedule; PPO Hopper's running normalisation of observations and rewards as SB3's
+VecNormalize computes it), and the fastest public optimizer steps (Adam(fused=True),
 RMSprop(foreach=True)). No records, no snapshots, no checks, no schedules' objects: a lower bound
 for an eager-torch implementation of the row on this machine, not a library. What a tool spends
 above it is its own overhead (and the records it keeps); a tool cannot run at twice the frames/s
@@ -46,7 +47,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from side_rows import REPO_ROOT, ROWS, Row, run_frames  # noqa: E402  (bench/ is not a package)
 
-BARE_ROWS = ('ppo', 'a2c', 'dqn')
+BARE_ROWS = ('ppo', 'a2c', 'dqn', 'ppo_hopper')
 
 
 def _mlp(n_in: int, hidden: list[int], n_out: int, activation, out_gain: float):
@@ -65,13 +66,37 @@ def _mlp(n_in: int, hidden: list[int], n_out: int, activation, out_gain: float):
     return nn.Sequential(*layers)
 
 
-def _vector_env(row: Row, seed: int):
+def _vector_env(row: Row, seed: int, gamma: float = 0.99):
+    """The row's gymnasium sync vector env, same-step resets, episode statistics (with
+    row.normalize the loop normalises, see _Normalize)."""
     import gymnasium as gym
     env = gym.make_vec(row.env_id, num_envs=row.n_envs, vectorization_mode='sync',
                        vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP})
     env = gym.wrappers.vector.RecordEpisodeStatistics(env)
     obs, _ = env.reset(seed=seed)
     return env, obs
+
+
+class _Normalize:
+    """rl-zoo3's `normalize: true` as SB3's VecNormalize computes it: observations by their running
+    mean and variance, rewards by the running std of the discounted return, both clipped to +-10
+    (gymnasium's vector normalisation wrappers refuse same-step resets)."""
+
+    def __init__(self, n_obs: int, n_envs: int, gamma: float):
+        from gymnasium.wrappers.utils import RunningMeanStd
+        self.obs_rms, self.ret_rms = RunningMeanStd(shape=(n_obs,)), RunningMeanStd(shape=())
+        self.ret, self.gamma = np.zeros(n_envs), gamma
+
+    def obs(self, raw: np.ndarray, update: bool = True) -> np.ndarray:
+        if update:
+            self.obs_rms.update(raw)
+        return np.clip((raw - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + 1e-8), -10, 10).astype(np.float32)
+
+    def reward(self, reward: np.ndarray, done: np.ndarray) -> np.ndarray:
+        self.ret = self.ret * self.gamma + reward
+        self.ret_rms.update(self.ret)
+        self.ret[done] = 0.0
+        return np.clip(reward / np.sqrt(self.ret_rms.var + 1e-8), -10, 10)
 
 
 def _finished(info: dict) -> list[float]:
@@ -83,7 +108,10 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
     """PPO or A2C on the row's vector env: rollouts of n_steps x n_envs, GAE, then the update
     (PPO: n_epochs over minibatches of batch_size, clipped ratio, normalised advantages; A2C: one
     step on the whole rollout), one optimizer over actor and critic, the global gradient norm
-    clipped to 0.5, a truncated episode's reward bootstrapped with V(final observation) as SB3 does."""
+    clipped to 0.5, a truncated episode's reward bootstrapped with V(final observation) as SB3 does.
+    Discrete actions: a Categorical policy (softmax, multinomial); continuous (ppo_hopper): a
+    diagonal Normal with a learned state-independent log std (SB3's), actions clipped to the
+    env's bounds for the step."""
     import torch
     import torch.nn as nn
     torch.manual_seed(seed)
@@ -95,16 +123,25 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
     lr0 = float(str(kw.get('learning_rate', 3e-4 if ppo else 7e-4)).replace('lin_', ''))
     clip0 = float(str(kw.get('clip_range', 0.2)).replace('lin_', ''))
     lin = isinstance(kw.get('learning_rate'), str)
-    env, obs = _vector_env(row, seed)
+    env, obs = _vector_env(row, seed, gamma)
     n_envs = row.n_envs
-    actor = _mlp(4, [64, 64], 2, nn.Tanh, 0.01)
-    critic = _mlp(4, [64, 64], 1, nn.Tanh, 1.0)
-    params = [*actor.parameters(), *critic.parameters()]
+    n_obs = env.single_observation_space.shape[0]
+    norm = _Normalize(n_obs, n_envs, gamma) if row.normalize else None
+    if norm is not None:
+        obs = norm.obs(obs)
+    space = env.single_action_space
+    discrete = hasattr(space, 'n')
+    n_act = int(space.n) if discrete else space.shape[0]
+    low, high = (None, None) if discrete else (space.low, space.high)
+    actor = _mlp(n_obs, [64, 64], n_act, nn.Tanh, 0.01)
+    critic = _mlp(n_obs, [64, 64], 1, nn.Tanh, 1.0)
+    log_std = nn.Parameter(torch.zeros(n_act))
+    params = [*actor.parameters(), *critic.parameters()] + ([] if discrete else [log_std])
     opt = (torch.optim.Adam(params, lr=lr0, eps=1e-5, fused=True) if ppo
            else torch.optim.RMSprop(params, lr=lr0, alpha=0.99, eps=1e-5, foreach=True))
     B = n_steps * n_envs
-    b_obs = np.zeros((n_steps, n_envs, 4), np.float32)
-    b_act = np.zeros((n_steps, n_envs), np.int64)
+    b_obs = np.zeros((n_steps, n_envs, n_obs), np.float32)
+    b_act = np.zeros((n_steps, n_envs) + (() if discrete else (n_act,)), np.int64 if discrete else np.float32)
     b_logp = np.zeros((n_steps, n_envs), np.float32)
     b_val = np.zeros((n_steps, n_envs), np.float32)
     b_rew = np.zeros((n_steps, n_envs), np.float32)
@@ -115,17 +152,25 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
     while frame < frames:
         for t in range(n_steps):
             with torch.inference_mode():
-                x = torch.from_numpy(obs)
-                logits, value = actor(x), critic(x).squeeze(-1)
-                action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
-                logp = torch.log_softmax(logits, -1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+                x = torch.from_numpy(np.asarray(obs, np.float32))
+                out, value = actor(x), critic(x).squeeze(-1)
+                if discrete:
+                    action = torch.multinomial(torch.softmax(out, -1), 1).squeeze(-1)
+                    logp = torch.log_softmax(out, -1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
+                else:
+                    pd = torch.distributions.Normal(out, log_std.exp())
+                    action = pd.sample()
+                    logp = pd.log_prob(action).sum(-1)
             a = action.numpy()
-            next_obs, reward, term, trunc, info = env.step(a)
+            next_obs, reward, term, trunc, info = env.step(a if discrete else np.clip(a, low, high))
+            if norm is not None:
+                next_obs, reward = norm.obs(next_obs), norm.reward(reward, term | trunc)
             reward = reward.astype(np.float32)
             if trunc.any():  # bootstrap a cut episode from its final observation, as SB3 does
                 cut = trunc & ~term
                 if cut.any():
                     final = np.stack(info['final_obs'][cut]).astype(np.float32)
+                    final = final if norm is None else norm.obs(final, update=False)
                     with torch.inference_mode():
                         reward[cut] += gamma * critic(torch.from_numpy(final)).squeeze(-1).numpy()
             b_obs[t], b_act[t], b_logp[t], b_val[t], b_rew[t], b_start[t] = obs, a, logp.numpy(), value.numpy(), \
@@ -135,7 +180,7 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
             obs = next_obs
             frame += n_envs
         with torch.inference_mode():
-            last_val = critic(torch.from_numpy(obs)).squeeze(-1).numpy()
+            last_val = critic(torch.from_numpy(np.asarray(obs, np.float32))).squeeze(-1).numpy()
         adv = np.zeros((n_steps, n_envs), np.float32)
         gae = np.zeros(n_envs, np.float32)
         for t in reversed(range(n_steps)):
@@ -150,16 +195,22 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
             for g in opt.param_groups:
                 g['lr'] = lr0 * (1 - progress)
         clip = clip0 * (1 - progress) if isinstance(kw.get('clip_range'), str) else clip0
-        s_obs, s_act = torch.from_numpy(b_obs.reshape(B, 4)), torch.from_numpy(b_act.reshape(B))
+        s_obs, s_act = torch.from_numpy(b_obs.reshape(B, n_obs)), torch.from_numpy(b_act.reshape((B,) + b_act.shape[2:]))
         s_logp, s_adv = torch.from_numpy(b_logp.reshape(B)), torch.from_numpy(adv.reshape(B))
         s_ret = torch.from_numpy(ret.reshape(B))
         for _ in range(n_epochs if ppo else 1):
             perm = torch.randperm(B) if ppo else None
             for start in range(0, B, batch_size if ppo else B):
                 idx = perm[start:start + batch_size] if ppo else slice(None)  # A2C: the whole rollout
-                logits, value = actor(s_obs[idx]), critic(s_obs[idx]).squeeze(-1)
-                log_all = torch.log_softmax(logits, -1)
-                logp = log_all.gather(-1, s_act[idx].unsqueeze(-1)).squeeze(-1)
+                out, value = actor(s_obs[idx]), critic(s_obs[idx]).squeeze(-1)
+                if discrete:
+                    log_all = torch.log_softmax(out, -1)
+                    logp = log_all.gather(-1, s_act[idx].unsqueeze(-1)).squeeze(-1)
+                    entropy = -(log_all.exp() * log_all).sum(-1).mean()
+                else:
+                    pd = torch.distributions.Normal(out, log_std.exp())
+                    logp = pd.log_prob(s_act[idx]).sum(-1)
+                    entropy = pd.entropy().sum(-1).mean()
                 a_mb = s_adv[idx]
                 if ppo:
                     a_mb = (a_mb - a_mb.mean()) / (a_mb.std() + 1e-8)
@@ -168,7 +219,6 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
                 else:
                     pg = -(a_mb * logp).mean()
                 v_loss = torch.nn.functional.mse_loss(value, s_ret[idx])
-                entropy = -(log_all.exp() * log_all).sum(-1).mean()
                 loss = pg + 0.5 * v_loss - kw.get('ent_coef', 0.0) * entropy
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -303,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                       flush=True)
     print()
     both = 'lab' in tools and 'sb3' in tools
-    head = f'{"row":5s} {"seeds":>5s} ' + ' '.join(f'{t + " fps":>10s}' for t in tools) + \
+    head = f'{"row":10s} {"seeds":>5s} ' + ' '.join(f'{t + " fps":>10s}' for t in tools) + \
         ''.join(f' {t + "/bare":>10s}' for t in tools if t != 'bare') + (f' {"lab/sb3":>10s}' if both else '')
     print('medians over the seeds (of frames/s, and of the per-seed ratios)')
     print(head)
@@ -319,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         if both:
             entry['median_lab_vs_sb3'] = statistics.median(s['lab'] / s['sb3'] for s in by_seed.values())
         summary.append(entry)
-        print(f'{key:5s} {len(by_seed):5d} ' + ' '.join(f'{med[t]:10,.0f}' for t in tools)
+        print(f'{key:10s} {len(by_seed):5d} ' + ' '.join(f'{med[t]:10,.0f}' for t in tools)
               + ''.join(f' {ratios[t]:9.2f}x' for t in tools if t != 'bare')
               + (f' {entry["median_lab_vs_sb3"]:9.2f}x' if both else ''))
     if args.json:

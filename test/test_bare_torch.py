@@ -1,5 +1,6 @@
-"""bench/bare_torch.py: each CartPole row's bare torch loop trains for real (a short run past the
-first update, learning starts and a target copy for DQN), prints its table and writes its JSON;
+"""bench/bare_torch.py: each row's bare torch loop (the CartPole rows, PPO Hopper) trains for real
+(a short run past the first update, learning starts and a target copy for DQN), prints its table
+and writes its JSON;
 with the lab's column the runs interleave and the table gives the lab against the bare loop."""
 from __future__ import annotations
 
@@ -15,14 +16,17 @@ import bare_torch  # noqa: E402
 from side_rows import ROWS  # noqa: E402
 
 
-@pytest.mark.parametrize('key, frames', [('ppo', 512), ('a2c', 400), ('dqn', 1280)])
+@pytest.mark.parametrize('key, frames', [('ppo', 512), ('a2c', 400), ('dqn', 1280),
+                                         pytest.param('ppo_hopper', 2048, marks=pytest.mark.slow)])
 def test_each_bare_loop_trains(key, frames):
     import torch
     row = ROWS[key]
     before = torch.get_num_threads()
     out = (bare_torch.bare_dqn if row.algo == 'DQN' else bare_torch.bare_on_policy)(row, 0, frames)
     assert out['frames'] >= frames and out['seconds'] > 0
-    assert out['returns'] and all(r >= 8 for r in out['returns'])  # whole CartPole episodes were played
+    assert out['returns']  # whole episodes were played
+    if row.env_id.startswith('CartPole'):
+        assert all(r >= 8 for r in out['returns'])  # CartPole's shortest episode
     assert torch.get_num_threads() == before
 
 

@@ -37,6 +37,8 @@ ALGORITHM_KEYS_ADDED_LATER = {
     # the update forwarded over the batch for log pi_old and V(s) before it
     'PPO': {'keep_acting_outputs': False},
     'PPOSIL': {'keep_acting_outputs': False},
+    # the critics' batch renorm computed torch's one-pass variance before it
+    'CrossQ': {'batch_renorm_variance': 'welford'},
 }
 
 

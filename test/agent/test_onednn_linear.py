@@ -125,6 +125,25 @@ def test_auto_settles_at_validation_and_the_saved_spec_holds_the_kernel(monkeypa
     assert validate_spec(copy.deepcopy(saved))['agent']['net']['linear_kernel'] == settled
 
 
+@pytest.mark.parametrize('pays, body, settled', [
+    (True, [{'LazyLinear': {'out_features': 256}}, {'ReLU': None}, {'LazyLinear': {'out_features': 256}}], 'onednn'),
+    (True, [{'LazyLinear': {'out_features': 256}}, {'LazyLinear': {'out_features': 64}}], 'default'),  # one narrow
+    (True, [{'Linear': {'in_features': 3, 'out_features': 256}}, {'Tanh': None}], 'onednn'),
+    (True, [{'LazyLinear': [256]}], 'default'),  # widths not named: the default kernel
+    (True, [{'ReLU': None}], 'default'),  # no linear layer
+    (False, [{'LazyLinear': {'out_features': 256}}], 'default'),
+])
+def test_auto_settles_a_torcharc_net_by_the_widths_of_its_arcs_linear_layers(monkeypatch, pays, body, settled):
+    """SLM-Lab v5's TorchArcNet specs (CrossQ's critics) name their layers in an arc, not in
+    hid_layers: "auto" reads the Linear / LazyLinear out_features there."""
+    from slm_lab.agent.net import onednn_linear
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: pays)
+    net = {'type': 'TorchArcNet', 'arc': {'modules': {'body': {'Sequential': body}},
+                                          'graph': {'input': 'x', 'modules': {'body': ['x']}, 'output': 'body'}}}
+    assert onednn_linear.resolve_linear_kernel({**net, 'linear_kernel': 'auto'}) == settled
+    assert onednn_linear.resolve_linear_kernel({**net, 'linear_kernel': 'default'}) == 'default'
+
+
 def test_a_run_saved_before_the_key_resumes_on_the_default_kernel(monkeypatch):
     """A saved spec without linear_kernel ran on torch's kernel: resumed where "auto" would pick
     oneDNN, it keeps the default (edits.fill_keys_added_later)."""

@@ -32,20 +32,35 @@ def renorm_limits(step: int, warmup_steps: int, r_max: float, d_max: float) -> t
     return 1.0 + t * (r_max - 1.0), t * d_max
 
 
+VARIANCES = ('two_pass', 'welford')
+
+
 def batch_renorm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, eps: float,
-                 r_max: float, d_max: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 r_max: float, d_max: float, variance: str = 'welford') -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Training-mode normalisation of x (B, C) (see the module docstring), before the affine map.
+
+    variance: how the biased batch variance is computed. "welford": torch's x.var (Welford's
+    one-pass algorithm, which torch's CPU kernel runs at ~5 ns an element: 0.66 ms for CrossQ's
+    512 x 256 batch, a fifth of a CrossQ update); "two_pass": the mean of the squared deviations
+    from the batch mean, whose deviations the normalisation reuses (fewer, vectorised ops: the
+    forward and backward of a 512 x 256 layer 1.97 -> 1.27 ms). The same quantity, rounded
+    differently (both within ~1e-7 relative of the float64 variance).
 
     Returns (x_hat (B, C), batch mean (C,), biased batch variance (C,)); the caller moves the
     running statistics with the last two.
     """
     mean = x.mean(dim=0)
-    var = x.var(dim=0, unbiased=False)
+    if variance == 'two_pass':
+        centered = x - mean
+        var = centered.square().mean(dim=0)
+    else:
+        var = x.var(dim=0, unbiased=False)
+        centered = None
     std = (var + eps).sqrt()
     running_std = (running_var + eps).sqrt()
     r = (std.detach() / running_std).clamp(1.0 / r_max, r_max)
     d = ((mean.detach() - running_mean) / running_std).clamp(-d_max, d_max)
-    return (x - mean) / std * r + d, mean, var
+    return ((x - mean) if centered is None else centered) / std * r + d, mean, var
 
 
 class BatchRenorm1d(nn.Module):
@@ -53,7 +68,11 @@ class BatchRenorm1d(nn.Module):
 
     momentum: weight of the batch in each running-statistics update (torch's convention).
     r_max, d_max: the clipping limits reached after warmup_steps training forwards.
+    `variance` (an attribute, "welford" unless set; see batch_renorm): CrossQ sets it from
+    agent.algorithm.batch_renorm_variance on its critics' layers.
     """
+
+    variance = 'welford'
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.01, r_max: float = 3.0,
                  d_max: float = 5.0, warmup_steps: int = 10000):
@@ -73,7 +92,8 @@ class BatchRenorm1d(nn.Module):
             x_hat = (x - self.running_mean) / (self.running_var + self.eps).sqrt()
             return self.weight * x_hat + self.bias
         r_max, d_max = renorm_limits(int(self.step), self.warmup_steps, self.r_max, self.d_max)
-        x_hat, mean, var = batch_renorm(x, self.running_mean, self.running_var, self.eps, r_max, d_max)
+        x_hat, mean, var = batch_renorm(x, self.running_mean, self.running_var, self.eps, r_max, d_max,
+                                        self.variance)
         with torch.no_grad():
             self.running_mean.lerp_(mean, self.momentum)
             self.running_var.lerp_(var, self.momentum)

@@ -10,8 +10,9 @@ differ from MKL's in the last bits (about 1e-7 relative): a seeded run gives oth
 is why the kernel is a spec key, `net.linear_kernel`, read when the nets are built: a run (and its
 resume, which builds from the saved spec) uses one kernel from its first step to its last. Its
 default, "auto", is settled when the spec is validated (resolve_linear_kernel): "onednn" on an AMD
-CPU with AVX-512 for a net whose hidden layers are all AUTO_MIN_WIDTH wide or more, else
-"default"; the saved spec holds what was chosen, so a run resumed on another machine keeps it. The
+CPU with AVX-512 for a net whose hidden layers are all AUTO_MIN_WIDTH wide or more (an MLP's
+hid_layers, a TorchArcNet arc's Linear layers), else "default"; the saved spec holds what was
+chosen, so a run resumed on another machine keeps it. The
 parameters are nn.Linear's own (`weight`, `bias`), so state_dicts and snapshots are unchanged.
 
 Only 2-D float32 inputs on the CPU, outside autocast, take the oneDNN path; anything else (a GPU,
@@ -74,15 +75,39 @@ def onednn_pays() -> bool:
 
 def resolve_linear_kernel(net_spec: dict) -> str:
     """The kernel a net spec's linear_kernel stands for: "auto" resolved (see onednn_pays and
-    AUTO_MIN_WIDTH: a net whose hid_layers are all ints of at least that width, on a machine where
-    oneDNN pays), anything else as it is."""
+    AUTO_MIN_WIDTH: a net whose hid_layers are all ints of at least that width, or a TorchArcNet
+    whose arc's Linear / LazyLinear layers all have out_features of at least that width, on a
+    machine where oneDNN pays), anything else as it is."""
     kernel = net_spec.get('linear_kernel', 'default')
     if kernel != 'auto':
         return kernel
     widths = net_spec.get('hid_layers')
+    if widths is None and isinstance(net_spec.get('arc'), dict):
+        widths = arc_linear_widths(net_spec['arc'])
     wide = isinstance(widths, list) and bool(widths) and all(
         isinstance(w, int) and not isinstance(w, bool) and w >= AUTO_MIN_WIDTH for w in widths)
     return 'onednn' if wide and onednn_pays() else 'default'
+
+
+def arc_linear_widths(arc) -> list | None:
+    """The out_features of every Linear and LazyLinear module an arc (TorchArcNet's, as a dict)
+    names, in the order met; None where one names them otherwise (positional arguments)."""
+    widths: list = []
+
+    def walk(node) -> bool:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ('Linear', 'LazyLinear'):
+                    if not isinstance(value, dict) or 'out_features' not in value:
+                        return False
+                    widths.append(value['out_features'])
+                elif not walk(value):
+                    return False
+        elif isinstance(node, list):
+            return all(walk(v) for v in node)
+        return True
+
+    return widths if walk(arc.get('modules', arc)) else None
 
 
 def _mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -48,7 +48,8 @@ def fill_keys_added_later(spec: dict) -> dict:
     fused false (spec.validate.fill_fused), its conv nets without memory_format to
     "contiguous", its bf16 nets without bf16_min_rows to 1 (every forward in bf16), and its other
     nets without linear_kernel to "default" (torch's kernel, whatever "auto" picks now) and those on
-    "onednn" without onednn_min_rows to 1 (every product on oneDNN)."""
+    "onednn" without onednn_min_rows to 1 (every product on oneDNN) and without onednn_min_macs
+    to 0."""
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section]:
             spec[section][key] = old_value
@@ -70,6 +71,7 @@ def fill_keys_added_later(spec: dict) -> dict:
                 net.setdefault('linear_kernel', 'default')  # MKL before the key ("auto" picks oneDNN on AMD)
                 if net['linear_kernel'] == 'onednn':  # every product on oneDNN before onednn_min_rows
                     net.setdefault('onednn_min_rows', 1)
+                    net.setdefault('onednn_min_macs', 0)  # and, of those rows, before onednn_min_macs
     return spec
 
 

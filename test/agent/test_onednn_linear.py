@@ -201,6 +201,34 @@ def test_a_product_over_fewer_rows_than_onednn_min_rows_takes_the_default_kernel
     assert validate_spec(resume_spec(td3_spec))['agent']['net']['onednn_min_rows'] == 16  # a new run's
 
 
+def test_a_product_of_fewer_multiply_adds_than_onednn_min_macs_takes_the_default_kernel(monkeypatch):
+    """A small batch through a narrow layer takes MKL's product (faster there), a large one
+    oneDNN's, layer by layer; a spec saved before the key (a run on oneDNN) resumes with 0."""
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.persistence.edits import fill_keys_added_later
+    calls = []
+    real = onednn_linear._LINEAR
+    monkeypatch.setattr(onednn_linear, '_LINEAR', lambda *a: calls.append(tuple(a[1].shape)) or real(*a))
+    spec = validate_spec(resume_spec(td3_spec))['agent']['net']
+    spec.update(linear_kernel='onednn', hid_layers=[256, 128])
+    assert spec['onednn_min_macs'] == onednn_linear.ONEDNN_MIN_MACS  # a new run's default
+    net = build_net(spec, 32, 4)
+    assert {m.min_macs for m in net.modules() if isinstance(m, OneDNNLinear)} == {onednn_linear.ONEDNN_MIN_MACS}
+    plain = copy.deepcopy(net)
+    for m in plain.modules():
+        if isinstance(m, OneDNNLinear):
+            m.__class__ = nn.Linear
+    x = torch.randn(32, 32)  # 32 x 32 x 256 and 32 x 256 x 128 multiply-adds: both under 4M
+    with torch.no_grad():
+        assert torch.equal(net(x), plain(x)) and calls == []
+        net(torch.randn(128, 32))  # 128 x 256 x 128 = 4.2M: oneDNN; 128 x 32 x 256 = 1M: not
+    assert calls == [(128, 256)]
+    saved = validate_spec(resume_spec(td3_spec))
+    saved['agent']['net'].update(linear_kernel='onednn', hid_layers=[256, 256])
+    del saved['agent']['net']['onednn_min_macs']
+    assert fill_keys_added_later(saved)['agent']['net']['onednn_min_macs'] == 0
+
+
 def test_a_run_keeps_its_settled_kernel_when_resumed_on_a_machine_that_settles_auto_otherwise(monkeypatch, tmp_path):
     """Started where "auto" is oneDNN (a wide net on an AMD CPU), continued where it is not, with
     the spec file saying nothing or "auto": the continuation keeps oneDNN and is no edit; a

@@ -62,6 +62,42 @@ def test_sum_tree_set_keeps_the_last_priority_given_to_a_repeated_slot_and_rebui
 
 # --- priorities, probabilities, weights -------------------------------------------------------------
 
+def test_sum_tree_set_and_find_are_the_level_by_level_tree_of_unique_parents():
+    """set writes a parent shared by several updated slots once per child (the same sum each
+    time) and find reads each left sum once: the tree and the slots of the version that kept each
+    level's parents unique (np.unique) and read the left sums twice, bit for bit."""
+    def reference_set(tree, slots, priorities):
+        node = np.asarray(slots, dtype=np.int64)[::-1] + tree.leaves_start
+        node, last = np.unique(node, return_index=True)
+        tree.nodes[node] = np.broadcast_to(priorities, (len(slots),))[::-1][last]
+        node = np.unique(node // 2)
+        while node[0] >= 1:
+            tree.nodes[node] = tree.nodes[2 * node] + tree.nodes[2 * node + 1]
+            node = np.unique(node // 2)
+
+    def reference_find(tree, prefix_sums):
+        value = np.array(prefix_sums, dtype=np.float64)
+        node = np.ones(len(value), dtype=np.int64)
+        while node[0] < tree.leaves_start:
+            left = 2 * node
+            go_right = (value >= tree.nodes[left]) & (tree.nodes[left + 1] > 0)
+            value = np.where(go_right, value - tree.nodes[left], value)
+            node = np.where(go_right, left + 1, left)
+        return node - tree.leaves_start
+
+    rng = np.random.default_rng(0)
+    for capacity in (1, 5, 1000, 50000):
+        tree, reference = SumTree(capacity), SumTree(capacity)
+        for _ in range(50):
+            slots = rng.integers(0, capacity, size=rng.integers(1, 40))
+            priorities = rng.random(len(slots)) ** 3 * 10
+            tree.set(slots, priorities)
+            reference_set(reference, slots, priorities)
+            assert np.array_equal(tree.nodes, reference.nodes)
+            draws = rng.uniform(0.0, tree.total * 1.0000001, size=32)  # past the total too
+            assert np.array_equal(tree.find(draws), reference_find(reference, draws))
+
+
 def test_priorities_of_errors():
     # (|e| + 1)^0.5 for e = -3, 0, 8: 2, 1, 3
     np.testing.assert_allclose(priorities_of(np.array([-3.0, 0.0, 8.0]), alpha=0.5, epsilon=1.0), [2, 1, 3])

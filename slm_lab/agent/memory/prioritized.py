@@ -67,14 +67,17 @@ class SumTree:
 
     def set(self, slots: np.ndarray, priorities: np.ndarray) -> None:
         """Set the priorities of slots (k,) (the last write wins for a repeated slot), then
-        recompute the sums above them, level by level."""
+        recompute the sums above them, level by level. A parent shared by several of them is
+        written once per child with the same sum (every write reads the level below, which the
+        loop finished before): the same tree as with each parent once, without sorting the
+        parents at every level (np.unique, most of the time of a batch's update)."""
         node = np.asarray(slots, dtype=np.int64)[::-1] + self.leaves_start
         node, last = np.unique(node, return_index=True)  # reversed: the first seen is the last given
         self.nodes[node] = np.broadcast_to(priorities, (len(slots),))[::-1][last]
-        node = np.unique(node // 2)
+        node //= 2  # every leaf is at the same depth: the parents of one level reach the root together
         while node[0] >= 1:
             self.nodes[node] = self.nodes[2 * node] + self.nodes[2 * node + 1]
-            node = np.unique(node // 2)
+            node //= 2
 
     def rebuild(self, leaves: np.ndarray) -> None:
         """Set every slot's priority from leaves (n <= capacity,) (the rest 0) and every sum."""
@@ -92,11 +95,13 @@ class SumTree:
         lands on the last slot of non-zero priority to its left."""
         value = np.array(prefix_sums, dtype=np.float64)
         node = np.ones(len(value), dtype=np.int64)
+        nodes = self.nodes
         while node[0] < self.leaves_start:
             left = 2 * node
-            go_right = (value >= self.nodes[left]) & (self.nodes[left + 1] > 0)
-            value = np.where(go_right, value - self.nodes[left], value)
-            node = np.where(go_right, left + 1, left)
+            left_sum = nodes[left]
+            go_right = (value >= left_sum) & (nodes[left + 1] > 0)
+            value = np.where(go_right, value - left_sum, value)
+            node = left + go_right
         return node - self.leaves_start
 
 

@@ -46,9 +46,11 @@ def build_net(net_spec: dict, in_dim: int | tuple[int, ...], out_dims: int | lis
     to its convolutions' features, as SLM-Lab v4's QConvNet. Its linear layers compute on
     net_spec's linear_kernel (see onednn_linear.py), its forward in net_spec's precision
     (precision.py)."""
-    # a spec without onednn_min_rows was written before the key: every product ran on oneDNN
+    # a spec without onednn_min_rows / onednn_min_macs was written before the key: every product
+    # (of those rows) ran on oneDNN
     net = use_linear_kernel(_build(net_spec, in_dim, out_dims, out_gains, extra_dim),
-                            net_spec.get('linear_kernel', 'default'), min_rows=net_spec.get('onednn_min_rows', 1))
+                            net_spec.get('linear_kernel', 'default'), min_rows=net_spec.get('onednn_min_rows', 1),
+                            min_macs=net_spec.get('onednn_min_macs', 0))
     # a spec without bf16_min_rows was written before the key (a validated spec holds it): it acted in bf16
     return use_precision(net, net_spec.get('precision', 'fp32'), min_rows=net_spec.get('bf16_min_rows', 1))
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent.net import net_util
-from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS, ONEDNN_MIN_ROWS
+from slm_lab.agent.net.onednn_linear import LINEAR_KERNELS, ONEDNN_MIN_MACS, ONEDNN_MIN_ROWS
 from slm_lab.agent.net.precision import BF16_MIN_ROWS, PRECISIONS
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_DEVICES, MAX_FRAME, Field, accepts, suggest
@@ -79,6 +79,12 @@ NET_SCHEMA = {
                                  'or a few envs) runs on torch\'s default kernel, where a oneDNN call costs more '
                                  '(DQN CartPole: 1.10x slower whole-run with every product on oneDNN; '
                                  'docs/BENCHMARKS.md); 1: every product on oneDNN, as runs saved before this key'),
+    'onednn_min_macs': Field((int,), ONEDNN_MIN_MACS, min=0,
+                             doc='with linear_kernel "onednn": a product of fewer multiply-adds than this (rows x '
+                                 'in x out: a small batch through a narrow layer) runs on torch\'s default kernel, '
+                                 'faster there (an MLP 32-256-128-4 trained 1.54x slower on oneDNN at 32 rows; '
+                                 'docs/BENCHMARKS.md); 0: every product of onednn_min_rows rows or more on oneDNN, '
+                                 'as runs saved before this key'),
     'precision': Field((str,), 'fp32', choices=PRECISIONS,
                        doc='"fp32", or "bf16": the net\'s forward and backward under torch\'s autocast in bfloat16 '
                            '(products in bf16 with float32 sums; weights, gradients, optimizer and losses float32), '

@@ -43,6 +43,11 @@ MIN_WIDTH = 32
 # default (net.onednn_min_rows): a oneDNN call costs more than MKL's there (DQN CartPole, acting at
 # batch 1 through 256-wide layers, ran 1.10x slower whole-run with every product on oneDNN)
 ONEDNN_MIN_ROWS = 16
+# ... and products of fewer multiply-adds than this (rows x in x out) by default (net.onednn_min_macs):
+# a small net's forward and backward at a small batch ran slower on oneDNN (an MLP 32-256-128-4 at
+# 32 rows 1.54x, at 64 rows 1.21x slower; 4-256-256-2 at 32 rows 1.19x slower), from about 4M per
+# product on faster (256-wide layers at 64 rows 0.87x, 256 x 128 at 128 rows 0.95x; docs/BENCHMARKS.md)
+ONEDNN_MIN_MACS = 4_000_000
 
 
 def _onednn_linear_op():
@@ -137,14 +142,16 @@ class _OneDNNLinearFn(torch.autograd.Function):
 
 class OneDNNLinear(nn.Linear):
     """nn.Linear computed on oneDNN (see the module docstring); the same parameters and state_dict.
-    An input of fewer than `min_rows` rows takes torch's default kernel (a rule of the input's
-    shape alone, so a resumed run computes each product as the straight run did)."""
+    An input of fewer than `min_rows` rows, or whose product has fewer than `min_macs`
+    multiply-adds (rows x in x out), takes torch's default kernel (a rule of the input's shape
+    alone, so a resumed run computes each product as the straight run did)."""
 
     min_rows = 1  # set by use_linear_kernel (net.onednn_min_rows)
+    min_macs = 0  # and net.onednn_min_macs
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.device.type != 'cpu' or x.dtype != torch.float32 or self.weight.dtype != torch.float32 \
-                or x.shape[0] < self.min_rows \
+                or x.shape[0] < self.min_rows or x.shape[0] * self.in_features * self.out_features < self.min_macs \
                 or torch.is_autocast_enabled('cpu'):  # net.precision bf16: autocast's bf16 product
             return F.linear(x, self.weight, self.bias)
         if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
@@ -154,7 +161,7 @@ class OneDNNLinear(nn.Linear):
 
 
 def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear_kernel',
-                      min_rows: int = 1) -> nn.Module:
+                      min_rows: int = 1, min_macs: int = 0) -> nn.Module:
     """Make the nn.Linear layers of `net` compute on `kernel` ('default': unchanged; 'onednn':
     each layer at least MIN_WIDTH wide on both sides becomes an OneDNNLinear, the same object,
     computing inputs of `min_rows` rows or more on oneDNN). Call before an optimizer or a target
@@ -173,5 +180,5 @@ def use_linear_kernel(net: nn.Module, kernel: str, path: str = 'agent.net.linear
     for module in net.modules():
         if type(module) is nn.Linear and min(module.in_features, module.out_features) >= MIN_WIDTH:
             module.__class__ = OneDNNLinear  # the same object and Parameters: only forward changes
-            module.min_rows = min_rows
+            module.min_rows, module.min_macs = min_rows, min_macs
     return net

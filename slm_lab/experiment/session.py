@@ -212,7 +212,7 @@ class Session:
         try:
             self.writer.wait()
         except Exception as e:  # noqa: BLE001 (any write error: the message names what is on disk)
-            logger.error(f'{self.prename}: a snapshot could not be written: {e}')
+            logger.error(f'{self.prename}: a background write failed (the snapshot named is the last one on disk): {e}')
         return self.last_snapshot_frame
 
     # --- resuming -------------------------------------------------------------------------------

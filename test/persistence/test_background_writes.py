@@ -259,7 +259,7 @@ def test_a_message_names_the_newest_snapshot_on_disk_not_one_still_queued(tmp_pa
         session.save_snapshot(background=True)
         with caplog.at_level(logging.ERROR):
             assert session.durable_snapshot_frame() == 100
-        assert 'could not be written' in caplog.text and 'no space left' in caplog.text
+        assert 'background write failed' in caplog.text and 'no space left' in caplog.text
         error = session._diverged({'loss': float('nan')})
         assert 'the snapshot at frame 100 is intact' in str(error)
     finally:

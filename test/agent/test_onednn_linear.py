@@ -131,6 +131,8 @@ def test_auto_settles_at_validation_and_the_saved_spec_holds_the_kernel(monkeypa
     (True, [{'Linear': {'in_features': 3, 'out_features': 256}}, {'Tanh': None}], 'onednn'),
     (True, [{'LazyLinear': [256]}], 'default'),  # widths not named: the default kernel
     (True, [{'ReLU': None}], 'default'),  # no linear layer
+    (True, [{'Sequential': [{'LazyLinear': {'out_features': 256}}]}, {'LazyLinear': {'out_features': 128}}],
+     'onednn'),  # nested
     (False, [{'LazyLinear': {'out_features': 256}}], 'default'),
 ])
 def test_auto_settles_a_torcharc_net_by_the_widths_of_its_arcs_linear_layers(monkeypatch, pays, body, settled):
@@ -142,6 +144,14 @@ def test_auto_settles_a_torcharc_net_by_the_widths_of_its_arcs_linear_layers(mon
                                           'graph': {'input': 'x', 'modules': {'body': ['x']}, 'output': 'body'}}}
     assert onednn_linear.resolve_linear_kernel({**net, 'linear_kernel': 'auto'}) == settled
     assert onednn_linear.resolve_linear_kernel({**net, 'linear_kernel': 'default'}) == 'default'
+
+
+def test_a_module_named_like_a_class_is_read_by_its_class():
+    from slm_lab.agent.net.onednn_linear import arc_linear_widths
+    arc = {'modules': {'Linear': {'LazyLinear': {'out_features': 256}}, 'head': {'Tanh': None}}}
+    assert arc_linear_widths(arc) == [256]
+    assert arc_linear_widths({'modules': {'body': {'Linear': [4, 256]}}}) is None  # positional arguments
+    assert arc_linear_widths({'modules': 'not an arc'}) is None
 
 
 def test_a_run_saved_before_the_key_resumes_on_the_default_kernel(monkeypatch):

@@ -97,23 +97,27 @@ def resolve_linear_kernel(net_spec: dict) -> str:
 
 def arc_linear_widths(arc) -> list | None:
     """The out_features of every Linear and LazyLinear module an arc (TorchArcNet's, as a dict)
-    names, in the order met; None where one names them otherwise (positional arguments)."""
+    names, read as TorchArcNet builds it (arc.modules: name -> {ClassName: arguments}, a
+    Sequential's arguments a list of such modules); None where one is named otherwise (positional
+    arguments) or the arc is not of that form (TorchArcNet's validation says how)."""
     widths: list = []
 
-    def walk(node) -> bool:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key in ('Linear', 'LazyLinear'):
-                    if not isinstance(value, dict) or 'out_features' not in value:
-                        return False
-                    widths.append(value['out_features'])
-                elif not walk(value):
-                    return False
-        elif isinstance(node, list):
-            return all(walk(v) for v in node)
+    def module(spec) -> bool:
+        if not (isinstance(spec, dict) and len(spec) == 1):
+            return False
+        (name, args), = spec.items()
+        if name == 'Sequential':
+            return isinstance(args, list) and all(module(item) for item in args)
+        if name in ('Linear', 'LazyLinear'):
+            if not (isinstance(args, dict) and 'out_features' in args):
+                return False
+            widths.append(args['out_features'])
         return True
 
-    return widths if walk(arc.get('modules', arc)) else None
+    modules = arc.get('modules') if isinstance(arc, dict) else None
+    if not isinstance(modules, dict) or not all(module(spec) for spec in modules.values()):
+        return None
+    return widths
 
 
 def _mm_nt(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

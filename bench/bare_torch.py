@@ -37,7 +37,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from side_rows import REPO_ROOT, ROWS, Row, run_frames  # noqa: E402  (bench/ is not a package)
+from pinning import child_result, python_child  # noqa: E402  (bench/ is not a package)
+from side_rows import REPO_ROOT, ROWS, Row, run_frames  # noqa: E402
 
 BARE_ROWS = ('ppo', 'a2c', 'dqn', 'ppo_hopper')
 
@@ -195,7 +195,8 @@ def bare_on_policy(row: Row, seed: int, frames: int) -> dict:
             for g in opt.param_groups:
                 g['lr'] = lr0 * (1 - progress)
         clip = clip0 * (1 - progress) if isinstance(kw.get('clip_range'), str) else clip0
-        s_obs, s_act = torch.from_numpy(b_obs.reshape(B, n_obs)), torch.from_numpy(b_act.reshape((B,) + b_act.shape[2:]))
+        s_obs = torch.from_numpy(b_obs.reshape(B, n_obs))
+        s_act = torch.from_numpy(b_act.reshape((B,) + b_act.shape[2:]))
         s_logp, s_adv = torch.from_numpy(b_logp.reshape(B)), torch.from_numpy(adv.reshape(B))
         s_ret = torch.from_numpy(ret.reshape(B))
         for _ in range(n_epochs if ppo else 1):
@@ -275,7 +276,7 @@ def bare_dqn(row: Row, seed: int, frames: int) -> dict:
             for _ in range(kw['gradient_steps']):
                 idx = rng.integers(0, min(n, size), size=kw['batch_size'])
                 o, nx = torch.from_numpy(r_obs[idx]), torch.from_numpy(r_next[idx])
-                act, rew, done = torch.from_numpy(r_act[idx]), torch.from_numpy(r_rew[idx]), torch.from_numpy(r_done[idx])
+                act, rew, done = (torch.from_numpy(a[idx]) for a in (r_act, r_rew, r_done))
                 with torch.no_grad():
                     y = rew + gamma * (1 - done) * target(nx).max(-1).values
                 pred = q(o).gather(-1, act.unsqueeze(-1)).squeeze(-1)
@@ -305,7 +306,8 @@ def bare_child(row_key: str, seed: int, frames: int, cpu: int | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='bench/bare_torch.py', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--rows', default=','.join(BARE_ROWS), type=lambda s: [k.strip() for k in s.split(',') if k.strip()])
+    parser.add_argument('--rows', default=','.join(BARE_ROWS),
+                        type=lambda s: [k.strip() for k in s.split(',') if k.strip()])
     parser.add_argument('--seeds', default='0,1,2', type=lambda s: [int(k) for k in s.split(',') if k.strip()])
     parser.add_argument('--cpu', type=int, metavar='N', help='pin each run to core N')
     parser.add_argument('--frames', type=int, metavar='N', help="each run's length (default: the side-by-side's)")
@@ -333,15 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         for i, seed in enumerate(args.seeds):
             for tool in tools[i % len(tools):] + tools[:i % len(tools)]:
                 if tool == 'bare':
-                    cmd = [sys.executable, str(Path(__file__).resolve()), '--child', '--rows', key, '--seed', str(seed),
-                           '--frames', str(frames)] + (['--cpu', str(args.cpu)] if args.cpu is not None else [])
-                    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
-                    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
-                    lines = [x for x in proc.stdout.splitlines() if x.startswith('RESULT ')]
-                    if proc.returncode != 0 or not lines:
-                        tail = '\n'.join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-                        raise SystemExit(f'error: the bare run of {key} seed {seed} failed:\n{tail}')
-                    r = json.loads(lines[-1][len('RESULT '):])
+                    cmd = python_child(__file__, '--child', '--rows', key, '--seed', str(seed), '--frames', str(frames))
+                    r = child_result(cmd + (['--cpu', str(args.cpu)] if args.cpu is not None else []),
+                                     f'the bare run of {key} seed {seed}')
                     fps, ret = r['fps'], r['last100_return']
                 else:
                     ns = argparse.Namespace(eval_episodes=0, cpu=args.cpu)

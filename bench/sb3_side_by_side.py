@@ -135,7 +135,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from side_rows import REPO_ROOT, ROWS, TOOLS, Row, fast_edits, run_frames  # bench/ (not a package) is on sys.path
+from pinning import child_result, python_child  # bench/ (not a package) is on sys.path
+from side_rows import REPO_ROOT, ROWS, TOOLS, Row, fast_edits, run_frames
 
 SB3_MISSING = ('stable_baselines3 is not installed in this Python: pip install -r requirements-bench.txt '
                '(bench only), or pass --lab-only')
@@ -315,21 +316,13 @@ class Measured:
 
 def run_child(tool: str, row: Row, seed: int, frames: int, args: argparse.Namespace) -> Measured:
     """One training in a fresh process; its figures, or SystemExit with the child's last lines."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), '--child', tool, '--rows', row.key, '--seed', str(seed),
-           '--frames', str(frames), '--eval-episodes', str(args.eval_episodes)]
+    cmd = python_child(__file__, '--child', tool, '--rows', row.key, '--seed', str(seed), '--frames', str(frames),
+                       '--eval-episodes', str(args.eval_episodes))
     if args.cpu is not None:
         cmd += ['--cpu', str(args.cpu)]
-    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
-    elapsed = time.perf_counter() - start
-    lines = [line for line in proc.stdout.splitlines() if line.startswith('RESULT ')]
-    if proc.returncode != 0 or not lines:
-        tail = '\n'.join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise SystemExit(f'error: the {tool} run of {row.key} seed {seed} failed (exit {proc.returncode}):\n{tail}')
-    r = json.loads(lines[-1][len('RESULT '):])
+    r = child_result(cmd, f'the {tool} run of {row.key} seed {seed}')
     return Measured(tool, row.key, seed, r['frames'], r['fps'], r['cpu_fps'], r['window_frames'], r['train_s'],
-                    elapsed - r.get('eval_s', 0.0), r['last100_return'], r['episodes'],
+                    r['child_s'] - r.get('eval_s', 0.0), r['last100_return'], r['episodes'],
                     r.get('greedy_return', math.nan), r.get('edits', []))
 
 

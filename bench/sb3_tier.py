@@ -33,13 +33,12 @@ import csv
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
-from side_rows import REPO_ROOT, ROWS, Row  # bench/ (not a package) is on sys.path
+from pinning import child_result, python_child  # bench/ (not a package) is on sys.path
+from side_rows import REPO_ROOT, ROWS, Row
 
 sys.path.insert(0, str(REPO_ROOT))
 from slm_lab.experiment.benchmark.stats import row_summary  # noqa: E402
@@ -81,20 +80,12 @@ def env_of(row) -> str:
 
 
 def train(row, seed: int, frames: int, cpu: int | None) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), '--child', row.spec_name, env_of(row), str(frames), str(seed)]
+    cmd = python_child(__file__, '--child', row.spec_name, env_of(row), str(frames), str(seed))
     if cpu is not None:
         cmd += ['--cpu', str(cpu)]
-    env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith('RESULT ')]
-    if proc.returncode != 0 or not lines:
-        tail = '\n'.join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise SystemExit(f'error: SB3 on {row.id} seed {seed} failed (exit {proc.returncode}):\n{tail}')
-    r = json.loads(lines[-1][len('RESULT '):])
+    r = child_result(cmd, f'SB3 on {row.id} seed {seed}')
     return {'row': row.id, 'seed': seed, 'frames': r['frames'], 'score': r['last100_return'],
-            'episodes': r['episodes'], 'train_s': round(r['train_s'], 1),
-            'total_s': round(time.perf_counter() - start, 1)}
+            'episodes': r['episodes'], 'train_s': round(r['train_s'], 1), 'total_s': round(r['child_s'], 1)}
 
 
 def read_out(path: Path) -> dict:

@@ -69,7 +69,8 @@ def test_reinforce_policy_loss_coef_scales_the_policy_term_only():
 
 def _a2c_agent(**algorithm) -> Agent:
     spec = validate_spec({
-        'agent': {'name': 'A2C', 'algorithm': {'name': 'ActorCritic', **algorithm}, 'memory': {'name': 'OnPolicyBatchReplay'},
+        'agent': {'name': 'A2C', 'algorithm': {'name': 'ActorCritic', **algorithm},
+                  'memory': {'name': 'OnPolicyBatchReplay'},
                   'net': {'type': 'MLPNet', 'shared': False, 'hid_layers': [8], 'clip_grad_val': 0.5,
                           'actor_optim_spec': {'name': 'RMSprop', 'lr': 0.01},
                           'critic_optim_spec': {'name': 'Adam', 'lr': 0.003}}},

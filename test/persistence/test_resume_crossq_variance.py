@@ -5,7 +5,6 @@ as it trained, exactly."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import gymnasium as gym

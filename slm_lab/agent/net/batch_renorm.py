@@ -36,7 +36,8 @@ VARIANCES = ('two_pass', 'welford')
 
 
 def batch_renorm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch.Tensor, eps: float,
-                 r_max: float, d_max: float, variance: str = 'welford') -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 r_max: float, d_max: float,
+                 variance: str = 'welford') -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Training-mode normalisation of x (B, C) (see the module docstring), before the affine map.
 
     variance: how the biased batch variance is computed. "welford": torch's x.var (Welford's

@@ -262,7 +262,10 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
     spec['agent'] = fill_fused(agent, True)
     for section in ('net', 'critic_net'):  # linear_kernel "auto" settled here: the saved spec holds the kernel
         if settle and isinstance(agent.get(section), dict) and agent[section].get('linear_kernel') == 'auto':
-            agent[section]['linear_kernel'] = net.onednn_linear.resolve_linear_kernel(agent[section])
+            net_spec = agent[section]
+            if net_spec.get('arc') is None and net_spec.get('arc_file'):  # read as the net will (checked above)
+                net_spec = {**net_spec, 'arc': net.torcharc_net.read_arc(net_spec, f'agent.{section}')}
+            agent[section]['linear_kernel'] = net.onednn_linear.resolve_linear_kernel(net_spec)
     if spec['meta']['distributed'] and any((agent.get(k) or {}).get('precision', 'fp32') != 'fp32'
                                            for k in ('net', 'critic_net')):
         raise SpecError('agent.net.precision: "bf16" is not available with meta.distributed yet (its sessions '

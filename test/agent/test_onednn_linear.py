@@ -146,6 +146,27 @@ def test_auto_settles_a_torcharc_net_by_the_widths_of_its_arcs_linear_layers(mon
     assert onednn_linear.resolve_linear_kernel({**net, 'linear_kernel': 'default'}) == 'default'
 
 
+def test_auto_reads_an_arc_file_as_the_net_will(monkeypatch, tmp_path):
+    """A TorchArcNet critic given as arc_file (SLM-Lab's YAML arcs) settles "auto" by the file's
+    Linear widths when the spec is validated, and the saved spec holds the choice."""
+    import json
+    from pathlib import Path
+
+    from slm_lab.agent.net import onednn_linear
+    from slm_lab.spec import load_raw_spec
+    monkeypatch.setattr(onednn_linear, 'onednn_pays', lambda: True)
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    spec = load_raw_spec(str(root / 'spec/benchmark/crossq/crossq_slm_lab_v5.json'), 'crossq_pendulum', [])
+    critic = spec['agent']['critic_net']
+    Path('critic_arc.json').write_text(json.dumps(critic.pop('arc')))
+    critic['arc_file'] = 'critic_arc.json'
+    assert validate_spec(copy.deepcopy(spec))['agent']['critic_net']['linear_kernel'] == 'onednn'
+    narrow = json.loads(Path('critic_arc.json').read_text().replace('256', '64'))
+    Path('critic_arc.json').write_text(json.dumps(narrow))
+    assert validate_spec(copy.deepcopy(spec))['agent']['critic_net']['linear_kernel'] == 'default'
+
+
 def test_a_module_named_like_a_class_is_read_by_its_class():
     from slm_lab.agent.net.onednn_linear import arc_linear_widths
     arc = {'modules': {'Linear': {'LazyLinear': {'out_features': 256}}, 'head': {'Tanh': None}}}

@@ -70,8 +70,8 @@ NET_SCHEMA = {
                                'measured in docs/BENCHMARKS.md; the same maths rounded differently, so a seeded run '
                                'gives other numbers than under "default"; layers under 32 wide stay on "default"), or '
                                '"auto": "onednn" on an AMD CPU with AVX-512 for a net whose hid_layers (a '
-                               'TorchArcNet: its inline arc\'s Linear layers\' out_features; an arc_file: '
-                               '"default") are all 128 or '
+                               'TorchArcNet: its arc\'s Linear layers\' out_features, an arc_file\'s too) are '
+                               'all 128 or '
                                'wider, else "default", settled when the spec is validated (a search\'s trials each for '
                                'the layers they draw; the saved spec holds the choice: a resumed run keeps it on any '
                                'machine)'),

@@ -81,9 +81,9 @@ def onednn_pays() -> bool:
 def resolve_linear_kernel(net_spec: dict) -> str:
     """The kernel a net spec's linear_kernel stands for: "auto" resolved (see onednn_pays and
     AUTO_MIN_WIDTH: a net whose hid_layers are all ints of at least that width, or a TorchArcNet
-    whose inline arc's Linear / LazyLinear layers all have out_features of at least that width, on a
-    machine where oneDNN pays; an arc given as arc_file is not read here: "default"), anything
-    else as it is."""
+    whose arc's Linear / LazyLinear layers all have out_features of at least that width, on a
+    machine where oneDNN pays; validate_spec passes an arc_file's arc as `arc`), anything else as
+    it is."""
     kernel = net_spec.get('linear_kernel', 'default')
     if kernel != 'auto':
         return kernel

@@ -322,8 +322,9 @@ class Session:
                         raise self._diverged_or(e, obs) from None
                     next_obs, reward, terminated, truncated, info = env.step(action)
                     done = np.logical_or(terminated, truncated)
+                    n_done = np.count_nonzero(done)  # one count (done.any() and done.sum() were two reductions)
                     true_next_obs = next_obs
-                    if done.any():
+                    if n_done:
                         if '_final_obs' in info:  # reset in this step (env.autoreset "same_step")
                             true_next_obs = next_obs.copy()
                             mask = info['_final_obs']
@@ -340,7 +341,7 @@ class Session:
                         if dev_params is not None:
                             self._dev_check_learning(dev_params)
                             dev_params = None
-                    clock.tick(int(done.sum()))
+                    clock.tick(n_done)
                     obs = self.obs = next_obs
                     at_end = clock.frame >= clock.max_frame
                     if clock.frame >= next_log or at_end:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +30,6 @@ def child_result(cmd: list[str], what: str) -> dict:
     """Run a bench script's child process (`cmd`, from the repo root, OMP and MKL at one thread)
     and return the JSON of its last `RESULT {...}` line, or exit with `what` failed and the
     child's last lines. The wall seconds of the whole child are in the result as `child_s`."""
-    import time  # noqa: PLC0415
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1'}
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)

@@ -51,17 +51,13 @@ def batch_renorm(x: torch.Tensor, running_mean: torch.Tensor, running_var: torch
     running statistics with the last two.
     """
     mean = x.mean(dim=0)
-    if variance == 'two_pass':
-        centered = x - mean
-        var = centered.square().mean(dim=0)
-    else:
-        var = x.var(dim=0, unbiased=False)
-        centered = None
+    centered = x - mean
+    var = centered.square().mean(dim=0) if variance == 'two_pass' else x.var(dim=0, unbiased=False)
     std = (var + eps).sqrt()
     running_std = (running_var + eps).sqrt()
     r = (std.detach() / running_std).clamp(1.0 / r_max, r_max)
     d = ((mean.detach() - running_mean) / running_std).clamp(-d_max, d_max)
-    return ((x - mean) if centered is None else centered) / std * r + d, mean, var
+    return centered / std * r + d, mean, var
 
 
 class BatchRenorm1d(nn.Module):

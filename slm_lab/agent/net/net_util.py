@@ -285,7 +285,8 @@ def forwards_per_sample(net: nn.Module) -> bool:
     return not any(module.training for module in candidates)
 
 
-_PER_SAMPLE_CANDIDATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # net -> its modules that may not be
+# net -> its modules that can make a forward depend on its batch (forwards_per_sample)
+_PER_SAMPLE_CANDIDATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class HeadedNet(nn.Module):

@@ -56,6 +56,30 @@ def test_add_falls_back_to_per_tensor_add(monkeypatch):
     assert all(torch.equal(x, y) for x, y in zip(a, b)) and float(a[0]) == 1.0
 
 
+@pytest.mark.parametrize('norm', [3.0, 0.2, float('inf'), float('nan')])
+def test_clipping_scales_as_torchs_clip_grads_with_norm_with_and_without_the_op(monkeypatch, norm):
+    """base.clip_grads_with_norm_ gives the gradients torch's function gives, bit for bit: a norm
+    above the bound (scaled down), below it (times 1.0), inf and NaN (torch's NaN/zero results)."""
+    from slm_lab.agent.algorithm.base import clip_grads_with_norm_
+
+    def params() -> list[torch.Tensor]:
+        ps = [torch.nn.Parameter(t.clone()) for t in tensors(7)]
+        for p, g in zip(ps[:3], tensors(8)):
+            p.grad = g
+        return ps  # the last one without a gradient
+
+    expected = params()
+    torch.nn.utils.clip_grads_with_norm_(expected, 0.5, torch.tensor(norm))
+
+    def run():
+        ps = params()
+        clip_grads_with_norm_(ps, 0.5, torch.tensor(norm))
+        return [p.grad for p in ps[:3]]
+    for grads in both(monkeypatch, 'FOREACH_MUL_', run):
+        assert all(torch.equal(x.grad, y) or (x.grad.isnan().all() and y.isnan().all())
+                   for x, y in zip(expected, grads))
+
+
 def test_grad_norms_and_polyak_train_the_same_without_the_ops(monkeypatch):
     # the lab's two callers: an algorithm's gradient norms and a polyak target update
     from slm_lab.agent.algorithm.base import _group_grad_norms

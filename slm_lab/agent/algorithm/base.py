@@ -213,7 +213,7 @@ class Algorithm:
             # clip_grad_norm_ scales by min(1, clip / (norm + 1e-6)): skip its multiply by exactly 1.0
             # (the margin keeps that exact in float32); a NaN or inf norm still goes through it
             if clip is not None and not float(norm) < clip * (1.0 - 1e-5):
-                torch.nn.utils.clip_grads_with_norm_(params, clip, norm)
+                clip_grads_with_norm_(params, clip, norm)
         for opt in optimizers:
             step_optimizer(opt)
         for _ in range(ticks):
@@ -328,6 +328,21 @@ def _apply_spec_hyperparameters(opt: torch.optim.Optimizer, spec_groups: list[di
             sched.base_lrs[i] = spec_lr
             if hasattr(sched, '_last_lr'):
                 sched._last_lr[i] = group['lr']
+
+
+def clip_grads_with_norm_(params: list[torch.Tensor], max_norm: float, norm: torch.Tensor) -> None:
+    """torch.nn.utils.clip_grads_with_norm_ (each gradient times min(1, max_norm / (norm + 1e-6))),
+    the same numbers with one multiply over the list where the gradients share a device and a
+    dtype, without torch's grouping of them by device and dtype at each call (about 8 us of the
+    17-20 a call took on an A2C CartPole net here)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    if len({(g.device, g.dtype) for g in grads}) > 1:
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
+        return
+    coef = torch.clamp(float(max_norm) / (norm + 1e-6), max=1.0)
+    kernels.mul_(grads, coef.to(grads[0].device))
 
 
 def _group_grad_norms(grad_groups: list[list[torch.Tensor]]) -> list[torch.Tensor]:

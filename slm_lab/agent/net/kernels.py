@@ -44,6 +44,15 @@ def scale_add_(targets: list[torch.Tensor], sources: list[torch.Tensor], keep: f
         target.mul_(keep).add_(source, alpha=weight)
 
 
+def mul_(tensors: list[torch.Tensor], factor: torch.Tensor | float) -> None:
+    """tensors[i] *= factor, in place (`factor` a number or a 0-d tensor on the tensors' device)."""
+    if FOREACH_MUL_ is not None:
+        FOREACH_MUL_(tensors, factor)
+        return
+    for t in tensors:
+        t.mul_(factor)
+
+
 def add_(tensors: list[torch.Tensor], value: float) -> None:
     """tensors[i] += value, in place."""
     if FOREACH_ADD_ is not None:

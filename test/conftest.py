@@ -246,7 +246,7 @@ class LabWarnings:
 SLOW_FILE_SECONDS = {
     'test/persistence/test_resume_safety.py': 190,  # *
     'test/experiment/test_benchmark.py': 180,  # *
-    'test/experiment/test_search.py': 175,  # *
+    'test/experiment/test_search.py': 165,  # *
     'test/test_python_api.py': 110,  # *
     'test/test_run_dir_names.py': 75,  # *
     'test/test_sb3_side_by_side.py': 160,  # *

@@ -254,7 +254,7 @@ SLOW_FILE_SECONDS = {
     'test/agent/test_conv_net.py': 70,  # *
     'test/test_fork.py': 50,  # *
     'test/experiment/test_distributed.py': 95,  # *
-    'test/test_scheduler.py': 70,  # *
+    'test/test_scheduler.py': 60,  # *
     'test/test_input_guards.py': 60,  # *
     'test/experiment/test_tensorboard.py': 50,  # *
     'test/test_reliability.py': 50,  # *

@@ -91,27 +91,8 @@ def test_run_dir_refusals_are_one_line(tmp_path):
     assert [p.name for p in other.iterdir()] == ['notes.txt']
 
 
-@pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_stop_of_a_two_session_run_is_said_once(tmp_path):
-    """Ctrl-C to a run of 2 sessions: the lab says it once (the sessions' processes, which it
-    asks to stop, do not say it again), and each saves its snapshot."""
-    spec = job_spec()
-    spec['meta']['max_session'] = 2
-    spec['env']['max_frame'] = 100000
-    spec_file = write_spec(tmp_path, NAME, spec)
-    run = tmp_path / 'two'
-    log = tmp_path / 'stop.log'
-
-    def both_logged() -> bool:
-        return all((run / 'info' / f'{NAME}_t0_s{s}_session_df_train.csv').exists() for s in (0, 1))
-    code = start_and_stop([spec_file, NAME, 'train', '--run-dir', str(run)], tmp_path, log, both_logged,
-                          signal.SIGINT)
-    text = log.read_text()
-    assert code == 130, text
-    assert text.count('SIGINT received') == 1, text
-    assert 'Traceback' not in text
-
+# Ctrl-C to a run of 2 sessions, said once on the console: test_resume_safety.py's
+# test_ctrl_c_is_named_sigint_in_every_session_log_and_said_once (one run for both checks)
 
 
 @pytest.mark.slow

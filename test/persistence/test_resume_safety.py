@@ -308,7 +308,10 @@ def test_a_diverged_session_of_several_is_one_line(tmp_path, capsys, no_png):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_ctrl_c_is_named_sigint_in_every_session_log(tmp_path):
+def test_ctrl_c_is_named_sigint_in_every_session_log_and_said_once(tmp_path):
+    """Ctrl-C to a run of 2 sessions: exit 130; each session's log names SIGINT (not the SIGTERM the
+    lab stops them with), and the lab's console says it once (the sessions' processes, which it
+    asks to stop, do not say it again), without a traceback."""
     spec = copy_spec(PPO, max_frame=10**7)
     spec['meta']['max_session'] = 2
     spec_file = write_spec(tmp_path, 'ctrlc', spec)
@@ -328,6 +331,8 @@ def test_ctrl_c_is_named_sigint_in_every_session_log(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
+    assert err.count('SIGINT received') == 1, err
+    assert 'Traceback' not in err
     for log in logs:
         text = log.read_text()
         assert 'SIGINT received' in text and 'SIGTERM' not in text, text[-500:]

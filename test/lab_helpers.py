@@ -203,10 +203,11 @@ def check_resume_after_max_frame(tmp_path: Path, name: str, spec: dict) -> None:
     assert_same_run(run_a, run_b, name)
 
 
-def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> None:
+def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> Path:
     """SIGTERM mid-run: exits promptly (within 30 s, loose for a loaded machine; the uninterrupted
     run takes minutes) with a snapshot at the current frame; train@latest
-    continues to the same numbers and weights as an uninterrupted run."""
+    continues to the same numbers and weights as an uninterrupted run. Returns the run stopped and
+    resumed."""
     spec = json.loads(json.dumps(spec))
     spec['env']['max_frame'] = 400000
     spec_file = write_spec(tmp_path, name, spec)
@@ -246,6 +247,7 @@ def check_resume_after_sigterm(tmp_path: Path, name: str, spec: dict) -> None:
         resume.kill()
     assert resume.returncode == 0, err
     assert_same_run(run, run_dirs(tmp_path / 'b', name)[0], name)
+    return run
 
 
 PENDULUM = {  # continuous actions, observation and reward normalisation, rigorous eval

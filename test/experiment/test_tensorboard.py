@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab_helpers import DQN, PPO, RUN_LAB, cli, lab_env, run_dirs, train_csv, write_spec
+from lab_helpers import DQN, PPO, RUN_LAB, check_resume_after_sigterm, cli, lab_env, run_dirs, train_csv, write_spec
 from slm_lab import lab
 from slm_lab.experiment.scalars import SHOWN_COLUMNS, TAGS
 from slm_lab.experiment.tensorboard import event_files, write_trial_board
@@ -183,25 +182,14 @@ def snapshot_frames(run: Path, name: str) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_sigterm_and_resume_leave_one_continuous_curve(tmp_path, no_png):
-    spec = quick(PPO)
-    spec['env']['max_frame'] = 400000
-    spec_file, proc = start_run(tmp_path, 'tbterm', spec)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(logged_frames(tmp_path, 'tbterm')) < 2:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, proc.stderr.read()
-    (run,) = run_dirs(tmp_path / 'data', 'tbterm')
-    stop = snapshot_frames(run, 'tbterm')[-1]
-    end = (stop // 500 + 3) * 500
-    # train@latest in this process
-    lab.run(spec_file, 'tbterm', 'train@latest', [f'env.max_frame={end}'], data_dir=str(tmp_path / 'data'))
-    assert train_csv(run, 'tbterm')['frame'].tolist() == list(range(500, end + 1, 500))
+def test_a_sigterm_and_resume_leave_one_continuous_curve_and_continue_exactly(tmp_path, no_png):
+    """PPO stopped by SIGTERM mid-run and continued by train@latest (check_resume_after_sigterm, the
+    exact-resume check of test_resume.py's test_resume_after_sigterm_is_exact, run here for PPO: one
+    stopped run for both): the records go on with no gap or repeat, TensorBoard shows them as one
+    continuous curve per scalar, and they and the weights equal the run that never stopped."""
+    run = check_resume_after_sigterm(tmp_path, 'tbterm', PPO)
+    frames = train_csv(run, 'tbterm')['frame'].tolist()
+    assert frames == list(range(500, frames[-1] + 1, 500)), frames
     assert_board_mirrors_records(run, 'tbterm')
 
 

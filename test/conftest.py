@@ -248,7 +248,7 @@ SLOW_FILE_SECONDS = {
     'test/experiment/test_benchmark.py': 180,  # *
     'test/experiment/test_search.py': 165,  # *
     'test/test_python_api.py': 110,  # *
-    'test/test_run_dir_names.py': 75,  # *
+    'test/test_run_dir_names.py': 70,  # *
     'test/test_sb3_side_by_side.py': 160,  # *
     'test/persistence/test_resume.py': 110,  # *
     'test/agent/test_conv_net.py': 70,  # *

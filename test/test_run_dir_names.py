@@ -106,21 +106,22 @@ def test_trains_started_together_each_get_their_own_directory(tmp_path):
 @pytest.mark.subprocess
 def test_forks_of_one_run_started_together_each_get_their_own_directory(tmp_path, no_png):
     """Forks name their directories as trains do (create_run_dir): the forced collision only; the
-    clock-read case is the trains' test's."""
-    same_second = True
+    clock-read case is the trains' test's. Two forks released at once, each first picking the
+    parent's own name: both find it taken by a run that exists (the parent), then pick the same
+    next second, where one takes it and the other moves on."""
     spec_file = write_spec_file(tmp_path / 'spec.json', {NAME: build_spec('PPO', max_frame=256)})
     data = tmp_path / 'data'
     lab.run(spec_file, NAME, 'train', data_dir=str(data))
     (parent,) = run_dirs(data, NAME)
     before = tree_digest(parent)
-    ts = next_second(parent.name[len(NAME) + 1:]) if same_second else None
-    for round_ in range(2):
-        done = start_together(tmp_path, [[spec_file, NAME, 'train', '--fork', str(parent),
-                                          '-s', 'env.max_frame=320']] * 2, ts)
-        for proc in done:
-            assert proc.returncode == 0, proc.stderr
-        forks = [r for r in run_dirs(data, NAME) if r != parent]
-        assert len(forks) == 2 * (round_ + 1), forks
+    ts = parent.name[len(NAME) + 1:]
+    done = start_together(tmp_path, [[spec_file, NAME, 'train', '--fork', str(parent),
+                                      '-s', 'env.max_frame=320']] * 2, ts)
+    for proc in done:
+        assert proc.returncode == 0, proc.stderr
+    forks = [r for r in run_dirs(data, NAME) if r != parent]
+    assert len(forks) == 2, forks
+    assert sorted(r.name for r in forks) == [f'{NAME}_{next_second(ts)}', f'{NAME}_{next_second(next_second(ts))}']
     for fork in forks:
         lineage = json.loads((fork / f'{NAME}_spec.json').read_text())['meta']['lineage']
         assert Path(lineage['parent']) == parent.resolve()

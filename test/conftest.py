@@ -244,20 +244,20 @@ class LabWarnings:
 # file not listed), its other tests' in FAST_FILE_SECONDS (0.3 s a test for a file not listed). A
 # file missing here or a figure gone stale costs only some balance, never a test.
 SLOW_FILE_SECONDS = {
-    'test/persistence/test_resume_safety.py': 190,  # *
+    'test/persistence/test_resume_safety.py': 182,  # *
     'test/experiment/test_benchmark.py': 180,  # *
     'test/experiment/test_search.py': 165,  # *
     'test/test_python_api.py': 110,  # *
     'test/test_run_dir_names.py': 70,  # *
     'test/test_sb3_side_by_side.py': 160,  # *
-    'test/persistence/test_resume.py': 110,  # *
+    'test/persistence/test_resume.py': 106,  # *
     'test/agent/test_conv_net.py': 70,  # *
-    'test/test_fork.py': 50,  # *
+    'test/test_fork.py': 45,  # *
     'test/experiment/test_distributed.py': 95,  # *
     'test/test_scheduler.py': 60,  # *
     'test/test_input_guards.py': 60,  # *
-    'test/experiment/test_tensorboard.py': 57,  # *
-    'test/test_reliability.py': 50,  # *
+    'test/experiment/test_tensorboard.py': 52,  # *
+    'test/test_reliability.py': 45,  # *
     'test/experiment/test_search_watch.py': 20,  # *
     'test/persistence/test_resume_reads.py': 50,  # *
     'test/test_cli.py': 75,  # * (many short slow tests: 12 s each would put them first)

@@ -360,18 +360,18 @@ def test_a_fork_under_another_algorithm_says_so_in_one_line(parent, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_fork_says_where_it_moves_a_schedule(tmp_path):
+def test_a_fork_says_where_it_moves_a_schedule(tmp_path, capsys):
     """As train@ does: a fork whose spec moves a frame-driven schedule (a new lr under
-    LinearToZero) says it in one warning line and records it in its lineage."""
+    LinearToZero) says it in one warning line and records it in its lineage (the fork by the
+    command line's code in this process, run_in_process)."""
     spec = small_ppo(400)
     spec['agent']['net']['lr_scheduler_spec'] = {'name': 'LinearToZero'}
     spec_file = write_spec(tmp_path, NAME, spec)
     parent = slm_lab.run(spec_file, NAME, 'train', data_dir=str(tmp_path / 'data')).run_dir
-    out = cli([spec_file, NAME, 'train', '--fork', str(parent), '-s', 'env.max_frame=800', '-s',
-               'agent.net.optim_spec.lr=1e-4'], tmp_path)
-    assert out.returncode == 0, out.stderr
-    lines = [line for line in out.stderr.splitlines() if 'schedule change on fork' in line]
-    assert len(lines) == 1 and 'lr' in lines[0] and '->' in lines[0], out.stderr
+    code, err = run_in_process([spec_file, NAME, 'train', '--fork', str(parent), '-s', 'env.max_frame=800', '-s',
+                                'agent.net.optim_spec.lr=1e-4'], tmp_path, capsys)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if 'schedule change on fork' in line]
+    assert len(lines) == 1 and 'lr' in lines[0] and '->' in lines[0], err
     (child,) = [p for p in (tmp_path / 'data').iterdir() if p.name.startswith(NAME) and p != parent]
     assert saved_spec(child)['meta']['lineage']['schedule_changes'][0]['key'].endswith('lr')

@@ -461,10 +461,11 @@ def test_a_stop_once_the_run_directory_is_in_place_stops_the_run_resumably(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_sigterm_during_enjoy_is_one_line(tmp_path):
+def test_sigterm_during_enjoy_is_one_line(tmp_path, no_png):
+    """The replay in a process of its own, stopped by SIGTERM; the run it replays trained here."""
     spec_file = write_spec_file(tmp_path / 'replay.json', {'replay': build_spec('PPO', max_frame=256)})
     env = {**os.environ, 'BROWSER_PATH': os.devnull + '/no-browser', 'PYTHONUNBUFFERED': '1'}
-    assert cli([spec_file, 'replay', 'train'], cwd=tmp_path, env=env).returncode == 0
+    lab.run(spec_file, 'replay', 'train', data_dir=str(tmp_path / 'data'))
     (run,) = run_dirs(tmp_path / 'data', 'replay')
     before = tree_digest(run)
     proc = subprocess.Popen([sys.executable, RUN_LAB, f'enjoy@{run}/replay_t0_s0_spec.json', '--episodes', '100000'],

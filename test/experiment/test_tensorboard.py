@@ -15,7 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab_helpers import DQN, PPO, RUN_LAB, check_resume_after_sigterm, cli, lab_env, run_dirs, train_csv, write_spec
+from lab_helpers import (DQN, PPO, RUN_LAB, check_resume_after_sigterm, cli, lab_env, run_dirs, run_in_process,
+                         train_csv, write_spec)
 from slm_lab import lab
 from slm_lab.experiment.scalars import SHOWN_COLUMNS, TAGS
 from slm_lab.experiment.tensorboard import event_files, write_trial_board
@@ -326,9 +327,9 @@ def test_the_command_line_refuses_a_bad_tensorboard_dir_and_resumes_once_it_is_m
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path):
-    """A fork writes a new run directory: the parent's tb/ is neither read nor written."""
+def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path, capsys):
+    """A fork writes a new run directory: the parent's tb/ is neither read nor written (the fork by
+    the command line's code in this process, run_in_process)."""
     import shutil
     spec_file, data = finished_run
     shutil.copytree(data, tmp_path / 'data', symlinks=True)
@@ -336,9 +337,9 @@ def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path
     shutil.rmtree(parent / 'tb')
     (parent / 'tb').write_text('x')
     before = entries(parent)
-    out = cli([spec_file, 'tblay', 'train', '--fork', str(parent), '-s', 'env.max_frame=1500'], tmp_path,
-              env=lab_env())
-    assert out.returncode == 0, out.stderr
+    code, err = run_in_process([spec_file, 'tblay', 'train', '--fork', str(parent), '-s', 'env.max_frame=1500'],
+                               tmp_path, capsys)
+    assert code == 0, err
     (child,) = [r for r in run_dirs(tmp_path / 'data', 'tblay') if r != parent]
     assert entries(parent) == before
     assert_board_mirrors_records(child, 'tblay')

@@ -14,7 +14,8 @@ import pytest
 import torch
 from gymnasium.envs.classic_control import CartPoleEnv
 from lab_helpers import (RUN_LAB, PPO, DQN, PENDULUM, write_spec, run_dirs, train_csv, tree_digest, cli,
-                         run_in_process, check_resume_after_max_frame, check_resume_after_sigterm)
+                         run_in_process, run_in_process_with_output, check_resume_after_max_frame,
+                         check_resume_after_sigterm)
 
 from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
@@ -198,8 +199,8 @@ def test_damaged_newest_snapshot_falls_back(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_enjoy_replays_without_touching_the_run(tmp_path, no_png):
+def test_enjoy_replays_without_touching_the_run(tmp_path, no_png, capsys):
+    """The run trained and the replay (the command line's code, run_in_process) in this process."""
     spec = json.loads(json.dumps(PPO))
     spec['env']['max_frame'] = 12000
     spec['agent']['algorithm']['training_epoch'] = 6
@@ -208,9 +209,10 @@ def test_enjoy_replays_without_touching_the_run(tmp_path, no_png):
     (run,) = run_dirs(tmp_path / 'data', 'enjoy')
     before = tree_digest(run)
     best_ma = torch.load(run / 'model' / 'enjoy_t0_s0_model_best.pt', weights_only=True)['total_reward_ma']
-    done = cli([f'enjoy@{run}/enjoy_t0_s0_spec.json', '--episodes', '3'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.strip().splitlines()
+    code, out, err = run_in_process_with_output([f'enjoy@{run}/enjoy_t0_s0_spec.json', '--episodes', '3'], tmp_path,
+                                                capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
     assert sum(line.startswith('episode ') for line in lines) == 3
     mean = float(lines[-1].rsplit(':', 1)[1])
     assert mean >= 0.5 * best_ma, (mean, best_ma)

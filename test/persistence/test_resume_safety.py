@@ -375,7 +375,9 @@ def test_a_run_stopped_after_its_first_step_resumes(tmp_path, monkeypatch, no_pn
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path):
+def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(tmp_path, no_png):
+    """The run that fills the disk in a process of its own (its one line, its exit code); the resume
+    once there is space in this one."""
     with tmpfs(tmp_path / 'data', '6m') as data:
         spec = json.loads(json.dumps(DQN))
         spec['agent']['memory']['max_size'] = 100000
@@ -387,8 +389,7 @@ def test_a_full_disk_stops_a_run_in_one_line_and_it_resumes_once_there_is_space(
         assert 'snapshot' in one_line_error(done), done.stderr  # the disk filled up mid-run, at a snapshot
         assert not [p for p in data.rglob('*') if '.tmp' in p.name], 'partial files left behind'
         subprocess.run(['mount', '-o', 'remount,size=64m', str(data)], check=True)
-        done = cli([spec_file, 'full', 'train@latest'], cwd=tmp_path)
-        assert done.returncode == 0, done.stderr
+        lab.run(spec_file, 'full', 'train@latest', data_dir=str(data))
         (run,) = run_dirs(data, 'full')
         assert train_csv(run, 'full')['frame'].iloc[-1] == 20000
 
@@ -562,9 +563,10 @@ def test_a_damaged_snapshot_passed_over_is_said_recorded_and_set_aside(tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tmp_path, no_png):
+def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tmp_path, no_png, capsys):
     """The same for a trial of one session (in the lab's process), through the command line;
-    the damaged snapshot is set aside as it is, and resuming again does not pass over it again."""
+    the damaged snapshot is set aside as it is, and resuming again (the command line's code in this
+    process, run_in_process) does not pass over it again."""
     spec = copy_spec(PPO, max_frame=2000)
     spec['meta']['keep_checkpoints'] = 5
     one = write_spec(tmp_path, SKIP, spec)
@@ -582,9 +584,10 @@ def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tm
     aside = ckpt / 'f000000002000.damaged'
     assert (aside / checkpoint.STATE_FILE).read_bytes() == damaged_bytes
     assert not (ckpt / 'f000000002000').exists()
-    done = cli([one, SKIP, 'train@latest', '-s', 'env.max_frame=2000', '-s', 'meta.log_frequency=100'],
-               cwd=tmp_path)
-    assert done.returncode == 0 and 'skipped damaged' not in done.stderr, done.stderr
+    code, err = run_in_process([one, SKIP, 'train@latest', '-s', 'env.max_frame=2000', '-s', 'meta.log_frequency=100'],
+                               tmp_path, capsys)
+    assert code == 0 and 'frame 2000/' in err, err  # the lab's console, read here
+    assert 'skipped damaged' not in err, err
 
 
 @pytest.fixture(scope='module')

@@ -245,7 +245,7 @@ class LabWarnings:
 # file missing here or a figure gone stale costs only some balance, never a test.
 SLOW_FILE_SECONDS = {
     'test/persistence/test_resume_safety.py': 182,  # *
-    'test/experiment/test_benchmark.py': 180,  # *
+    'test/experiment/test_benchmark.py': 178,  # *
     'test/experiment/test_search.py': 165,  # *
     'test/test_python_api.py': 110,  # *
     'test/test_run_dir_names.py': 70,  # *
@@ -256,7 +256,7 @@ SLOW_FILE_SECONDS = {
     'test/experiment/test_distributed.py': 95,  # *
     'test/test_scheduler.py': 60,  # *
     'test/test_input_guards.py': 60,  # *
-    'test/experiment/test_tensorboard.py': 52,  # *
+    'test/experiment/test_tensorboard.py': 43,  # *
     'test/test_reliability.py': 45,  # *
     'test/experiment/test_search_watch.py': 20,  # *
     'test/persistence/test_resume_reads.py': 50,  # *

@@ -360,7 +360,7 @@ def test_a_fork_under_another_algorithm_says_so_in_one_line(parent, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_fork_says_where_it_moves_a_schedule(tmp_path, capsys):
+def test_a_fork_says_where_it_moves_a_schedule(tmp_path, capsys, no_png):
     """As train@ does: a fork whose spec moves a frame-driven schedule (a new lr under
     LinearToZero) says it in one warning line and records it in its lineage (the fork by the
     command line's code in this process, run_in_process)."""

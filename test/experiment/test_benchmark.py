@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from lab_helpers import ROOT, RUN_LAB, TwoNodeRayCluster, cli, lab_processes
+from lab_helpers import ROOT, RUN_LAB, TwoNodeRayCluster, cli, lab_processes, run_in_process_with_output
 
 from slm_lab.experiment.benchmark import stats
 from slm_lab.experiment.benchmark.suite import SuiteError, parse_suite, read_suite, select
@@ -341,15 +341,17 @@ def test_slm_lab_report_of_a_benchmark_in_progress_is_its_suite_report_so_far(st
 @pytest.mark.ray
 @needs_ray
 @pytest.mark.subprocess
-def test_a_finished_benchmark_continued_writes_its_report_again_without_training(straight, tmp_path):
+def test_a_finished_benchmark_continued_writes_its_report_again_without_training(straight, tmp_path, capsys):
+    """benchmark@ of the finished straight run, by the command line's code in this process
+    (run_in_process_with_output): nothing left to run, so nothing trains and no Ray starts."""
     before = seed_scores(straight.run_dir)
     suite = json.loads((straight.run_dir / 'benchmark' / 'suite.json').read_text())
     path = tmp_path / 'suite.json'
     path.write_text(json.dumps({k: suite[k] for k in ('name', 'rows')}))
-    result = cli([str(path), f'benchmark@{straight.run_dir}'], tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert '4 of 4 row-seeds finished before (kept); 0 to run' in result.stderr
-    assert '| `ppo_a` |' in result.stdout
+    code, out, err = run_in_process_with_output([str(path), f'benchmark@{straight.run_dir}'], tmp_path, capsys)
+    assert code == 0, err[-2000:]
+    assert '4 of 4 row-seeds finished before (kept); 0 to run' in err
+    assert '| `ppo_a` |' in out
     pd.testing.assert_frame_equal(seed_scores(straight.run_dir), before)
 
 

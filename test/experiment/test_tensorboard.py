@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab_helpers import (DQN, PPO, RUN_LAB, check_resume_after_sigterm, cli, lab_env, run_dirs, run_in_process,
+from lab_helpers import (DQN, PPO, RUN_LAB, check_resume_after_sigterm, lab_env, run_dirs, run_in_process,
                          train_csv, write_spec)
 from slm_lab import lab
 from slm_lab.experiment.scalars import SHOWN_COLUMNS, TAGS
@@ -304,8 +304,10 @@ def test_a_tensorboard_path_of_the_wrong_kind_is_refused_before_resuming(case, f
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_the_command_line_refuses_a_bad_tensorboard_dir_and_resumes_once_it_is_moved(finished_run, tmp_path):
+def test_the_command_line_refuses_a_bad_tensorboard_dir_and_resumes_once_it_is_moved(finished_run, tmp_path, capsys,
+                                                                                    no_png):
+    """Both commands by the command line's code in this process (run_in_process): its one line,
+    exit code and resume are the same as in a process of its own, without its seconds of imports."""
     import shutil
     spec_file, data = finished_run
     shutil.copytree(data, tmp_path / 'data', symlinks=True)
@@ -314,20 +316,20 @@ def test_the_command_line_refuses_a_bad_tensorboard_dir_and_resumes_once_it_is_m
     shutil.rmtree(board)
     board.write_text('x')
     args = [spec_file, 'tblay', 'train@latest', '-s', 'env.max_frame=2000']
-    out = cli(args, tmp_path, env=lab_env())
-    assert out.returncode == 2 and out.stderr.splitlines() == [
+    code, err = run_in_process(args, tmp_path, capsys)
+    assert code == 2 and err.splitlines() == [
         f'error: {Path("data") / board.relative_to(tmp_path / "data")} is a file, where the run writes its '
-        'TensorBoard event files (a directory); move it away and resume again'], out.stderr
+        'TensorBoard event files (a directory); move it away and resume again'], err
     assert len(train_csv(run, 'tblay')) == 2
     board.rename(tmp_path / 'moved')
-    out = cli(args, tmp_path, env=lab_env())
-    assert out.returncode == 0, out.stderr
+    code, err = run_in_process(args, tmp_path, capsys)
+    assert code == 0, err
     assert train_csv(run, 'tblay')['frame'].iloc[-1] == 2000
     assert_board_mirrors_records(run, 'tblay')
 
 
 @pytest.mark.slow
-def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path, capsys):
+def test_a_fork_of_a_run_whose_tb_is_a_file_makes_its_own(finished_run, tmp_path, capsys, no_png):
     """A fork writes a new run directory: the parent's tb/ is neither read nor written (the fork by
     the command line's code in this process, run_in_process)."""
     import shutil

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_helpers import PPO, RUN_LAB, assert_same_run, cli, lab_env, train_csv, visible, write_spec
+from lab_helpers import PPO, RUN_LAB, assert_same_run, cli, lab_env, run_in_process, train_csv, visible, write_spec
 
 from slm_lab import lab
 from slm_lab.persistence import snapshot as checkpoint
@@ -49,8 +49,11 @@ def start_and_stop(args: list[str], cwd: Path, log: Path, condition, signum: int
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_one_command_starts_continues_and_completes_the_run(tmp_path, no_png):
-    """run, SIGKILL, run, SIGTERM, run == one straight run; a fourth run exits 0 at once."""
+def test_one_command_starts_continues_and_completes_the_run(tmp_path, no_png, capsys):
+    """run, SIGKILL, run, SIGTERM, run == one straight run; a fourth run exits 0 at once. The runs
+    that are stopped in processes of their own (a signal ends a process); the third, which completes
+    the run, by the command's own code in this process (run_in_process), as the run that never
+    stopped."""
     spec_file = write_spec(tmp_path, NAME, job_spec())
     run = tmp_path / 'jobs' / 'job_1'
     command = [spec_file, NAME, 'train', '--run-dir', str(run)]
@@ -61,8 +64,8 @@ def test_one_command_starts_continues_and_completes_the_run(tmp_path, no_png):
                           lambda: bool(snapshots(run)) and snapshots(run)[0] != resumed_from, signal.SIGTERM)
     assert code == 143, (tmp_path / 'term.log').read_text()
     assert 'stopped: stopped by SIGTERM' in (tmp_path / 'term.log').read_text()
-    third = cli(command, cwd=tmp_path)
-    assert third.returncode == 0, third.stderr
+    code, err = run_in_process(command, tmp_path, capsys)
+    assert code == 0, err
     # both stops were resumes of the one run directory, nothing else was made beside it
     assert [p.name for p in visible(run.parent)] == ['job_1']
     assert len(json.loads((run / f'{NAME}_resumes.json').read_text())) == 2

@@ -66,13 +66,13 @@ def test_extend_finished_run_then_finished_again(tmp_path, capsys):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys):
-    """The run trained and the final --force resume in processes of their own, as a user runs them;
-    the refusals between in this one (run_in_process: the same code after the interpreter's start,
-    one at a time), each one line that starts with 'error:'; none changes the run."""
+def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys, no_png):
+    """The run to refuse trained in this process (lab.run); the refusals in this one too
+    (run_in_process: the same code after the interpreter's start, one at a time), each one line that
+    starts with 'error:'; none changes the run; the final --force resume in a process of its own, as
+    a user runs it."""
     spec_file = write_spec(tmp_path, 'refuse', PPO)
-    done = cli([spec_file, 'refuse', 'train', '-s', 'env.max_frame=1000'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    lab.run(spec_file, 'refuse', 'train', ['env.max_frame=1000'], data_dir=str(tmp_path / 'data'))
     (run,) = run_dirs(tmp_path / 'data', 'refuse')
     before = tree_digest(run)
     cases = {

@@ -262,7 +262,7 @@ SLOW_FILE_SECONDS = {
     'test/persistence/test_resume_reads.py': 50,  # *
     'test/test_cli.py': 75,  # * (many short slow tests: 12 s each would put them first)
     'test/persistence/test_exact_resume.py': 35,  # *
-    'test/spec/test_spec_reading.py': 30,  # *
+    'test/spec/test_spec_reading.py': 26,  # *
     'test/env/test_env_families.py': 30,  # *
     'test/experiment/test_control.py': 20,  # *
 }

@@ -4,13 +4,11 @@ env, a body block), v5 JSON (flat, `${var}` placeholders, `1e7` style numbers) a
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from lab_helpers import visible
+from lab_helpers import run_in_process, visible
 
 from slm_lab.lib.errors import SpecError
 from slm_lab.spec import load_spec, strip_trailing_commas
@@ -294,18 +292,19 @@ def test_slm_lab_style_spec_files_train_unchanged(tmp_path, no_png, spec_path, n
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
-def test_a_yaml_spec_trains_from_the_command_line(tmp_path):
-    args = [sys.executable, str(REPO_ROOT / 'run_lab.py'), YAML_FILE, 'ppo_yaml', 'train',
-            '-s', 'env=CartPole-v1', '-s', 'max_frame=2.56e2'] + [a for o in SHORT[1:] for a in ('-s', o)]
-    out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                         env={**__import__('os').environ, 'BROWSER_PATH': '/dev/null/no-browser'})
-    assert out.returncode == 0, out.stderr[-2000:]
+def test_a_yaml_spec_trains_from_the_command_line(tmp_path, capsys, no_png):
+    """A yaml spec file through the command line's code (its -s shorthand keys and values), here in
+    this process (run_in_process: the same code after the interpreter's start); its template
+    refused in one line."""
+    args = [YAML_FILE, 'ppo_yaml', 'train', '-s', 'env=CartPole-v1', '-s', 'max_frame=2.56e2'] + \
+        [a for o in SHORT[1:] for a in ('-s', o)]
+    code, err = run_in_process(args, tmp_path, capsys)
+    assert code == 0, err[-2000:]
     (run_dir,) = visible(tmp_path / 'data')
     saved = json.loads((run_dir / 'ppo_yaml_spec.json').read_text())
     assert saved['env']['max_frame'] == 256 and saved['agent']['net']['hid_layers'] == [32]
-    out = subprocess.run(args[:3] + ['_meta', 'train'], cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 2 and out.stderr.count('\n') == 1 and 'is a template' in out.stderr
+    code, err = run_in_process([YAML_FILE, '_meta', 'train'], tmp_path, capsys)
+    assert code == 2 and err.count('\n') == 1 and 'is a template' in err, err
     assert len(visible(tmp_path / 'data')) == 1
 
 

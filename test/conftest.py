@@ -250,13 +250,13 @@ SLOW_FILE_SECONDS = {
     'test/test_python_api.py': 110,  # *
     'test/test_run_dir_names.py': 70,  # *
     'test/test_sb3_side_by_side.py': 160,  # *
-    'test/persistence/test_resume.py': 102,  # *
+    'test/persistence/test_resume.py': 99,  # *
     'test/agent/test_conv_net.py': 70,  # *
     'test/test_fork.py': 45,  # *
     'test/experiment/test_distributed.py': 95,  # *
     'test/test_scheduler.py': 56,  # *
     'test/test_input_guards.py': 60,  # *
-    'test/experiment/test_tensorboard.py': 43,  # *
+    'test/experiment/test_tensorboard.py': 40,  # *
     'test/test_reliability.py': 45,  # *
     'test/experiment/test_search_watch.py': 20,  # *
     'test/persistence/test_resume_reads.py': 50,  # *

@@ -244,7 +244,7 @@ class LabWarnings:
 # file not listed), its other tests' in FAST_FILE_SECONDS (0.3 s a test for a file not listed). A
 # file missing here or a figure gone stale costs only some balance, never a test.
 SLOW_FILE_SECONDS = {
-    'test/persistence/test_resume_safety.py': 182,  # *
+    'test/persistence/test_resume_safety.py': 177,  # *
     'test/experiment/test_benchmark.py': 178,  # *
     'test/experiment/test_search.py': 165,  # *
     'test/test_python_api.py': 110,  # *

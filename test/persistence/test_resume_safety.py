@@ -562,11 +562,10 @@ def test_a_damaged_snapshot_passed_over_is_said_recorded_and_set_aside(tmp_path,
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tmp_path, no_png, capsys):
-    """The same for a trial of one session (in the lab's process), through the command line;
-    the damaged snapshot is set aside as it is, and resuming again (the command line's code in this
-    process, run_in_process) does not pass over it again."""
+    """The same for a trial of one session (in the lab's process), through the command line (its
+    code in this process, run_in_process, the console read here); the damaged snapshot is set aside
+    as it is, and resuming again does not pass over it again."""
     spec = copy_spec(PPO, max_frame=2000)
     spec['meta']['keep_checkpoints'] = 5
     one = write_spec(tmp_path, SKIP, spec)
@@ -576,11 +575,11 @@ def test_a_damaged_snapshot_passed_over_is_said_on_the_console_of_one_session(tm
     flip_byte(ckpt / 'f000000002000' / checkpoint.STATE_FILE)
     damaged_bytes = (ckpt / 'f000000002000' / checkpoint.STATE_FILE).read_bytes()
     # to frame 1900: the resumed session's last snapshot is older than the damaged one, which stays
-    done = cli([one, SKIP, 'train@latest', '-s', 'env.max_frame=1900', '-s', 'meta.log_frequency=100'],
-               cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    code, err = run_in_process([one, SKIP, 'train@latest', '-s', 'env.max_frame=1900', '-s', 'meta.log_frequency=100'],
+                               tmp_path, capsys)
+    assert code == 0, err
     assert (f'{SKIP}_t0_s0: skipped damaged snapshot f000000002000 (state.pt fails its checksum); it is kept as '
-            'f000000002000.damaged; continuing from f000000001500') in done.stderr, done.stderr
+            'f000000002000.damaged; continuing from f000000001500') in err, err
     aside = ckpt / 'f000000002000.damaged'
     assert (aside / checkpoint.STATE_FILE).read_bytes() == damaged_bytes
     assert not (ckpt / 'f000000002000').exists()

@@ -250,7 +250,7 @@ SLOW_FILE_SECONDS = {
     'test/test_python_api.py': 110,  # *
     'test/test_run_dir_names.py': 70,  # *
     'test/test_sb3_side_by_side.py': 160,  # *
-    'test/persistence/test_resume.py': 99,  # *
+    'test/persistence/test_resume.py': 95,  # *
     'test/agent/test_conv_net.py': 70,  # *
     'test/test_fork.py': 45,  # *
     'test/experiment/test_distributed.py': 95,  # *

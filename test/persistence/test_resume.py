@@ -65,12 +65,11 @@ def test_extend_finished_run_then_finished_again(tmp_path, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.subprocess
 def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys, no_png):
-    """The run to refuse trained in this process (lab.run); the refusals in this one too
-    (run_in_process: the same code after the interpreter's start, one at a time), each one line that
-    starts with 'error:'; none changes the run; the final --force resume in a process of its own, as
-    a user runs it."""
+    """The run to refuse trained in this process (lab.run); the refusals and the final --force
+    resume by the command line's code in this one too (run_in_process: the same code after the
+    interpreter's start, one at a time), each refusal one line that starts with 'error:'; none
+    changes the run."""
     spec_file = write_spec(tmp_path, 'refuse', PPO)
     lab.run(spec_file, 'refuse', 'train', ['env.max_frame=1000'], data_dir=str(tmp_path / 'data'))
     (run,) = run_dirs(tmp_path / 'data', 'refuse')
@@ -95,9 +94,9 @@ def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys, no_
             assert needle in lines[0], (what, lines[0])
     assert tree_digest(run) == before
     # --force resumes anyway and records the change
-    done = cli([spec_file, 'refuse', 'train@latest', '-s', 'env.max_frame=1500', '-s', 'agent.algorithm.gamma=0.9',
-                '--force'], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    code, err = run_in_process([spec_file, 'refuse', 'train@latest', '-s', 'env.max_frame=1500', '-s',
+                                'agent.algorithm.gamma=0.9', '--force'], tmp_path, capsys)
+    assert code == 0, err
     record = json.loads((run / 'refuse_resumes.json').read_text())[-1]
     assert record['forced'] and {'key': 'agent.algorithm.gamma', 'old': 0.98, 'new': 0.9} in record['spec_diff']
 

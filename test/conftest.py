@@ -257,7 +257,7 @@ SLOW_FILE_SECONDS = {
     'test/test_scheduler.py': 56,  # *
     'test/test_input_guards.py': 60,  # *
     'test/experiment/test_tensorboard.py': 40,  # *
-    'test/test_reliability.py': 45,  # *
+    'test/test_reliability.py': 43,  # *
     'test/experiment/test_search_watch.py': 20,  # *
     'test/persistence/test_resume_reads.py': 50,  # *
     'test/test_cli.py': 75,  # * (many short slow tests: 12 s each would put them first)
@@ -268,7 +268,7 @@ SLOW_FILE_SECONDS = {
 }
 FAST_FILE_SECONDS = {  # the fast tier's few costly files (a module fixture that trains, a run in a process)
     'test/experiment/test_benchmark.py': 10,
-    'test/test_reliability.py': 50,
+    'test/test_reliability.py': 48,
     'test/test_sb3_side_by_side.py': 20,
     'test/agent/test_td3.py': 20,
 }

@@ -70,3 +70,26 @@ def test_ctrl_c_stops_a_search_with_the_labs_lines_only(tmp_path):
                      r'\| frame \d+', output), output[-3000:]
     log = (run_dir(tmp_path) / 'log' / f'{NAME}_t0_s0.log').read_text()
     assert 'with a snapshot; continue with search@latest' in log and 'train@latest' not in log
+
+
+@pytest.mark.parametrize('exported', [None, '0.5'])
+def test_tunes_slow_loop_warnings_stay_off_the_console_unless_the_user_asks(monkeypatch, exported):
+    """Tune prints "The `on_step_begin` operation took 0.6 s, which may be a performance bottleneck"
+    when its loop waits half a second (a loaded machine; seen in the CPU tier's console): the
+    search's Ray environment raises the threshold before Tune is imported, and keeps one the user
+    exported."""
+    from slm_lab.experiment.search import driver
+    environ = {k: v for k, v in os.environ.items() if k != 'TUNE_WARN_THRESHOLD_S'}
+    if exported is not None:
+        environ['TUNE_WARN_THRESHOLD_S'] = exported
+    monkeypatch.setattr(os, 'environ', environ)  # the variables it sets stay out of this process
+    monkeypatch.setattr(driver, '_OWN_TOKEN', None)
+    driver.ray_environment(None)
+    assert environ['TUNE_WARN_THRESHOLD_S'] == (exported or '3600')
+    if exported is not None:
+        return
+    # Tune reads it when imported: a process with this environment has the threshold
+    code = 'from ray.tune.utils.util import warn_if_slow; print(warn_if_slow.DEFAULT_THRESHOLD)'
+    pytest.importorskip('ray')
+    out = subprocess.run([sys.executable, '-c', code], env=environ, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and float(out.stdout.strip()) == 3600.0, out.stderr[-2000:]

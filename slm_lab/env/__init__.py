@@ -8,6 +8,8 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.atari import atari_settings, make_ale_vector_env
+from slm_lab.env.cartpole import IDS as CARTPOLE_IDS
+from slm_lab.env.cartpole import CartPoleVector
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family
 from slm_lab.env.schema import ENV_SCHEMA
@@ -33,10 +35,10 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
     """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
-    see env/atari.py; otherwise gymnasium's), resetting finished sub-envs in the same step (the
-    final observation is in info['final_obs']; with env.autoreset "next_step", in the next step,
-    see autoreset_mode), recording episode returns in info['episode'], with the normalisation
-    wrappers asked for.
+    see env/atari.py; the lab's CartPoleVector for "numpy", env/cartpole.py; otherwise
+    gymnasium's), resetting finished sub-envs in the same step (the final observation is in
+    info['final_obs']; with env.autoreset "next_step", in the next step, see autoreset_mode),
+    recording episode returns in info['episode'], with the normalisation wrappers asked for.
 
     gamma: the algorithm's discount (agent.algorithm.gamma). normalize_reward divides rewards by
     the running std of the return discounted with it, so the scale matches the returns the
@@ -46,6 +48,8 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     n = num_envs or env_spec['num_envs']
     if env_spec.get('vector_backend') == 'ale':  # an Atari game in ALE's own vector env (env/atari.py)
         env = make_ale_vector_env(env_spec, n)
+    elif env_spec.get('vector_backend') == 'numpy':  # CartPole's sub-envs in one step (env/cartpole.py)
+        env = CartPoleVector(n, env_spec.get('max_t') or CARTPOLE_IDS[env_spec['name']])
     else:
         env = gym.make_vec(env_spec['name'], num_envs=n,
                            vectorization_mode=env_spec.get('vectorization_mode', 'sync'),

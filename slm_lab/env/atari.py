@@ -17,7 +17,6 @@ import numpy as np
 
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, env_family, is_ale_v5
 
-BACKENDS = ('ale', 'gymnasium')
 # why a run on ALE's vector env resumes approximately, and the key that resumes exactly
 ALE_VECTOR_NOTE = (" (env.vector_backend 'ale': ALE's vector env cannot save its games; env.vector_backend "
                    "'gymnasium' runs them so that a run resumes exactly)")

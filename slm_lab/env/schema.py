@@ -9,7 +9,8 @@ import inspect
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
-from slm_lab.env.atari import BACKENDS, ale_vector_unfit, default_backend
+from slm_lab.env import cartpole
+from slm_lab.env.atari import ale_vector_unfit, default_backend
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family, warn_if_outdated
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import MAX_FRAME, MAX_HISTORY, OMIT, Field, accepts, check_object, ignored_field, suggest
@@ -54,6 +55,7 @@ def _check_downsize(value, path):
 
 
 AUTORESET_MODES = ('same_step', 'next_step')  # env.autoreset: gymnasium's AutoresetMode by name
+BACKENDS = ('ale', 'gymnasium', 'numpy')  # env.vector_backend
 ENV_SCHEMA = {
     'name': Field((str,), check=_check_env_name, doc='gymnasium environment id, e.g. CartPole-v1'),
     'num_envs': Field((int,), 1, min=1, max=4096,
@@ -76,11 +78,13 @@ ENV_SCHEMA = {
                            'transition, from the final observation to the first of the next episode, not done '
                            '(docs/environments.md); gymnasium\'s vector envs only (vector_backend "gymnasium")'),
     'vector_backend': Field((str,), None, nullable=True, choices=BACKENDS,
-                            doc="the vector env of an Atari game: \"ale\", ALE's own (C++ threads step the games; a "
-                                'resumed run starts fresh episodes), or "gymnasium", gymnasium\'s of AtariEnv games '
-                                'under the lab\'s wrappers (resumes exactly); null: "ale" for an Atari game with '
-                                'num_envs > 1 that ALE\'s vector env can run, else "gymnasium" (the saved spec says '
-                                'which ran; docs/environments.md)'),
+                            doc='the vector env that steps the sub-envs: "gymnasium", gymnasium\'s (one env per '
+                                'sub-env under its wrappers); "ale", ALE\'s own for an Atari game (C++ threads step '
+                                'the games; a resumed run starts fresh episodes); "numpy", the lab\'s CartPole-v0/v1 '
+                                '(every sub-env in one step, the numbers of gymnasium\'s, bit for bit); null: "ale" '
+                                'for an Atari game with num_envs > 1 that ALE\'s vector env can run, "numpy" for a '
+                                'CartPole it can run, else "gymnasium" (the saved spec says which ran; '
+                                'docs/environments.md)'),
     # SLM-Lab keys
     'reward_scale': Field((float, str), None, nullable=True, check=_check_reward_scale,
                           doc='multiply training rewards by this number, or "sign": use their sign (SLM-Lab v4); '
@@ -127,8 +131,10 @@ def check_env(env: dict, path: str = 'env') -> dict:
 
 
 def check_vector_backend(env: dict) -> None:
-    """env.vector_backend "ale" only for a game ALE's vector env can run; null (the default) is
-    replaced by atari.default_backend's choice, so the saved spec says which ran."""
+    """env.vector_backend "ale" only for a game ALE's vector env can run, "numpy" only for a
+    CartPole it can run (numpy_backend_fits); null (the default) is replaced by the choice the lab makes
+    (ALE's for an Atari game it fits, the lab's CartPole where it fits, else gymnasium's), so the
+    saved spec says which ran."""
     if env.get('vector_backend') == 'ale':
         unfit = ale_vector_unfit(env)
         if unfit is not None:
@@ -136,8 +142,25 @@ def check_vector_backend(env: dict) -> None:
         if env.get('autoreset') == 'next_step':
             raise SpecError('env.autoreset: "next_step" is for gymnasium\'s vector envs, and env.vector_backend "ale" '
                             'runs ALE\'s; set vector_backend to "gymnasium" (or null), or autoreset to "same_step"')
+    if env.get('vector_backend') == 'numpy' and not numpy_backend_fits(env):
+        raise SpecError(f'env.vector_backend: "numpy" steps {" and ".join(cartpole.IDS)} only, in sync mode with '
+                        'same-step autoreset, without frame_op, clip_obs (unless normalize_obs), make_kwargs or '
+                        f'constructor arguments; {env.get("name")!r} with these keys needs "gymnasium" (or null)')
     if env.get('vector_backend') is None:
-        env['vector_backend'] = 'gymnasium' if env.get('autoreset') == 'next_step' else default_backend(env)
+        if env.get('autoreset') == 'next_step':
+            env['vector_backend'] = 'gymnasium'
+        else:
+            env['vector_backend'] = 'numpy' if numpy_backend_fits(env) else default_backend(env)
+
+
+def numpy_backend_fits(env: dict) -> bool:
+    """Whether env.vector_backend "numpy" (env/cartpole.py) can step this env section: CartPole-v0/v1
+    with the env's default constructor (max_t as the time limit, nothing else passed to
+    gymnasium.make), gymnasium's sync mode, same-step autoreset, and no per-sub-env wrapper
+    (frame_op, clip_obs without normalize_obs), which would need each sub-env as a gymnasium env."""
+    return (env.get('name') in cartpole.IDS and all(k in ENV_SCHEMA for k in env) and not env.get('make_kwargs')
+            and env.get('vectorization_mode', 'sync') == 'sync' and env.get('autoreset', 'same_step') == 'same_step'
+            and not env.get('frame_op') and (env.get('clip_obs') is None or bool(env.get('normalize_obs'))))
 
 
 def fill_env_clip_defaults(env: dict) -> dict:

@@ -27,6 +27,8 @@ from slm_lab.lib.errors import ResumeError
 
 # envs whose whole dynamics state lives in plain attributes
 EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text', 'ale_py', 'gymnasium.envs.mujoco')
+# vector envs whose sub-envs' whole state lives in their own plain attributes (no gymnasium sub-envs)
+EXACT_VECTOR_ENVS = ('CartPoleVector',)
 ALE_KEY = '__ale_state__'  # an ALE game's emulator state, as the bytes of ALEState.serialize()
 MUJOCO_KEY = '__mujoco_state__'  # a MuJoCo env's mjSTATE_INTEGRATION array
 MUJOCO_DERIVED_KEY = '__mujoco_derived__'  # and the derived quantities envs read between steps
@@ -56,6 +58,8 @@ def _encode(value):
     """Plain form of an attribute value, or None (sentinel _SKIP) when it is not state."""
     if isinstance(value, np.random.Generator):
         return {'__rng__': value.bit_generator.state}
+    if isinstance(value, list) and value and all(isinstance(v, np.random.Generator) for v in value):
+        return {'__rngs__': [v.bit_generator.state for v in value]}  # a generator per sub-env
     if isinstance(value, deque):
         return {'__deque__': list(value), 'maxlen': value.maxlen} if _is_plain(list(value)) else _SKIP
     if all(hasattr(value, k) for k in ('mean', 'var', 'count')) and not isinstance(value, np.ndarray):
@@ -117,6 +121,12 @@ def _load_layer_state(layer, state: dict) -> None:
                 rng = np.random.default_rng()
                 rng.bit_generator.state = enc['__rng__']
                 setattr(layer, key, rng)
+        elif isinstance(enc, dict) and '__rngs__' in enc:
+            rngs = []
+            for state in enc['__rngs__']:
+                rngs.append(np.random.default_rng())
+                rngs[-1].bit_generator.state = state
+            setattr(layer, key, rngs)
         elif isinstance(enc, dict) and '__deque__' in enc:
             setattr(layer, key, deque(enc['__deque__'], maxlen=enc['maxlen']))
         elif isinstance(enc, dict) and '__rms__' in enc:
@@ -238,6 +248,8 @@ def vector_env_state_dict(venv) -> dict:
     if sub_envs is not None:
         state['sub_envs'] = [env_state_dict(e) for e in sub_envs]
         state['exact'] = all(s['exact'] for s in state['sub_envs'])
+    elif type(base).__name__ in EXACT_VECTOR_ENVS:
+        state['exact'] = True
     return state
 
 
@@ -253,16 +265,21 @@ def load_vector_env_state_dict(venv, state: dict) -> bool:
     pairs = _paired(state, layers)
     base = layers[-1]
     # exact only into the same vector env (its base layer matched) stepping the same envs
-    exact = (bool(state['exact']) and any(layer is base for layer, _ in pairs)
-             and len(getattr(base, 'envs', ())) == len(state['sub_envs'])
-             and all(sub.get('type') == type(env.unwrapped).__name__ for env, sub in zip(base.envs, state['sub_envs'])))
+    if type(base).__name__ in EXACT_VECTOR_ENVS:  # its sub-envs are in its own state
+        saved = next((layer_state for layer, layer_state in pairs if layer is base), None)
+        exact = bool(state['exact']) and saved is not None and saved.get('num_envs') == base.num_envs
+    else:
+        exact = (bool(state['exact']) and any(layer is base for layer, _ in pairs)
+                 and len(getattr(base, 'envs', ())) == len(state['sub_envs'])
+                 and all(sub.get('type') == type(env.unwrapped).__name__
+                         for env, sub in zip(base.envs, state['sub_envs'])))
     if exact:
         venv.reset(seed=0)
     for layer, layer_state in pairs:
         if layer is base and not exact:
             continue
         _load_layer_state(layer, layer_state)
-    if exact:
+    if exact and state['sub_envs'] is not None:
         for env, env_state in zip(layers[-1].envs, state['sub_envs']):
             _load_env(env, env_state)
     return exact

@@ -1,0 +1,167 @@
+"""env.vector_backend "numpy" (env/cartpole.py): CartPole's sub-envs stepped together give what
+gymnasium's sync vector env of CartPoles gives, bit for bit; the lab picks it for CartPole where it
+fits; a run on it is the run on gymnasium's; its snapshot restores exactly; a run started on
+gymnasium's env continues on it."""
+from __future__ import annotations
+
+import copy
+import shutil
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.envs.classic_control import CartPoleEnv
+from lab_helpers import PPO, assert_same_run, drop_saved_key, saved_values, spec_file_in, train_one
+
+from slm_lab.env import cartpole, make_env
+from slm_lab.env.cartpole import CartPoleVector
+from slm_lab.env.schema import check_env
+from slm_lab.lib.errors import SpecError
+from slm_lab.persistence.env_state import load_vector_env_state_dict, vector_env_state_dict
+
+NAME = 'ppo_cartpole_backend'
+
+
+def gymnasium_cartpoles(name: str, n: int, max_t: int | None = None) -> gym.vector.VectorEnv:
+    kwargs = {'max_episode_steps': max_t} if max_t else {}
+    return gym.make_vec(name, num_envs=n, vectorization_mode='sync',
+                        vector_kwargs={'autoreset_mode': gym.vector.AutoresetMode.SAME_STEP}, **kwargs)
+
+
+def policy_actions(obs: np.ndarray, rng: np.random.Generator, t: int) -> np.ndarray:
+    """Random actions, and stretches of a policy that balances the pole for a few hundred steps and
+    now and then to the time limit: both ends of an episode are stepped."""
+    if (t // 600) % 2:
+        return (0.3 * obs[:, 2] + obs[:, 3] > 0).astype(np.int64)
+    return rng.integers(0, 2, len(obs))
+
+
+def assert_same_step(a, b) -> None:
+    for x, y in zip(a[:4], b[:4]):
+        assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+    info_a, info_b = a[4], b[4]
+    assert info_a.keys() == info_b.keys()
+    if '_final_obs' in info_a:
+        assert np.array_equal(info_a['_final_obs'], info_b['_final_obs'])
+        assert np.array_equal(info_a['_final_info'], info_b['_final_info'])
+        assert info_a['final_info'] == info_b['final_info']
+        for i in np.flatnonzero(info_a['_final_obs']):
+            assert info_a['final_obs'][i].dtype == info_b['final_obs'][i].dtype
+            assert np.array_equal(info_a['final_obs'][i], info_b['final_obs'][i])
+
+
+@pytest.mark.parametrize('name,n,max_t', [('CartPole-v1', 8, None), ('CartPole-v0', 3, None), ('CartPole-v1', 5, 60)])
+def test_it_steps_as_gymnasiums_sync_vector_env_bit_for_bit(name, n, max_t):
+    theirs, ours = gymnasium_cartpoles(name, n, max_t), CartPoleVector(n, max_t or cartpole.IDS[name])
+    assert (ours.single_observation_space, ours.single_action_space) == \
+        (theirs.single_observation_space, theirs.single_action_space)
+    assert (ours.observation_space, ours.action_space) == (theirs.observation_space, theirs.action_space)
+    assert ours.metadata['autoreset_mode'] == theirs.metadata['autoreset_mode']
+    rng = np.random.default_rng(0)
+    ends = {'terminated': 0, 'truncated': 0}
+    for seed in (7, None, [3] * n):  # seeded, then on from each sub-env's generator, then seeded per sub-env
+        obs_a, info_a = theirs.reset(seed=seed)
+        obs_b, info_b = ours.reset(seed=seed)
+        assert obs_a.dtype == obs_b.dtype and np.array_equal(obs_a, obs_b) and info_a == info_b
+        for t in range(1800):
+            actions = policy_actions(obs_a, rng, t)
+            step_a, step_b = theirs.step(actions), ours.step(actions)
+            assert_same_step(step_a, step_b)
+            ends['terminated'] += int(step_a[2].sum())
+            ends['truncated'] += int(step_a[3].sum())
+            obs_a = step_a[0]
+    assert ends['terminated'] > 50 and ends['truncated'] > 0, ends
+
+
+def test_its_constants_are_cartpoles():
+    env = CartPoleEnv()
+    assert (env.gravity, env.masscart, env.masspole, env.length, env.force_mag, env.tau) == \
+        (cartpole.GRAVITY, cartpole.MASSCART, cartpole.MASSPOLE, cartpole.LENGTH, cartpole.FORCE_MAG, cartpole.TAU)
+    assert (env.total_mass, env.polemass_length) == (cartpole.TOTAL_MASS, cartpole.POLEMASS_LENGTH)
+    assert (env.theta_threshold_radians, env.x_threshold) == (cartpole.THETA_THRESHOLD, cartpole.X_THRESHOLD)
+    assert env.kinematics_integrator == 'euler'
+    for name, limit in cartpole.IDS.items():
+        assert gym.spec(name).max_episode_steps == limit
+
+
+def test_actions_that_are_not_cartpoles_are_refused():
+    env = CartPoleVector(2)
+    env.reset(seed=0)
+    for bad in (np.array([0, 2]), np.array([-1, 0]), np.array([0.0, 1.0]), np.array([0, 1, 1])):
+        with pytest.raises(ValueError, match='0 or 1'):
+            env.step(bad)
+
+
+def backend(**env) -> str:
+    return check_env({'name': 'CartPole-v1', 'max_frame': 1000, 'num_envs': 4, **env})['vector_backend']
+
+
+def test_the_lab_picks_it_for_a_cartpole_it_can_step():
+    assert backend() == 'numpy'
+    assert backend(num_envs=1, name='CartPole-v0', max_t=100, normalize_obs=True, normalize_reward=True,
+                   reward_scale=0.5) == 'numpy'
+    assert backend(normalize_obs=True, clip_obs=5.0) == 'numpy'  # normalize_obs clips, after the vector env
+    # what needs each sub-env as a gymnasium env, or another vector env
+    for env in ({'vectorization_mode': 'async'}, {'autoreset': 'next_step'}, {'frame_op': 'concat', 'frame_op_len': 2},
+                {'clip_obs': 1.0}, {'sutton_barto_reward': True}, {'make_kwargs': {'sutton_barto_reward': True}},
+                {'vector_backend': 'gymnasium'}):
+        assert backend(**env) == 'gymnasium', env
+    assert backend(name='Acrobot-v1') == 'gymnasium'
+    with pytest.raises(SpecError, match='env.vector_backend: "numpy" steps CartPole-v0 and CartPole-v1 only'):
+        backend(name='Acrobot-v1', vector_backend='numpy')
+    with pytest.raises(SpecError, match='env.vector_backend: "numpy"'):
+        backend(vector_backend='numpy', autoreset='next_step')
+
+
+def test_its_snapshot_restores_the_episodes_exactly():
+    env_spec = check_env({'name': 'CartPole-v1', 'max_frame': 1000, 'num_envs': 4, 'normalize_obs': True,
+                          'normalize_reward': True})
+    env = make_env(env_spec)
+    assert isinstance(env.unwrapped, CartPoleVector)
+    obs, _ = env.reset(seed=5)
+    rng = np.random.default_rng(1)
+    for t in range(700):
+        obs = env.step(policy_actions(obs, rng, t))[0]
+    state = vector_env_state_dict(env)
+    assert state['exact'] and state['layer_types'][-1] == 'CartPoleVector'
+    restored = make_env(env_spec)
+    assert load_vector_env_state_dict(restored, copy.deepcopy(state))
+    for t in range(700, 1500):
+        actions = policy_actions(obs, rng, t)
+        step = env.step(actions)
+        assert_same_step(step, restored.step(actions))
+        obs = step[0]
+    # a snapshot of another number of sub-envs is not theirs: fresh episodes, statistics kept
+    assert not load_vector_env_state_dict(make_env({**env_spec, 'num_envs': 3}), copy.deepcopy(state))
+
+
+def small_ppo(**env) -> dict:
+    spec = copy.deepcopy(PPO)
+    spec['env'].update({'max_frame': 800, **env})
+    spec['meta'].update({'log_frequency': 200, 'eval_frequency': 400})
+    return spec
+
+
+@pytest.mark.slow
+def test_a_run_on_it_is_the_run_on_gymnasiums_and_one_started_there_continues_there(tmp_path):
+    numpy_run = train_one(spec_file_in(tmp_path / 'n', NAME, small_ppo()), NAME, 'train', [], tmp_path / 'a')
+    assert saved_values(numpy_run, NAME, 'env.vector_backend') == ['numpy'] * 3
+    gym_file = spec_file_in(tmp_path / 'g', NAME, small_ppo(vector_backend='gymnasium'))
+    gym_run = train_one(gym_file, NAME, 'train', [], tmp_path / 'b')
+    assert_same_run(numpy_run, gym_run, NAME)
+    # a run the lab started on gymnasium's env (before "numpy" existed, or asked for) continues on
+    # it when the spec file says nothing: its sub-envs' states are gymnasium's
+    old = tmp_path / 'c' / gym_run.name
+    shutil.copytree(gym_run, old)
+    plain_file = spec_file_in(tmp_path / 'p', NAME, small_ppo())
+    train_one(plain_file, NAME, 'train@latest', ['env.max_frame=1600'], tmp_path / 'c')
+    assert saved_values(old, NAME, 'env.vector_backend') == ['gymnasium'] * 3
+    straight = train_one(gym_file, NAME, 'train', ['env.max_frame=1600'], tmp_path / 'd')
+    assert_same_run(old, straight, NAME)
+    # and a run saved before the key existed at all continues on gymnasium's env too
+    older = tmp_path / 'e' / gym_run.name
+    shutil.copytree(gym_run, older)
+    drop_saved_key(older, NAME, 'env.vector_backend')
+    train_one(plain_file, NAME, 'train@latest', ['env.max_frame=1600'], tmp_path / 'e')
+    assert saved_values(older, NAME, 'env.vector_backend') == ['gymnasium'] * 3
+    assert_same_run(older, straight, NAME)

@@ -13,6 +13,7 @@ from slm_lab.env.cartpole import CartPoleVector
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family
 from slm_lab.env.schema import ENV_SCHEMA
+from slm_lab.env.sync import SyncVectorEnv
 from slm_lab.env.wrappers import (ClipAction, FireReset, LifeLossTermination, NormalizeObservation, NormalizeReward,
                                   RescaleAction, clip_observation)
 from slm_lab.lib.schema import not_available
@@ -35,10 +36,12 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
     """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
-    see env/atari.py; the lab's CartPoleVector for "numpy", env/cartpole.py; otherwise
-    gymnasium's), resetting finished sub-envs in the same step (the final observation is in
-    info['final_obs']; with env.autoreset "next_step", in the next step, see autoreset_mode),
-    recording episode returns in info['episode'], with the normalisation wrappers asked for.
+    see env/atari.py; the lab's CartPoleVector for "numpy", env/cartpole.py; otherwise gymnasium's
+    sync vector env with a shorter step, env/sync.py, or its async one), resetting finished
+    sub-envs in the same step (the final observation is in info['final_obs']; with env.autoreset
+    "next_step", in the next step, see autoreset_mode), recording episode returns in
+    info['episode'], with the normalisation wrappers asked for. The sub-envs' own per-step infos
+    are not gathered (env/sync.py), only those of the steps that end an episode (final_info).
 
     gamma: the algorithm's discount (agent.algorithm.gamma). normalize_reward divides rewards by
     the running std of the return discounted with it, so the scale matches the returns the
@@ -50,9 +53,10 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         env = make_ale_vector_env(env_spec, n)
     elif env_spec.get('vector_backend') == 'numpy':  # CartPole's sub-envs in one step (env/cartpole.py)
         env = CartPoleVector(n, env_spec.get('max_t') or CARTPOLE_IDS[env_spec['name']])
+    elif env_spec.get('vectorization_mode', 'sync') == 'sync':  # gymnasium's, with a shorter step (env/sync.py)
+        env = SyncVectorEnv([_single_env_fn(env_spec)] * n, autoreset_mode=autoreset_mode(env_spec))
     else:
-        env = gym.make_vec(env_spec['name'], num_envs=n,
-                           vectorization_mode=env_spec.get('vectorization_mode', 'sync'),
+        env = gym.make_vec(env_spec['name'], num_envs=n, vectorization_mode=env_spec['vectorization_mode'],
                            vector_kwargs={'autoreset_mode': autoreset_mode(env_spec)},
                            wrappers=_raw_obs_wrappers(env_spec), **_make_kwargs(env_spec))
     # innermost, so episode returns are the env's own rewards, before any normalisation
@@ -76,6 +80,19 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
         low, high = clip_reward if isinstance(clip_reward, list) else (-clip_reward, clip_reward)
         env = gym.wrappers.vector.ClipReward(env, min_reward=low, max_reward=high)
     return env
+
+
+def _single_env_fn(env_spec: dict):
+    """What makes one sub-env of a vector env: gymnasium.make of the spec's id with its keyword
+    arguments, under the per-sub-env wrappers (as gymnasium.make_vec builds each)."""
+    kwargs, wrappers = _make_kwargs(env_spec), _raw_obs_wrappers(env_spec) or []
+
+    def make() -> gym.Env:
+        env = gym.make(env_spec['name'], **kwargs)
+        for wrapper in wrappers:
+            env = wrapper(env)
+        return env
+    return make
 
 
 def autoreset_mode(env_spec: dict) -> gym.vector.AutoresetMode:

@@ -1,7 +1,7 @@
 """CartPole's sub-envs stepped together: one set of numpy array operations for all of them, where
 gymnasium's sync vector env steps each CartPoleEnv through its wrappers in turn (about 12 us a
 sub-env a step, most of it calls, not arithmetic). env.vector_backend "numpy" (the default for
-CartPole-v0/v1 where it applies: schema.numpy_backend_fits).
+CartPole-v0/v1 where it applies: schema.numpy_backend_misfit).
 
 It computes what gymnasium's sync vector env of CartPole-v0/v1 computes, bit for bit (tested):
 each sub-env's state in float64 with the same operations in the same order, each sub-env's own
@@ -71,6 +71,9 @@ class CartPoleVector(gym.vector.VectorEnv):
             seeds = [int(seed) + i for i in range(self.num_envs)]  # as gymnasium's sync vector env seeds its sub-envs
         else:
             seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f'CartPoleVector.reset: {len(seeds)} seeds for {self.num_envs} sub-envs; give one per '
+                                 'sub-env, an int (seed + i for sub-env i) or None')
         old = self.rngs or [None] * self.num_envs
         self.rngs = [seeding.np_random(s)[0] if s is not None or rng is None else rng for s, rng in zip(seeds, old)]
         self.state = [self._first_state(i) for i in range(self.num_envs)]
@@ -78,6 +81,8 @@ class CartPoleVector(gym.vector.VectorEnv):
         return np.array(self.state, dtype=np.float32), {}
 
     def step(self, actions):
+        if self.rngs is None:
+            raise gym.error.ResetNeeded('CartPoleVector.step before its first reset: call reset() first')
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,) or actions.dtype.kind not in 'iu':
             raise ValueError(f'CartPole actions must be {self.num_envs} integers, each 0 or 1; got {actions!r}')

@@ -119,22 +119,24 @@ ENV_SCHEMA = {
 ENV_PLANNED_KEYS = {'unity': "Unity environments (SLM-Lab v4's env.unity)"}
 
 
-def check_env(env: dict, path: str = 'env') -> dict:
+def check_env(env: dict, path: str = 'env', settle: bool = True) -> dict:
     """The env section validated (its keys, its constructor arguments, the keys that go together)
-    with every default filled in; SpecError naming the key path of the first problem."""
+    with every default filled in; SpecError naming the key path of the first problem. `settle`
+    (validate_spec's): the defaults that depend on other env keys (vector_backend, clip_obs,
+    clip_reward) are filled in; a search's spec leaves them to each trial's, whose keys may be
+    searched."""
     env = check_object(env, ENV_SCHEMA, path, extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
                        planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(env, path)
     check_frame_op(env)
-    check_vector_backend(env)
-    return fill_env_clip_defaults(env)
+    check_vector_backend(env, settle)
+    return fill_env_clip_defaults(env) if settle else env
 
 
-def check_vector_backend(env: dict) -> None:
+def check_vector_backend(env: dict, settle: bool = True) -> None:
     """env.vector_backend "ale" only for a game ALE's vector env can run, "numpy" only for a
-    CartPole it can run (numpy_backend_fits); null (the default) is replaced by the choice the lab makes
-    (ALE's for an Atari game it fits, the lab's CartPole where it fits, else gymnasium's), so the
-    saved spec says which ran."""
+    CartPole it can run (numpy_backend_misfit); null (the default) is replaced by the choice the
+    lab makes (settled_backend) when `settle`, so the saved spec says which ran."""
     if env.get('vector_backend') == 'ale':
         unfit = ale_vector_unfit(env)
         if unfit is not None:
@@ -142,25 +144,51 @@ def check_vector_backend(env: dict) -> None:
         if env.get('autoreset') == 'next_step':
             raise SpecError('env.autoreset: "next_step" is for gymnasium\'s vector envs, and env.vector_backend "ale" '
                             'runs ALE\'s; set vector_backend to "gymnasium" (or null), or autoreset to "same_step"')
-    if env.get('vector_backend') == 'numpy' and not numpy_backend_fits(env):
-        raise SpecError(f'env.vector_backend: "numpy" steps {" and ".join(cartpole.IDS)} only, in sync mode with '
-                        'same-step autoreset, without frame_op, clip_obs (unless normalize_obs), make_kwargs or '
-                        f'constructor arguments; {env.get("name")!r} with these keys needs "gymnasium" (or null)')
-    if env.get('vector_backend') is None:
-        if env.get('autoreset') == 'next_step':
-            env['vector_backend'] = 'gymnasium'
-        else:
-            env['vector_backend'] = 'numpy' if numpy_backend_fits(env) else default_backend(env)
+    if env.get('vector_backend') == 'numpy' and (unfit := numpy_backend_misfit(env)) is not None:
+        raise SpecError(f'env.vector_backend: "numpy" cannot step this env: {unfit}; use "gymnasium" or null')
+    if env.get('vector_backend') is None and settle:
+        env['vector_backend'] = settled_backend(env)
 
 
-def numpy_backend_fits(env: dict) -> bool:
-    """Whether env.vector_backend "numpy" (env/cartpole.py) can step this env section: CartPole-v0/v1
-    with the env's default constructor (max_t as the time limit, nothing else passed to
-    gymnasium.make), gymnasium's sync mode, same-step autoreset, and no per-sub-env wrapper
-    (frame_op, clip_obs without normalize_obs), which would need each sub-env as a gymnasium env."""
-    return (env.get('name') in cartpole.IDS and all(k in ENV_SCHEMA for k in env) and not env.get('make_kwargs')
-            and env.get('vectorization_mode', 'sync') == 'sync' and env.get('autoreset', 'same_step') == 'same_step'
-            and not env.get('frame_op') and (env.get('clip_obs') is None or bool(env.get('normalize_obs'))))
+def settled_backend(env: dict) -> str:
+    """The vector env the lab picks for an env section whose vector_backend is null: "ale" for an
+    Atari game ALE's vector env can run in more than one env, "numpy" for a CartPole the lab's
+    vector env can step, else "gymnasium"."""
+    if env.get('autoreset') == 'next_step':
+        return 'gymnasium'
+    return 'numpy' if numpy_backend_misfit(env) is None else default_backend(env)
+
+
+def backend_fits(env: dict, backend: str) -> bool:
+    """Whether `backend` can run this env section."""
+    if backend == 'numpy':
+        return numpy_backend_misfit(env) is None
+    if backend == 'ale':
+        return ale_vector_unfit(env) is None and env.get('autoreset') != 'next_step'
+    return True
+
+
+def numpy_backend_misfit(env: dict) -> str | None:
+    """Why env.vector_backend "numpy" (env/cartpole.py) cannot step this env section, or None when
+    it can: CartPole-v0/v1 with the env's default constructor (max_t as the time limit, nothing
+    else passed to gymnasium.make), gymnasium's sync mode, same-step autoreset, and no per-sub-env
+    wrapper (frame_op, clip_obs without normalize_obs), which would need each sub-env as a
+    gymnasium env."""
+    if env.get('name') not in cartpole.IDS:
+        return f'it steps {" and ".join(cartpole.IDS)} only, not {env.get("name")!r}'
+    extra = [k for k in env if k not in ENV_SCHEMA]
+    if extra or env.get('make_kwargs'):
+        given = ', '.join(extra or [f'make_kwargs.{k}' for k in env['make_kwargs']])
+        return f'it builds CartPole with its default constructor, and the spec passes {given}'
+    if env.get('vectorization_mode', 'sync') != 'sync':
+        return 'env.vectorization_mode is "async" (one process per sub-env)'
+    if env.get('autoreset', 'same_step') != 'same_step':
+        return 'env.autoreset is "next_step"; it resets in the same step'
+    if env.get('frame_op'):
+        return 'env.frame_op wraps each sub-env'
+    if env.get('clip_obs') is not None and not env.get('normalize_obs'):
+        return 'env.clip_obs without normalize_obs wraps each sub-env'
+    return None
 
 
 def fill_env_clip_defaults(env: dict) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+from slm_lab.env.schema import backend_fits
 from slm_lab.lib.decay import Schedule, linear_to_zero_end, linear_to_zero_factor
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import __version__, git_sha
@@ -223,8 +224,12 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
                           f'continues the parent\'s training, so it needs the same algorithm: fork with a spec of '
                           f"{change[0]}, or, to train {change[1]} from the parent's weights, use --warm-start "
                           'instead of --fork (a fresh run; the nets must fit)')
+    raw = load_raw_spec(spec_file, spec_name, overrides)
+    # a backend the file leaves to the lab (null or absent) is settled again for the spec as edited,
+    # then kept as the run had it where it still fits (_keep_settled_backend)
+    base = _unsettled_backend(old_spec) if _given_backend(raw) is None else old_spec
     try:
-        spec = load_spec(spec_file, spec_name, overrides, base=old_spec, settle=settles_kernels(mode))
+        spec = load_spec(spec_file, spec_name, overrides, base=base, settle=settles_kernels(mode))
     except SpecError as e:
         change = _algorithm_change(spec_file, spec_name, overrides, old_spec)
         if change is None:
@@ -234,7 +239,9 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
         raise ResumeError(f"the run's algorithm is {change[0]} and the spec's is {change[1]}, which does not fit the "
                           f"run's saved spec ({str(e).split('; ')[0]}); {mode} continues a run with its own "
                           f'algorithm: use a spec of {change[0]}, or start {new_run}') from None
-    _keep_settled_kernels(spec, old_spec, load_raw_spec(spec_file, spec_name, overrides))
+    _keep_settled_kernels(spec, old_spec, raw)
+    if _given_backend(raw) is None:
+        _keep_settled_backend(spec, old_spec)
     meta = spec['meta']
     if meta['random_seed'] is None:
         meta['random_seed'] = old_spec['meta']['random_seed']
@@ -243,6 +250,32 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
     if 'lineage' in old_spec['meta']:  # a forked or warm-started run keeps where it came from
         meta['lineage'] = old_spec['meta']['lineage']
     return spec, old_spec
+
+
+def _given_backend(raw: dict):
+    """env.vector_backend as the spec file and overrides give it (None when null or absent)."""
+    env = raw.get('env') if isinstance(raw, dict) else None
+    env = env[0] if isinstance(env, list) and env else env  # SLM-Lab v4's list layout
+    return env.get('vector_backend') if isinstance(env, dict) else None
+
+
+def _unsettled_backend(old_spec: dict) -> dict:
+    """The run's saved spec with its env.vector_backend null, for the lab to settle again."""
+    if not isinstance(old_spec.get('env'), dict) or old_spec['env'].get('vector_backend') is None:
+        return old_spec
+    return {**old_spec, 'env': {**old_spec['env'], 'vector_backend': None}}
+
+
+def _keep_settled_backend(spec: dict, old_spec: dict) -> None:
+    """env.vector_backend as the run settled it (or ran before the key: KEYS_ADDED_LATER) when the
+    spec file leaves it to the lab and it still runs the env as edited: a run keeps the vector env
+    its snapshots hold the episodes of (gymnasium's CartPoles stay gymnasium's although "numpy" is
+    the default now). Where an edit (--force) leaves it unable to, the lab's new choice stands, and
+    check_edits names the change."""
+    old = (old_spec.get('env') or {}).get('vector_backend')
+    env = spec.get('env')
+    if old is not None and isinstance(env, dict) and backend_fits(env, old):
+        env['vector_backend'] = old
 
 
 def _keep_settled_kernels(spec: dict, old_spec: dict, raw: dict) -> None:

@@ -142,8 +142,8 @@ def _load_layer_state(layer, state: dict) -> None:
                 current[...] = arr
             else:
                 setattr(layer, key, arr)
-        else:
-            setattr(layer, key, enc)
+        else:  # a copy: a layer that changes its lists in place (CartPoleVector) leaves the snapshot as read
+            setattr(layer, key, copy.deepcopy(enc) if isinstance(enc, (list, dict)) else enc)
 
 
 def _chain(env) -> list:

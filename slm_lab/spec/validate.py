@@ -201,8 +201,10 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
 def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> dict:
     """Validate a raw spec and return it with every default filled in. Raises SpecError naming
     the key path of the first problem and the valid choices. `settle`: a net's linear_kernel "auto"
-    becomes the kernel this machine takes for its layers; False for a search's spec, whose trials
-    each settle it for the layers they draw (agent.net.hid_layers may be searched)."""
+    becomes the kernel this machine takes for its layers, and the env defaults that depend on other
+    env keys are filled (env.schema.check_env); False for a search's spec, whose trials each
+    settle them for the layers and env keys they draw (agent.net.hid_layers, env.name, ... may be
+    searched)."""
     if not isinstance(spec, dict):
         raise SpecError(f'{spec_name}: a spec must be a JSON object')
     spec = copy.deepcopy(spec)
@@ -212,7 +214,8 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
     check_finite(spec)
     flatten_v4_layout(spec)  # SLM-Lab v4's list-wrapped agent and env, and its body block
     spec = check_object(spec, TOP_SCHEMA, 'spec')
-    spec['env'] = check_env(rename_env_id(spec['env']))  # gymnasium ids renamed since SLM-Lab v4 run their current id
+    # gymnasium ids renamed since SLM-Lab v4 run their current id
+    spec['env'] = check_env(rename_env_id(spec['env']), settle=settle)
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     # the registries import torch (seconds): reading a spec file, and a mistake in its top level,
     # env or meta (the agent's keys are checked against its classes' schemas), need not wait for it

@@ -5,19 +5,22 @@ gymnasium's env continues on it."""
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.envs.classic_control import CartPoleEnv
-from lab_helpers import PPO, assert_same_run, drop_saved_key, saved_values, spec_file_in, train_one
+from lab_helpers import PPO, ROOT, assert_same_run, drop_saved_key, saved_values, spec_file_in, train_one
 
 from slm_lab.env import cartpole, make_env
 from slm_lab.env.cartpole import CartPoleVector
 from slm_lab.env.schema import check_env
+from slm_lab.experiment.search.specs import search_params, trial_spec
 from slm_lab.lib.errors import SpecError
 from slm_lab.persistence.env_state import load_vector_env_state_dict, vector_env_state_dict
+from slm_lab.spec import validate_spec
 
 NAME = 'ppo_cartpole_backend'
 
@@ -107,10 +110,59 @@ def test_the_lab_picks_it_for_a_cartpole_it_can_step():
                 {'vector_backend': 'gymnasium'}):
         assert backend(**env) == 'gymnasium', env
     assert backend(name='Acrobot-v1') == 'gymnasium'
-    with pytest.raises(SpecError, match='env.vector_backend: "numpy" steps CartPole-v0 and CartPole-v1 only'):
-        backend(name='Acrobot-v1', vector_backend='numpy')
-    with pytest.raises(SpecError, match='env.vector_backend: "numpy"'):
-        backend(vector_backend='numpy', autoreset='next_step')
+    # asked for where it cannot step the env: one line naming why
+    for env, why in (({'name': 'Acrobot-v1'}, "it steps CartPole-v0 and CartPole-v1 only, not 'Acrobot-v1'"),
+                     ({'sutton_barto_reward': True}, 'the spec passes sutton_barto_reward'),
+                     ({'make_kwargs': {'sutton_barto_reward': True}}, 'passes make_kwargs.sutton_barto_reward'),
+                     ({'autoreset': 'next_step'}, 'env.autoreset is "next_step"'),
+                     ({'vectorization_mode': 'async'}, 'env.vectorization_mode is "async"'),
+                     ({'clip_obs': 1.0}, 'env.clip_obs without normalize_obs')):
+        with pytest.raises(SpecError) as e:
+            backend(vector_backend='numpy', **env)
+        assert str(e.value).startswith('env.vector_backend: "numpy" cannot step this env: ') and why in str(e.value)
+        assert str(e.value).endswith('use "gymnasium" or null') and '\n' not in str(e.value)
+
+
+def test_a_searchs_spec_leaves_it_to_each_trial():
+    """A search's spec (validated without settling) leaves the backend and the clipping defaults to
+    each trial's spec, which settles them for the env keys the trial drew."""
+    raw = json.loads((ROOT / 'spec' / 'search' / 'ppo_cartpole_search.json').read_text())['ppo_cartpole_search']
+    raw['env']['normalize_obs'] = True
+    raw['search'] = {'env.name__choice': ['CartPole-v1', 'Acrobot-v1'],
+                     'env.vectorization_mode__choice': ['sync', 'async'],
+                     'env.normalize_obs__choice': [True, False]}
+    spec = {**validate_spec(raw, 'ppo_cartpole_search', settle=False), 'name': 'ppo_cartpole_search'}
+    assert spec['env']['vector_backend'] is None and 'clip_obs' not in spec['env']
+    assert [p.path for p in search_params(spec)] == ['env.name', 'env.vectorization_mode', 'env.normalize_obs']
+    settled = {(name, mode, norm): trial_spec(spec, {'env.name': name, 'env.vectorization_mode': mode,
+                                                     'env.normalize_obs': norm}, 0)['env']
+               for name in ('CartPole-v1', 'Acrobot-v1') for mode in ('sync', 'async') for norm in (True, False)}
+    assert {k: v['vector_backend'] for k, v in settled.items()} == {
+        k: 'numpy' if k[:2] == ('CartPole-v1', 'sync') else 'gymnasium' for k in settled}
+    assert all(v['clip_obs'] == (10.0 if k[2] else None) for k, v in settled.items())
+
+
+def test_a_restored_env_does_not_change_the_snapshot_it_was_read_from():
+    env = CartPoleVector(2)
+    env.reset(seed=0)
+    state = vector_env_state_dict(env)
+    restored = CartPoleVector(2)
+    assert load_vector_env_state_dict(restored, state)
+    before = copy.deepcopy(state)
+    for _ in range(30):
+        restored.step(np.array([1, 1]))
+    assert repr(state) == repr(before)
+
+
+def test_it_asks_for_a_reset_first_and_one_seed_per_sub_env():
+    env = CartPoleVector(3)
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step(np.array([0, 1, 0]))
+    for seeds in ([1, 2], [1, 2, 3, 4]):
+        with pytest.raises(ValueError, match=f'{len(seeds)} seeds for 3 sub-envs'):
+            env.reset(seed=seeds)
+    obs, _ = env.reset(seed=[5, 6, 7])
+    assert obs.shape == (3, 4) and len(env.rngs) == 3
 
 
 def test_its_snapshot_restores_the_episodes_exactly():
@@ -165,3 +217,40 @@ def test_a_run_on_it_is_the_run_on_gymnasiums_and_one_started_there_continues_th
     train_one(plain_file, NAME, 'train@latest', ['env.max_frame=1600'], tmp_path / 'e')
     assert saved_values(older, NAME, 'env.vector_backend') == ['gymnasium'] * 3
     assert_same_run(older, straight, NAME)
+
+
+def test_a_resumed_run_keeps_its_backend_unless_an_edit_leaves_it_unable_to_run(tmp_path):
+    """train@ with a spec file that leaves vector_backend to the lab (absent or null): a run on
+    gymnasium's CartPoles continues on them, no edit; a --force edit that "numpy" cannot run
+    (async sub-envs) moves the run to the backend the lab picks for it, and the edit names the
+    change; a backend the file names is the user's (an edit)."""
+    from slm_lab.lib.errors import ResumeError
+    from slm_lab.persistence.edits import check_edits, continuation_spec
+    from slm_lab.spec import load_spec
+
+    def saved(**env) -> dict:
+        spec_file = spec_file_in(tmp_path / 'saved', NAME, small_ppo(**env))
+        spec = load_spec(spec_file, NAME)
+        spec['meta'].update(random_seed=7, experiment_ts='2026_01_01_000000')
+        return spec
+
+    def resume(old: dict, overrides: list[str], **env) -> tuple[dict, dict]:
+        spec_file = spec_file_in(tmp_path / 'now', NAME, small_ppo(**env))
+        return continuation_spec(spec_file, NAME, overrides, copy.deepcopy(old), 'train@latest')
+
+    on_gymnasium = saved(vector_backend='gymnasium')
+    for env in ({}, {'vector_backend': None}):
+        spec, filled = resume(on_gymnasium, [], **env)
+        assert spec['env']['vector_backend'] == 'gymnasium', env
+        assert check_edits(filled, spec, force=False) == []
+    spec, filled = resume(on_gymnasium, [], vector_backend='numpy')  # the user's own choice: an edit
+    with pytest.raises(ResumeError, match='env.vector_backend'):
+        check_edits(filled, spec, force=False)
+    on_numpy = saved()
+    assert on_numpy['env']['vector_backend'] == 'numpy'
+    spec, filled = resume(on_numpy, [])
+    assert spec['env']['vector_backend'] == 'numpy' and check_edits(filled, spec, force=False) == []
+    spec, filled = resume(on_numpy, ['env.vectorization_mode=async'])
+    assert spec['env']['vector_backend'] == 'gymnasium'
+    edits = {key: (old, new) for key, old, new in check_edits(filled, spec, force=True)}
+    assert edits['env.vector_backend'] == ('numpy', 'gymnasium')

@@ -8,8 +8,7 @@ import gymnasium as gym
 import numpy as np
 
 from slm_lab.env.atari import atari_settings, make_ale_vector_env
-from slm_lab.env.cartpole import IDS as CARTPOLE_IDS
-from slm_lab.env.cartpole import CartPoleVector
+from slm_lab.env.classic import IDS as CLASSIC_IDS
 from slm_lab.env.clock import Clock  # noqa: F401  (re-export)
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family
 from slm_lab.env.schema import ENV_SCHEMA
@@ -36,7 +35,7 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
     """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
-    see env/atari.py; the lab's CartPoleVector for "numpy", env/cartpole.py; otherwise gymnasium's
+    see env/atari.py; the lab's CartPoleVector or AcrobotVector for "numpy", env/classic.py; otherwise gymnasium's
     sync vector env with a shorter step, env/sync.py, or its async one), resetting finished
     sub-envs in the same step (the final observation is in info['final_obs']; with env.autoreset
     "next_step", in the next step, see autoreset_mode), recording episode returns in
@@ -51,8 +50,9 @@ def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -
     n = num_envs or env_spec['num_envs']
     if env_spec.get('vector_backend') == 'ale':  # an Atari game in ALE's own vector env (env/atari.py)
         env = make_ale_vector_env(env_spec, n)
-    elif env_spec.get('vector_backend') == 'numpy':  # CartPole's sub-envs in one step (env/cartpole.py)
-        env = CartPoleVector(n, env_spec.get('max_t') or CARTPOLE_IDS[env_spec['name']])
+    elif env_spec.get('vector_backend') == 'numpy':  # CartPole's or Acrobot's sub-envs in one step (env/classic.py)
+        vector_env, limit = CLASSIC_IDS[env_spec['name']]
+        env = vector_env(n, env_spec.get('max_t') or limit)
     elif env_spec.get('vectorization_mode', 'sync') == 'sync':  # gymnasium's, with a shorter step (env/sync.py)
         env = SyncVectorEnv([_single_env_fn(env_spec)] * n, autoreset_mode=autoreset_mode(env_spec))
     else:

@@ -9,7 +9,7 @@ import inspect
 import gymnasium as gym
 from gymnasium.envs.registration import load_env_creator
 
-from slm_lab.env import cartpole
+from slm_lab.env import classic
 from slm_lab.env.atari import ale_vector_unfit, default_backend
 from slm_lab.env.ids import ENV_FAMILIES, atari_frames, ensure_env_registered, env_family, warn_if_outdated
 from slm_lab.lib.errors import SpecError
@@ -80,10 +80,11 @@ ENV_SCHEMA = {
     'vector_backend': Field((str,), None, nullable=True, choices=BACKENDS,
                             doc='the vector env that steps the sub-envs: "gymnasium", gymnasium\'s (one env per '
                                 'sub-env under its wrappers); "ale", ALE\'s own for an Atari game (C++ threads step '
-                                'the games; a resumed run starts fresh episodes); "numpy", the lab\'s CartPole-v0/v1 '
-                                '(every sub-env in one step, the numbers of gymnasium\'s, bit for bit); null: "ale" '
+                                'the games; a resumed run starts fresh episodes); "numpy", the lab\'s own for '
+                                'CartPole-v0/v1 and Acrobot-v1 (every sub-env in one step, the numbers of '
+                                'gymnasium\'s, bit for bit); null: "ale" '
                                 'for an Atari game with num_envs > 1 that ALE\'s vector env can run, "numpy" for a '
-                                'CartPole it can run, else "gymnasium" (the saved spec says which ran; '
+                                'CartPole or Acrobot it can run, else "gymnasium" (the saved spec says which ran; '
                                 'docs/environments.md)'),
     # SLM-Lab keys
     'reward_scale': Field((float, str), None, nullable=True, check=_check_reward_scale,
@@ -135,7 +136,7 @@ def check_env(env: dict, path: str = 'env', settle: bool = True) -> dict:
 
 def check_vector_backend(env: dict, settle: bool = True) -> None:
     """env.vector_backend "ale" only for a game ALE's vector env can run, "numpy" only for a
-    CartPole it can run (numpy_backend_misfit); null (the default) is replaced by the choice the
+    CartPole or Acrobot it can run (numpy_backend_misfit); null (the default) is replaced by the choice the
     lab makes (settled_backend) when `settle`, so the saved spec says which ran."""
     if env.get('vector_backend') == 'ale':
         unfit = ale_vector_unfit(env)
@@ -152,8 +153,8 @@ def check_vector_backend(env: dict, settle: bool = True) -> None:
 
 def settled_backend(env: dict) -> str:
     """The vector env the lab picks for an env section whose vector_backend is null: "ale" for an
-    Atari game ALE's vector env can run in more than one env, "numpy" for a CartPole the lab's
-    vector env can step, else "gymnasium"."""
+    Atari game ALE's vector env can run in more than one env, "numpy" for a CartPole or Acrobot
+    the lab's vector envs can step, else "gymnasium"."""
     if env.get('autoreset') == 'next_step':
         return 'gymnasium'
     return 'numpy' if numpy_backend_misfit(env) is None else default_backend(env)
@@ -169,17 +170,17 @@ def backend_fits(env: dict, backend: str) -> bool:
 
 
 def numpy_backend_misfit(env: dict) -> str | None:
-    """Why env.vector_backend "numpy" (env/cartpole.py) cannot step this env section, or None when
-    it can: CartPole-v0/v1 with the env's default constructor (max_t as the time limit, nothing
+    """Why env.vector_backend "numpy" (env/classic.py) cannot step this env section, or None when
+    it can: CartPole-v0/v1 or Acrobot-v1 with the env's default constructor (max_t as the time limit, nothing
     else passed to gymnasium.make), gymnasium's sync mode, same-step autoreset, and no per-sub-env
     wrapper (frame_op, clip_obs without normalize_obs), which would need each sub-env as a
     gymnasium env."""
-    if env.get('name') not in cartpole.IDS:
-        return f'it steps {" and ".join(cartpole.IDS)} only, not {env.get("name")!r}'
+    if env.get('name') not in classic.IDS:
+        return f'it steps {", ".join(classic.IDS)} only, not {env.get("name")!r}'
     extra = [k for k in env if k not in ENV_SCHEMA]
     if extra or env.get('make_kwargs'):
         given = ', '.join(extra or [f'make_kwargs.{k}' for k in env['make_kwargs']])
-        return f'it builds CartPole with its default constructor, and the spec passes {given}'
+        return f'it builds the env with its default constructor, and the spec passes {given}'
     if env.get('vectorization_mode', 'sync') != 'sync':
         return 'env.vectorization_mode is "async" (one process per sub-env)'
     if env.get('autoreset', 'same_step') != 'same_step':

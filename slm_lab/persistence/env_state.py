@@ -28,7 +28,7 @@ from slm_lab.lib.errors import ResumeError
 # envs whose whole dynamics state lives in plain attributes
 EXACT_ENV_MODULES = ('gymnasium.envs.classic_control', 'gymnasium.envs.toy_text', 'ale_py', 'gymnasium.envs.mujoco')
 # vector envs whose sub-envs' whole state lives in their own plain attributes (no gymnasium sub-envs)
-EXACT_VECTOR_ENVS = ('CartPoleVector',)
+EXACT_VECTOR_ENVS = ('CartPoleVector', 'AcrobotVector')
 ALE_KEY = '__ale_state__'  # an ALE game's emulator state, as the bytes of ALEState.serialize()
 MUJOCO_KEY = '__mujoco_state__'  # a MuJoCo env's mjSTATE_INTEGRATION array
 MUJOCO_DERIVED_KEY = '__mujoco_derived__'  # and the derived quantities envs read between steps
@@ -142,7 +142,7 @@ def _load_layer_state(layer, state: dict) -> None:
                 current[...] = arr
             else:
                 setattr(layer, key, arr)
-        else:  # a copy: a layer that changes its lists in place (CartPoleVector) leaves the snapshot as read
+        else:  # a copy: a layer that changes its lists in place (env/classic.py's) leaves the snapshot as read
             setattr(layer, key, copy.deepcopy(enc) if isinstance(enc, (list, dict)) else enc)
 
 

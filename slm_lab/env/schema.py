@@ -123,15 +123,16 @@ ENV_PLANNED_KEYS = {'unity': "Unity environments (SLM-Lab v4's env.unity)"}
 def check_env(env: dict, path: str = 'env', settle: bool = True) -> dict:
     """The env section validated (its keys, its constructor arguments, the keys that go together)
     with every default filled in; SpecError naming the key path of the first problem. `settle`
-    (validate_spec's): the defaults that depend on other env keys (vector_backend, clip_obs,
-    clip_reward) are filled in; a search's spec leaves them to each trial's, whose keys may be
-    searched."""
+    (validate_spec's): vector_backend null is settled (check_vector_backend); a search's spec
+    leaves it null, to each trial's spec, whose env keys may be searched. (The clipping defaults
+    are filled either way: a search's saved spec without them would read as one saved before they
+    existed, edits.KEYS_ADDED_LATER, when it resumes.)"""
     env = check_object(env, ENV_SCHEMA, path, extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
                        planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(env, path)
     check_frame_op(env)
     check_vector_backend(env, settle)
-    return fill_env_clip_defaults(env) if settle else env
+    return fill_env_clip_defaults(env)
 
 
 def check_vector_backend(env: dict, settle: bool = True) -> None:

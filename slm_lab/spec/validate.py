@@ -201,8 +201,8 @@ def _component_schema(section: str, registry: dict, planned: tuple, spec: Any, p
 def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> dict:
     """Validate a raw spec and return it with every default filled in. Raises SpecError naming
     the key path of the first problem and the valid choices. `settle`: a net's linear_kernel "auto"
-    becomes the kernel this machine takes for its layers, and the env defaults that depend on other
-    env keys are filled (env.schema.check_env); False for a search's spec, whose trials each
+    becomes the kernel this machine takes for its layers, and env.vector_backend null the vector
+    env it picks for the env (env.schema.check_env); False for a search's spec, whose trials each
     settle them for the layers and env keys they draw (agent.net.hid_layers, env.name, ... may be
     searched)."""
     if not isinstance(spec, dict):

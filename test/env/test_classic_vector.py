@@ -144,22 +144,21 @@ def test_the_lab_picks_it_for_a_cartpole_it_can_step():
 
 
 def test_a_searchs_spec_leaves_it_to_each_trial():
-    """A search's spec (validated without settling) leaves the backend and the clipping defaults to
-    each trial's spec, which settles them for the env keys the trial drew."""
+    """A search's spec (validated without settling) leaves the backend null, to each trial's spec,
+    which settles it for the env keys the trial drew."""
     raw = json.loads((ROOT / 'spec' / 'search' / 'ppo_cartpole_search.json').read_text())['ppo_cartpole_search']
-    raw['env']['normalize_obs'] = True
     raw['search'] = {'env.name__choice': ['CartPole-v1', 'Pendulum-v1'],
                      'env.vectorization_mode__choice': ['sync', 'async'],
-                     'env.normalize_obs__choice': [True, False]}
+                     'env.autoreset__choice': ['same_step', 'next_step']}
     spec = {**validate_spec(raw, 'ppo_cartpole_search', settle=False), 'name': 'ppo_cartpole_search'}
-    assert spec['env']['vector_backend'] is None and 'clip_obs' not in spec['env']
-    assert [p.path for p in search_params(spec)] == ['env.name', 'env.vectorization_mode', 'env.normalize_obs']
-    settled = {(name, mode, norm): trial_spec(spec, {'env.name': name, 'env.vectorization_mode': mode,
-                                                     'env.normalize_obs': norm}, 0)['env']
-               for name in ('CartPole-v1', 'Pendulum-v1') for mode in ('sync', 'async') for norm in (True, False)}
+    assert spec['env']['vector_backend'] is None
+    assert [p.path for p in search_params(spec)] == ['env.name', 'env.vectorization_mode', 'env.autoreset']
+    drawn = [(name, mode, reset) for name in ('CartPole-v1', 'Pendulum-v1') for mode in ('sync', 'async')
+             for reset in ('same_step', 'next_step')]
+    settled = {k: trial_spec(spec, dict(zip(('env.name', 'env.vectorization_mode', 'env.autoreset'), k)), 0)['env']
+               for k in drawn}
     assert {k: v['vector_backend'] for k, v in settled.items()} == {
-        k: 'numpy' if k[:2] == ('CartPole-v1', 'sync') else 'gymnasium' for k in settled}
-    assert all(v['clip_obs'] == (10.0 if k[2] else None) for k, v in settled.items())
+        k: 'numpy' if k == ('CartPole-v1', 'sync', 'same_step') else 'gymnasium' for k in drawn}
 
 
 def test_a_restored_env_does_not_change_the_snapshot_it_was_read_from():

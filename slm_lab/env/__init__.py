@@ -35,8 +35,9 @@ def _make_kwargs(env_spec: dict, render_mode: str | None = None) -> dict:
 
 def make_env(env_spec: dict, num_envs: int | None = None, gamma: float = 0.99) -> gym.vector.VectorEnv:
     """A gymnasium.vector env for the env spec (ALE's AtariVectorEnv for env.vector_backend "ale",
-    see env/atari.py; the lab's CartPoleVector or AcrobotVector for "numpy", env/classic.py; otherwise gymnasium's
-    sync vector env with a shorter step, env/sync.py, or its async one), resetting finished
+    see env/atari.py; the lab's CartPoleVector or AcrobotVector for "numpy", env/classic.py;
+    otherwise gymnasium's sync vector env with a shorter step, env/sync.py, or its async one),
+    resetting finished
     sub-envs in the same step (the final observation is in info['final_obs']; with env.autoreset
     "next_step", in the next step, see autoreset_mode), recording episode returns in
     info['episode'], with the normalisation wrappers asked for. The sub-envs' own per-step infos

@@ -120,19 +120,19 @@ ENV_SCHEMA = {
 ENV_PLANNED_KEYS = {'unity': "Unity environments (SLM-Lab v4's env.unity)"}
 
 
-def check_env(env: dict, path: str = 'env', settle: bool = True) -> dict:
+def check_env(env: dict, path: str = 'env', settle: bool = True, searched: set[str] = frozenset()) -> dict:
     """The env section validated (its keys, its constructor arguments, the keys that go together)
     with every default filled in; SpecError naming the key path of the first problem. `settle`
     (validate_spec's): vector_backend null is settled (check_vector_backend); a search's spec
-    leaves it null, to each trial's spec, whose env keys may be searched. (The clipping defaults
-    are filled either way: a search's saved spec without them would read as one saved before they
-    existed, edits.KEYS_ADDED_LATER, when it resumes.)"""
+    leaves it null, to each trial's spec, whose env keys may be searched. `searched`: the paths a
+    search's block draws; the clipping defaults that depend on one of them are left out of the
+    search's spec, to each trial's (clip_defaults_left_to_trials)."""
     env = check_object(env, ENV_SCHEMA, path, extra_ok=lambda k: k not in ENV_PLANNED_KEYS,
                        planned_keys=ENV_PLANNED_KEYS)
     check_env_kwargs(env, path)
     check_frame_op(env)
     check_vector_backend(env, settle)
-    return fill_env_clip_defaults(env)
+    return fill_env_clip_defaults(env, leave=() if settle else clip_defaults_left_to_trials(searched))
 
 
 def check_vector_backend(env: dict, settle: bool = True) -> None:
@@ -193,14 +193,31 @@ def numpy_backend_misfit(env: dict) -> str | None:
     return None
 
 
-def fill_env_clip_defaults(env: dict) -> dict:
+def fill_env_clip_defaults(env: dict, leave=()) -> dict:
     """SLM-Lab v5's defaults of clip_obs and clip_reward, written into the validated env spec so
     the saved spec says what ran: 10 when the matching normalisation is on, else null (an explicit
-    null, kept, turns clipping off); rewards of ALE/ games (SLM-Lab v5's Atari ids) clipped to 1."""
-    env.setdefault('clip_obs', 10.0 if env['normalize_obs'] else None)
-    ale = isinstance(env.get('name'), str) and env['name'].startswith('ALE/')
-    env.setdefault('clip_reward', 1.0 if ale else 10.0 if env['normalize_reward'] else None)
+    null, kept, turns clipping off); rewards of ALE/ games (SLM-Lab v5's Atari ids) clipped to 1.
+    `leave`: the keys not filled (a search's spec, whose trials draw what their defaults follow)."""
+    if 'clip_obs' not in leave:
+        env.setdefault('clip_obs', 10.0 if env['normalize_obs'] else None)
+    if 'clip_reward' not in leave:
+        ale = isinstance(env.get('name'), str) and env['name'].startswith('ALE/')
+        env.setdefault('clip_reward', 1.0 if ale else 10.0 if env['normalize_reward'] else None)
     return env
+
+
+def clip_defaults_left_to_trials(searched: set[str]) -> set[str]:
+    """The clipping keys whose defaults follow a key a search draws (`searched`, its dotted
+    paths): a search's spec leaves them out, so that each trial fills them from what it drew, as
+    SLM-Lab does for each run (clip_obs 10 for a trial that draws normalize_obs true, none for one
+    that draws false). A search's saved spec without them is not one saved before they existed
+    (edits.fill_keys_added_later)."""
+    left = set()
+    if 'env.normalize_obs' in searched:
+        left.add('clip_obs')
+    if searched & {'env.normalize_reward', 'env.name'}:
+        left.add('clip_reward')
+    return left
 
 
 def check_frame_op(env: dict) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 import re
 
-from slm_lab.env.schema import backend_fits
+from slm_lab.env.schema import backend_fits, clip_defaults_left_to_trials
 from slm_lab.lib.decay import Schedule, linear_to_zero_end, linear_to_zero_factor
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import __version__, git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, settles_kernels, validate_spec
+from slm_lab.spec.search_block import searched_paths
 from slm_lab.spec.validate import WANDB_KEYS, fill_fused
 
 # edits that keep the past and the future of a run consistent
@@ -50,9 +51,14 @@ def fill_keys_added_later(spec: dict) -> dict:
     "contiguous", its bf16 nets without bf16_min_rows to 1 (every forward in bf16), and its other
     nets without linear_kernel to "default" (torch's kernel, whatever "auto" picks now) and those on
     "onednn" without onednn_min_rows to 1 (every product on oneDNN) and without onednn_min_macs
-    to 0."""
+    to 0. A search's spec lacks the clipping keys that follow a key it draws by design
+    (env.schema.clip_defaults_left_to_trials): they stay out."""
+    meta = spec.get('meta') if isinstance(spec.get('meta'), dict) else {}
+    # a search's spec leaves out the clipping defaults that follow a key it draws (each trial fills them)
+    left = clip_defaults_left_to_trials(searched_paths(spec.get('search'))) \
+        if str(meta.get('mode') or '').startswith('search') else set()
     for (section, key), old_value in KEYS_ADDED_LATER.items():
-        if isinstance(spec.get(section), dict) and key not in spec[section]:
+        if isinstance(spec.get(section), dict) and key not in spec[section] and not (section == 'env' and key in left):
             spec[section][key] = old_value
     agent = spec.get('agent')
     algorithm = agent.get('algorithm') if isinstance(agent, dict) else None

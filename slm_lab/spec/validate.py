@@ -11,6 +11,7 @@ from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import (MAX_DEVICES, MAX_FRAME, MAX_KEPT, OMIT, Field, accepts, check_finite, check_object,
                                ignored_field, not_available, suggest)
 from slm_lab.spec.compat import flatten_v4_layout, rename_env_id
+from slm_lab.spec.search_block import searched_paths
 
 # Sessions are processes and each writes its own files; more seeds than any study uses (papers
 # report 3-10) is a typo or a fuzzed value, and 2**63 of them would never finish writing specs.
@@ -204,7 +205,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
     becomes the kernel this machine takes for its layers, and env.vector_backend null the vector
     env it picks for the env (env.schema.check_env); False for a search's spec, whose trials each
     settle them for the layers and env keys they draw (agent.net.hid_layers, env.name, ... may be
-    searched)."""
+    searched), and which leaves out the clipping defaults that follow a key its block draws."""
     if not isinstance(spec, dict):
         raise SpecError(f'{spec_name}: a spec must be a JSON object')
     spec = copy.deepcopy(spec)
@@ -215,7 +216,8 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
     flatten_v4_layout(spec)  # SLM-Lab v4's list-wrapped agent and env, and its body block
     spec = check_object(spec, TOP_SCHEMA, 'spec')
     # gymnasium ids renamed since SLM-Lab v4 run their current id
-    spec['env'] = check_env(rename_env_id(spec['env']), settle=settle)
+    spec['env'] = check_env(rename_env_id(spec['env']), settle=settle,
+                            searched=set() if settle else searched_paths(spec.get('search')))
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     # the registries import torch (seconds): reading a spec file, and a mistake in its top level,
     # env or meta (the agent's keys are checked against its classes' schemas), need not wait for it

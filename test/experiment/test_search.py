@@ -261,6 +261,44 @@ def test_a_trial_saved_by_an_older_lab_continues_with_the_keys_added_since_at_th
         read_trial_spec(run, 0)
 
 
+def test_a_search_over_normalisation_leaves_the_clipping_defaults_to_each_trial(tmp_path):
+    """SLM-Lab's clip_obs / clip_reward defaults follow normalize_obs / normalize_reward (10 when on,
+    none when off) in each run: a search that draws the normalisation leaves them out of its spec,
+    each trial fills them from what it drew, a value the spec gives stays for every trial, and the
+    search's saved spec reads back without them when it resumes (not as a spec saved before the keys
+    existed, which would mean no clipping), so the trials begun after a resume clip as before it."""
+    from slm_lab.experiment.search.specs import resume_spec, trial_spec
+    from slm_lab.persistence.edits import fill_keys_added_later
+    from slm_lab.spec import load_run_spec, validate_spec
+    raw = search_spec()
+    raw['search'] = {**raw['search'], 'env': {'normalize_obs__choice': [True, False]},
+                     'env.normalize_reward__choice': [True, False]}
+    search = {**validate_spec(raw, settle=False), 'name': NAME}
+    assert 'clip_obs' not in search['env'] and 'clip_reward' not in search['env']
+    for obs in (True, False):
+        for rew in (True, False):
+            env = trial_spec(search, {'env.normalize_obs': obs, 'env.normalize_reward': rew}, 0)['env']
+            assert (env['clip_obs'], env['clip_reward']) == (10.0 if obs else None, 10.0 if rew else None)
+    given = {**raw, 'env': {**raw['env'], 'clip_obs': 5.0}}
+    search = {**validate_spec(given, settle=False), 'name': NAME}
+    assert search['env']['clip_obs'] == 5.0 and 'clip_reward' not in search['env']
+    assert trial_spec(search, {'env.normalize_obs': False, 'env.normalize_reward': True}, 0)['env']['clip_obs'] == 5.0
+    # what train mode validates (it ignores the search block) and a search that does not draw them: filled
+    assert validate_spec(raw)['env']['clip_obs'] is None
+    plain = {**search_spec(), 'env': {**search_spec()['env'], 'normalize_obs': True}}
+    assert validate_spec(plain, settle=False)['env']['clip_obs'] == 10.0
+    # the search's saved spec, resumed: no key filled in, no edit found
+    spec_file = write(tmp_path, raw, NAME)
+    saved = load_run_spec(spec_file, NAME, 'search', None)
+    assert 'clip_obs' not in fill_keys_added_later(json.loads(json.dumps(saved)))['env']
+    spec, params = resume_spec(spec_file, NAME, None, saved, force=False, mode='search@latest')
+    assert 'clip_obs' not in spec['env'] and 'clip_reward' not in spec['env']
+    assert trial_spec(spec, {'env.normalize_obs': True, 'env.normalize_reward': False}, 3)['env']['clip_obs'] == 10.0
+    # a train run's saved spec that lacks them predates them: no clipping, as it ran
+    train = {**saved, 'meta': {**saved['meta'], 'mode': 'train'}}
+    assert fill_keys_added_later(json.loads(json.dumps(train)))['env']['clip_obs'] is None
+
+
 @pytest.mark.subprocess
 def test_a_ray_address_that_does_not_answer_is_one_line_and_no_run_directory(tmp_path):
     result = lab([write(tmp_path, search_spec()), NAME, 'search', '--ray-address', '127.0.0.1:9'], tmp_path)
@@ -316,8 +354,8 @@ def check_search_lines(stderr: str, df: pd.DataFrame, root: Path, name: str, log
     starts = [x for x in lines if re.match(r'trial \d start: ', x)]
     ends = [x for x in lines if re.match(r'trial \d end: ', x)]
     assert len(starts) == len(ends) == len(df), lines
-    assert re.fullmatch(r'trial 0 start: agent\.algorithm\.gamma=0\.\d+, agent\.net\.optim_spec\.lr=[\d.e-]+',
-                        starts[0]), starts[0]
+    assert re.fullmatch(r'trial 0 start: agent\.algorithm\.gamma=0\.\d+, agent\.net\.optim_spec\.lr=[\d.e-]+'
+                        r', env\.normalize_obs=(true|false|True|False)', starts[0]), starts[0]
     for i, end in enumerate(ends):
         assert re.fullmatch(rf'trial {i} end: {re.escape(df.loc[i, "status"])} \| frame {df.loc[i, "frame"]} '
                             r'\| total_reward_ma \d+\.\d\d', end), (end, df.loc[i].to_dict())
@@ -351,8 +389,12 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     One search for issue 29 too: a DQN search with meta.snapshot_replay left out of its spec; the lab
     puts the small replay into the snapshots, so the third trial continues exactly from the frame
     it was killed at (with the replay refilled from empty, its losses would differ). And the search
-    that never stopped is the check of a whole search's console lines (check_search_lines)."""
+    that never stopped is the check of a whole search's console lines (check_search_lines).
+    It searches env.normalize_obs too: each trial, the one begun after the resume included, clips
+    its observations as SLM-Lab's default for what it drew says (10 with normalize_obs, none
+    without), not as the search's base spec would."""
     spec = dqn_search_spec()
+    spec['search']['env.normalize_obs__choice'] = [True, False]
     spec_file = write(tmp_path, spec, DQN_NAME)
     straight, killed = tmp_path / 'straight', tmp_path / 'killed'
     straight.mkdir()
@@ -422,7 +464,12 @@ def test_a_search_killed_in_its_third_trial_resumes_to_the_search_that_never_sto
     saved = json.loads((root / f'{DQN_NAME}_t2_spec.json').read_text())
     assert not saved.get('search') and saved['meta']['trial'] == 2
     assert saved['agent']['algorithm']['gamma'] == pytest.approx(b.loc[2, 'agent.algorithm.gamma'])
-    assert json.loads((root / f'{DQN_NAME}_spec.json').read_text())['search']
+    search_spec = json.loads((root / f'{DQN_NAME}_spec.json').read_text())
+    assert search_spec['search'] and 'clip_obs' not in search_spec['env'], search_spec['env']
+    for i in range(4):  # the clipping default of what each trial drew, in both searches
+        for d in (run_dir(straight, DQN_NAME), root):
+            env = json.loads((d / f'{DQN_NAME}_t{i}_spec.json').read_text())['env']
+            assert env['clip_obs'] == (10.0 if env['normalize_obs'] else None), (i, env)
     assert list((root / 'graph').glob(f'{DQN_NAME}_experiment_graph.html'))
     assert not Path.home().joinpath('.ray').exists() or not (Path.home() / '.ray' / 'auth_token').exists()
     check_search_lines(err, a, run_dir(straight, DQN_NAME), DQN_NAME, spec['meta']['log_frequency'])

@@ -32,9 +32,8 @@ from typing import Any
 
 from slm_lab.lib.errors import SpecError
 from slm_lab.lib.schema import suggest
+from slm_lab.spec.search_block import SPACES, search_leaves
 
-SPACES = ('uniform', 'quniform', 'loguniform', 'qloguniform', 'randint', 'qrandint', 'lograndint', 'qlograndint',
-          'randn', 'normal', 'qrandn', 'choice', 'grid_search')
 # how many numbers each numeric space takes
 ARITY = {'uniform': 2, 'loguniform': 2, 'randint': 2, 'lograndint': 2, 'randn': 2, 'normal': 2,
          'quniform': 3, 'qloguniform': 3, 'qrandint': 3, 'qlograndint': 3, 'qrandn': 3}
@@ -111,23 +110,6 @@ def _multiple(x: float, q) -> int | float:
     return round(x, digits)
 
 
-def _flatten(block: dict, prefix: str = '') -> list[tuple[str, Any]]:
-    """(key as written, arguments) of each leaf of a search block."""
-    leaves = []
-    for k, v in block.items():
-        key = f'{prefix}.{k}' if prefix else str(k)
-        if '__' in str(k):
-            leaves.append((key, v))
-        elif isinstance(v, list) and len(v) == 1 and isinstance(v[0], dict) and not prefix and k in ('agent', 'env'):
-            leaves += _flatten(v[0], key)  # SLM-Lab v4's one-element agent / env lists
-        elif isinstance(v, dict):
-            leaves += _flatten(v, key)
-        else:
-            raise SpecError(f'search.{key}: expected "<key>__<space>": [...] or an object of them; '
-                            f'spaces: {", ".join(SPACES)}')
-    return leaves
-
-
 def parse_search(block: dict) -> list[Param]:
     """The searched keys of a search block, each checked: a known space, arguments that fit it.
     An empty block searches nothing: the trials differ by their seeds only (SLM-Lab's too)."""
@@ -135,7 +117,7 @@ def parse_search(block: dict) -> list[Param]:
         raise SpecError('search: expected an object of "<key>__<space>": [...] entries, e.g. '
                         '{"agent.algorithm.gamma__uniform": [0.9, 0.999]}')
     params = []
-    for key, args in _flatten(block):
+    for key, args in search_leaves(block):
         path, space = key.rsplit('__', 1)
         if space not in SPACES:
             raise SpecError(f"search.{key}: unknown space '{space}'{suggest(space, SPACES)}; "

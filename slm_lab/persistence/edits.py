@@ -11,6 +11,7 @@ from slm_lab.lib.decay import Schedule, linear_to_zero_end, linear_to_zero_facto
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.version import __version__, git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, settles_kernels, validate_spec
+from slm_lab.spec.compat import raw_section
 from slm_lab.spec.search_block import searched_paths
 from slm_lab.spec.validate import WANDB_KEYS, fill_fused
 
@@ -260,9 +261,8 @@ def continuation_spec(spec_file: str, spec_name: str, overrides: list[str] | Non
 
 def _given_backend(raw: dict):
     """env.vector_backend as the spec file and overrides give it (None when null or absent)."""
-    env = raw.get('env') if isinstance(raw, dict) else None
-    env = env[0] if isinstance(env, list) and env else env  # SLM-Lab v4's list layout
-    return env.get('vector_backend') if isinstance(env, dict) else None
+    env = raw_section(raw, 'env')  # either layout
+    return env.get('vector_backend') if env is not None else None
 
 
 def _unsettled_backend(old_spec: dict) -> dict:
@@ -288,10 +288,9 @@ def _keep_settled_kernels(spec: dict, old_spec: dict, raw: dict) -> None:
     """A net's linear_kernel as the run settled it when the spec file and overrides say "auto" (or
     nothing): "auto" is settled by the machine that validates it, and a run keeps the kernel it
     started with on any machine. A concrete kernel the user names stays theirs (an edit)."""
-    agent = raw.get('agent') if isinstance(raw, dict) else None
-    agent = agent[0] if isinstance(agent, list) and agent else agent  # SLM-Lab v4's list layout
+    agent = raw_section(raw, 'agent')  # either layout
     for section in ('net', 'critic_net'):
-        given = agent.get(section) if isinstance(agent, dict) else None
+        given = agent.get(section) if agent is not None else None
         given = given.get('linear_kernel') if isinstance(given, dict) else None
         new, old = (s.get('agent', {}).get(section) for s in (spec, old_spec))
         if given in (None, 'auto') and isinstance(new, dict) and isinstance(old, dict) \

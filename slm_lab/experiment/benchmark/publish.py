@@ -42,6 +42,7 @@ from slm_lab.lib.errors import LabError, SpecError
 from slm_lab.lib.io import atomic_write_text
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.spec import load_spec
+from slm_lab.spec.compat import raw_section
 from slm_lab.spec.read import read_spec_file
 
 SEEDS_FILE = 'seeds.csv'
@@ -279,9 +280,8 @@ def settled_kernel(spec: dict) -> str:
     linear_kernel "auto" becomes "onednn" or "default" by the machine: the same row can run on
     either, rounding differently), "net/critic" where the critic net's differs; '' when the spec
     does not say (a run saved before the key)."""
-    agent = spec.get('agent') if isinstance(spec, dict) else None
-    agent = agent[0] if isinstance(agent, list) and agent else agent  # SLM-Lab v4's list-wrapped agent
-    if not isinstance(agent, dict):
+    agent = raw_section(spec, 'agent')  # either layout
+    if agent is None:
         return ''
     kernels = [str(net.get('linear_kernel') or '') for net in (agent.get('net'), agent.get('critic_net'))
                if isinstance(net, dict)]

@@ -15,6 +15,14 @@ V4_ALGORITHM_KEYS = {
 }
 
 
+def raw_section(spec, key: str):
+    """A raw spec's `agent` or `env` section in either layout (v4's one-element list unwrapped);
+    None when the spec or section is not an object (the validator says why, where it matters)."""
+    section = spec.get(key) if isinstance(spec, dict) else None
+    section = section[0] if isinstance(section, list) and section else section
+    return section if isinstance(section, dict) else None
+
+
 def is_v4_layout(spec: dict) -> bool:
     """Whether a raw spec is in SLM-Lab v4's layout: `agent` or `env` a list, or a `body` block
     (v5's specs, and the lab's own, are flat)."""

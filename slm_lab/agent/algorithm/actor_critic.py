@@ -63,9 +63,10 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor, 
         advantages = torch.empty_like(deltas)
         out = advantages.numpy()
         running = np.zeros_like(d[0])
-        for t in range(len(d) - 1, -1, -1):
-            running = d[t] + c[t] * running
-            out[t] = running
+        with np.errstate(all='ignore'):  # silent on inf / nan as torch is (a diverged run says so in one line)
+            for t in range(len(d) - 1, -1, -1):
+                running = d[t] + c[t] * running
+                out[t] = running
         return advantages
     advantages = torch.zeros_like(deltas)
     running = torch.zeros_like(deltas[0])

@@ -12,7 +12,7 @@ sizes and is meant to be conservative (it rounds up), not exact:
            Algorithm.owned_replay_needs); so far:
            Replay: max_size x (2 observations + action + reward + terminated), plus a sampled
            batch; for stacked uint8 frames (Atari), which the replay stores once each, its frame
-           ring (about one frame per transition, see replay.FrameStore) and frame slots instead;
+           ring (about one frame per transition, see memory/frames.py's FrameStore) and frame slots instead;
            PrioritizedReplay the same plus its sum tree; OnPolicyBatchReplay: time_horizon x num_envs steps,
            twice (the buffer and the
            batch it hands out), plus their float32 tensors and the activations of a pass over them

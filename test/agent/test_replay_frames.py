@@ -1,4 +1,4 @@
-"""Replay of stacked Atari frames (replay.FrameStore): each frame stored once, every sampled stack
+"""Replay of stacked Atari frames (memory/frames.py's FrameStore): each frame stored once, every sampled stack
 rebuilt bit for bit as the env returned it, and snapshots that reuse unchanged chunks."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from slm_lab.agent.estimate import memory_needs
 from slm_lab.lib import arrays
 from slm_lab.persistence import snapshot as checkpoint, snapshots as session_snapshots
-from slm_lab.agent.memory import replay as replay_module
+from slm_lab.agent.memory import frames as frames_module
 from slm_lab.agent.memory.prioritized import PrioritizedReplay
 from slm_lab.agent.memory.replay import Replay
 
@@ -94,7 +94,7 @@ def test_atari_stacks_are_rebuilt_exactly_through_episode_ends_lost_lives_and_wr
         assert_same_as_naive(mem, naive)
         # about one frame per transition: 600 transitions added 600 newest frames, plus one per episode
         assert mem.frame_store.frame_count < 600 + 2 * (ends['terminated'] + ends['truncated']) + 8
-        assert mem.frame_store.ring == replay_module.frame_ring_size(64, 4, 2)  # no growth was needed
+        assert mem.frame_store.ring == frames_module.frame_ring_size(64, 4, 2)  # no growth was needed
 
 
 def test_sampling_draws_as_before_and_returns_the_same_batches(played):
@@ -145,7 +145,7 @@ def test_short_episodes_grow_the_ring_and_stay_exact():
         mem.add(obs, np.zeros(3), np.zeros(3), nxt, np.zeros(3, bool), np.zeros(3, bool))
         naive.add(obs, nxt)
         assert_same_as_naive(mem, naive)
-    assert mem.frame_store.ring > replay_module.frame_ring_size(50, 4, 3)
+    assert mem.frame_store.ring > frames_module.frame_ring_size(50, 4, 3)
 
 
 def test_a_wrong_observation_shape_is_one_line():
@@ -169,8 +169,8 @@ def test_snapshots_are_exact_map_back_without_copies_and_write_only_what_changed
     a full snapshot, one after a few more transitions (only their chunks are written, the rest
     hard-linked), a resume from it that samples as the straight run does, and a snapshot of the
     resumed replay that rewrites nothing unchanged."""
-    monkeypatch.setattr(replay_module, 'FRAME_CHUNK_ROWS', 64)
-    monkeypatch.setattr(replay_module, 'TRANSITION_CHUNK_ROWS', 256)
+    monkeypatch.setattr(frames_module, 'FRAME_CHUNK_ROWS', 64)
+    monkeypatch.setattr(frames_module, 'TRANSITION_CHUNK_ROWS', 256)
     assert 64 * 8 * 8 % os.sysconf('SC_PAGE_SIZE') == 0
     rng = np.random.default_rng(1)
     mem, naive = memory(PrioritizedReplay, max_size=1000, obs_shape=OBS8), NaiveReplay(1000, OBS8)
@@ -222,8 +222,8 @@ def test_snapshots_are_exact_map_back_without_copies_and_write_only_what_changed
 
 def test_a_snapshot_of_a_partly_filled_replay_copies_unaligned_chunks_and_resumes(tmp_path, monkeypatch):
     """Chunks that are not whole pages (10 frames of 8x8) are copied on load, not mapped."""
-    monkeypatch.setattr(replay_module, 'FRAME_CHUNK_ROWS', 10)
-    monkeypatch.setattr(replay_module, 'TRANSITION_CHUNK_ROWS', 8)
+    monkeypatch.setattr(frames_module, 'FRAME_CHUNK_ROWS', 10)
+    monkeypatch.setattr(frames_module, 'TRANSITION_CHUNK_ROWS', 8)
     rng = np.random.default_rng(2)
     mem, naive = memory(max_size=200, obs_shape=OBS8), NaiveReplay(200, OBS8)
     fill(mem, naive, rng, 30)
@@ -289,7 +289,7 @@ def test_channels_last_stacks_are_the_same_bytes_laid_out_as_a_channels_last_net
     # by OpenCV's merge or, without OpenCV, numpy's strided writes
     import torch
     if not opencv:
-        monkeypatch.setattr(replay_module, '_opencv', lambda: None)
+        monkeypatch.setattr(frames_module, '_opencv', lambda: None)
     mems, naive, _ = played
     for mem in mems:
         mem.frame_store.channels_last = True

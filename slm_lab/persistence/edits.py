@@ -13,7 +13,7 @@ from slm_lab.lib.version import __version__, git_sha
 from slm_lab.spec import RUNTIME_META, diff_specs, load_raw_spec, load_spec, settles_kernels, validate_spec
 from slm_lab.spec.compat import raw_section
 from slm_lab.spec.search_block import searched_paths
-from slm_lab.spec.validate import WANDB_KEYS, fill_fused
+from slm_lab.spec.validate import WANDB_KEYS, fill_fused, optims_left_to_trials
 
 # edits that keep the past and the future of a run consistent
 ALLOWED_EDITS = ('env.max_frame', 'meta.log_frequency', 'meta.eval_frequency', 'meta.checkpoint_frequency',
@@ -52,12 +52,13 @@ def fill_keys_added_later(spec: dict) -> dict:
     "contiguous", its bf16 nets without bf16_min_rows to 1 (every forward in bf16), and its other
     nets without linear_kernel to "default" (torch's kernel, whatever "auto" picks now) and those on
     "onednn" without onednn_min_rows to 1 (every product on oneDNN) and without onednn_min_macs
-    to 0. A search's spec lacks the clipping keys that follow a key it draws by design
-    (env.schema.clip_defaults_left_to_trials): they stay out."""
+    to 0. A search's spec lacks by design the clipping keys and optimizers' `fused` that follow a
+    key it draws (env.schema.clip_defaults_left_to_trials, spec.validate.optims_left_to_trials):
+    they stay out."""
     meta = spec.get('meta') if isinstance(spec.get('meta'), dict) else {}
-    # a search's spec leaves out the clipping defaults that follow a key it draws (each trial fills them)
-    left = clip_defaults_left_to_trials(searched_paths(spec.get('search'))) \
-        if str(meta.get('mode') or '').startswith('search') else set()
+    # a search's spec leaves out the defaults that follow a key it draws (each trial fills them)
+    searched = searched_paths(spec.get('search')) if str(meta.get('mode') or '').startswith('search') else set()
+    left = clip_defaults_left_to_trials(searched)
     for (section, key), old_value in KEYS_ADDED_LATER.items():
         if isinstance(spec.get(section), dict) and key not in spec[section] and not (section == 'env' and key in left):
             spec[section][key] = old_value
@@ -68,7 +69,7 @@ def fill_keys_added_later(spec: dict) -> dict:
         for key, old_value in ALGORITHM_KEYS_ADDED_LATER.get(name, {}).items():
             algorithm.setdefault(key, old_value)
     if isinstance(agent, dict):  # Adam stepped per tensor before fused became its default
-        fill_fused(agent, False)
+        fill_fused(agent, False, leave=optims_left_to_trials(searched))
         for section in ('net', 'critic_net'):  # conv nets were NCHW before memory_format (a validated
             net = agent.get(section)             # conv net's spec holds conv_hid_layers)
             if isinstance(net, dict) and 'conv_hid_layers' in net:

@@ -9,6 +9,7 @@ Validation happens before anything runs and names the offending key path.
     validate.py   the top-level, meta and agent schemas; validate_spec
     load.py       read + overrides + validate (load_spec), merge_specs for resumes
     diff.py       diff_specs
+    search_block.py  the paths a search block draws (the defaults a search's spec leaves to its trials)
     frames.py     session_max_frame: a session's share of env.max_frame; check_frames_reached
     compat/       SLM-Lab's v4 layout and renamed env ids
 The env section's schema is slm_lab.env.schema (ENV_SCHEMA is handed on here).

@@ -38,12 +38,14 @@ _STEP_KEYS = ('fused', 'foreach', 'capturable', 'differentiable')
 OPTIM_KEYS = ('optim_spec', 'actor_optim_spec', 'critic_optim_spec')
 
 
-def fill_fused(agent: dict, value: bool) -> dict:
+def fill_fused(agent: dict, value: bool, leave=frozenset()) -> dict:
     """Set `fused` to `value` in each optimizer spec of the agent's nets (agent.net and
     agent.critic_net: optim_spec, actor_optim_spec, critic_optim_spec) that names an optimizer of
     FUSED_BY_DEFAULT and none of the keys that choose how it steps. validate_spec fills true (the
     default of a new run); a run saved before that default existed is filled with false
-    (persistence/edits.py), so it resumes with the optimizer it started with."""
+    (persistence/edits.py), so it resumes with the optimizer it started with. `leave`: the
+    (section, key) optimizers not filled (a search's, whose trials draw the optimizer:
+    optims_left_to_trials)."""
     for section in ('net', 'critic_net'):
         net = agent.get(section)
         if not isinstance(net, dict):
@@ -51,9 +53,17 @@ def fill_fused(agent: dict, value: bool) -> dict:
         for key in OPTIM_KEYS:
             optim = net.get(key)
             if isinstance(optim, dict) and optim.get('name') in FUSED_BY_DEFAULT \
-                    and not any(k in optim for k in _STEP_KEYS):
+                    and not any(k in optim for k in _STEP_KEYS) and (section, key) not in leave:
                 optim['fused'] = value
     return agent
+
+
+def optims_left_to_trials(searched: set[str]) -> set[tuple[str, str]]:
+    """The optimizers (section, key) whose name a search draws (`searched`, its dotted paths): a
+    search's spec leaves their `fused` out, so that each trial fills it for the optimizer it drew
+    (an RMSprop or SGD trial of an Adam spec gets none, an Adam trial true)."""
+    return {(section, key) for section in ('net', 'critic_net') for key in OPTIM_KEYS
+            if {f'agent.{section}.{key}', f'agent.{section}.{key}.name'} & searched}
 
 
 @accepts('false, true, or an object of project, entity, mode ("online" / "offline"), group (strings), tags (list)')
@@ -216,8 +226,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
     flatten_v4_layout(spec)  # SLM-Lab v4's list-wrapped agent and env, and its body block
     spec = check_object(spec, TOP_SCHEMA, 'spec')
     # gymnasium ids renamed since SLM-Lab v4 run their current id
-    spec['env'] = check_env(rename_env_id(spec['env']), settle=settle,
-                            searched=set() if settle else searched_paths(spec.get('search')))
+    # the keys a search's block draws: the defaults that follow one of them are left to each trial
+    searched = set() if settle else searched_paths(spec.get('search'))
+    spec['env'] = check_env(rename_env_id(spec['env']), settle=settle, searched=searched)
     spec['meta'] = check_object(spec['meta'], META_SCHEMA, 'meta')
     # the registries import torch (seconds): reading a spec file, and a mistake in its top level,
     # env or meta (the agent's keys are checked against its classes' schemas), need not wait for it
@@ -264,7 +275,7 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
     if not fits:
         raise SpecError(f"agent.memory.name: {algo_cls.__name__} cannot use '{agent['memory']['name']}'; "
                         f'use one of: {", ".join(algo_cls.memory_names)}')
-    spec['agent'] = fill_fused(agent, True)
+    spec['agent'] = fill_fused(agent, True, leave=optims_left_to_trials(searched))
     for section in ('net', 'critic_net'):  # linear_kernel "auto" settled here: the saved spec holds the kernel
         if settle and isinstance(agent.get(section), dict) and agent[section].get('linear_kernel') == 'auto':
             net_spec = agent[section]
@@ -275,5 +286,9 @@ def validate_spec(spec: dict, spec_name: str = 'spec', settle: bool = True) -> d
                                            for k in ('net', 'critic_net')):
         raise SpecError('agent.net.precision: "bf16" is not available with meta.distributed yet (its sessions '
                         'share nets across processes); use "fp32", or meta.distributed false')
+    derived = {k: paths for k, paths in algo_cls.derived_defaults.items()
+               if agent['algorithm'].get(k) is None and set(paths) & searched}
     algo_cls.check_spec(spec)
+    for key in derived:  # filled from a key the search draws: each trial fills its own
+        agent['algorithm'][key] = None
     return spec

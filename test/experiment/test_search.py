@@ -261,44 +261,6 @@ def test_a_trial_saved_by_an_older_lab_continues_with_the_keys_added_since_at_th
         read_trial_spec(run, 0)
 
 
-def test_a_search_over_normalisation_leaves_the_clipping_defaults_to_each_trial(tmp_path):
-    """SLM-Lab's clip_obs / clip_reward defaults follow normalize_obs / normalize_reward (10 when on,
-    none when off) in each run: a search that draws the normalisation leaves them out of its spec,
-    each trial fills them from what it drew, a value the spec gives stays for every trial, and the
-    search's saved spec reads back without them when it resumes (not as a spec saved before the keys
-    existed, which would mean no clipping), so the trials begun after a resume clip as before it."""
-    from slm_lab.experiment.search.specs import resume_spec, trial_spec
-    from slm_lab.persistence.edits import fill_keys_added_later
-    from slm_lab.spec import load_run_spec, validate_spec
-    raw = search_spec()
-    raw['search'] = {**raw['search'], 'env': {'normalize_obs__choice': [True, False]},
-                     'env.normalize_reward__choice': [True, False]}
-    search = {**validate_spec(raw, settle=False), 'name': NAME}
-    assert 'clip_obs' not in search['env'] and 'clip_reward' not in search['env']
-    for obs in (True, False):
-        for rew in (True, False):
-            env = trial_spec(search, {'env.normalize_obs': obs, 'env.normalize_reward': rew}, 0)['env']
-            assert (env['clip_obs'], env['clip_reward']) == (10.0 if obs else None, 10.0 if rew else None)
-    given = {**raw, 'env': {**raw['env'], 'clip_obs': 5.0}}
-    search = {**validate_spec(given, settle=False), 'name': NAME}
-    assert search['env']['clip_obs'] == 5.0 and 'clip_reward' not in search['env']
-    assert trial_spec(search, {'env.normalize_obs': False, 'env.normalize_reward': True}, 0)['env']['clip_obs'] == 5.0
-    # what train mode validates (it ignores the search block) and a search that does not draw them: filled
-    assert validate_spec(raw)['env']['clip_obs'] is None
-    plain = {**search_spec(), 'env': {**search_spec()['env'], 'normalize_obs': True}}
-    assert validate_spec(plain, settle=False)['env']['clip_obs'] == 10.0
-    # the search's saved spec, resumed: no key filled in, no edit found
-    spec_file = write(tmp_path, raw, NAME)
-    saved = load_run_spec(spec_file, NAME, 'search', None)
-    assert 'clip_obs' not in fill_keys_added_later(json.loads(json.dumps(saved)))['env']
-    spec, params = resume_spec(spec_file, NAME, None, saved, force=False, mode='search@latest')
-    assert 'clip_obs' not in spec['env'] and 'clip_reward' not in spec['env']
-    assert trial_spec(spec, {'env.normalize_obs': True, 'env.normalize_reward': False}, 3)['env']['clip_obs'] == 10.0
-    # a train run's saved spec that lacks them predates them: no clipping, as it ran
-    train = {**saved, 'meta': {**saved['meta'], 'mode': 'train'}}
-    assert fill_keys_added_later(json.loads(json.dumps(train)))['env']['clip_obs'] is None
-
-
 @pytest.mark.subprocess
 def test_a_ray_address_that_does_not_answer_is_one_line_and_no_run_directory(tmp_path):
     result = lab([write(tmp_path, search_spec()), NAME, 'search', '--ray-address', '127.0.0.1:9'], tmp_path)

@@ -58,9 +58,14 @@ class Algorithm:
     # the loss a net spec's loss_spec builds, when the algorithm has one (validation tries it once)
     loss_fn = None
 
+    # algorithm keys whose null check_spec replaces with a value derived from other keys, and the
+    # spec paths that value follows: a search that draws one of those leaves the key null in its
+    # own spec, for each trial to derive (spec.validate.validate_spec)
+    derived_defaults: dict[str, tuple[str, ...]] = {}
+
     @classmethod
     def check_spec(cls, spec: dict) -> None:
-        """Cross-key checks on a validated spec (raise SpecError)."""
+        """Cross-key checks on a validated spec (raise SpecError); fills derived_defaults."""
         algo = spec['agent']['algorithm']
         pdtype = algo.get('action_pdtype', 'default')
         policy = algo.get('action_policy', 'default')

@@ -86,6 +86,8 @@ class VanillaDQN(OffPolicyAlgorithm):
     double = False
     polyak_lerp = False  # SLM-Lab's DQN arithmetic, (1 - c) * target + c * online (see off_policy.py)
 
+    derived_defaults = {'training_start_step': ('agent.memory.batch_size',)}
+
     @classmethod
     def check_spec(cls, spec: dict) -> None:
         super().check_spec(spec)

@@ -160,6 +160,8 @@ class SoftActorCritic(TwinCriticAlgorithm):
             return super().__new__(cls)
         return super().__new__(cls.members.get(action_kind(action_space, agent_spec['algorithm']), cls))
 
+    derived_defaults = {'training_iter': ('env.num_envs',), 'training_start_step': ('agent.memory.batch_size',)}
+
     @classmethod
     def check_spec(cls, spec: dict) -> None:
         algo = spec['agent']['algorithm']

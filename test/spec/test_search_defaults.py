@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 
+from lab_helpers import DQN, PENDULUM, PPO
+
 from slm_lab.experiment.search.specs import resume_spec, trial_spec
 from slm_lab.persistence.edits import fill_keys_added_later
 from slm_lab.spec import load_run_spec, validate_spec
@@ -14,41 +16,30 @@ from slm_lab.spec import load_run_spec, validate_spec
 NAME = 'defaults_search'
 
 
+def searching(base: dict, search: dict, drop: tuple[str, ...] = (), **env) -> dict:
+    """A search spec made of one of the suite's small specs (lab_helpers), its algorithm keys in
+    `drop` left to their defaults."""
+    raw = copy.deepcopy(base)
+    for key in drop:
+        raw['agent']['algorithm'].pop(key)
+    raw['env'].update(env)
+    raw['meta'] = {**raw['meta'], 'max_trial': 4, 'max_session': 1}
+    return {**raw, 'search': search}
+
+
 def ppo(search: dict, **env) -> dict:
-    return {
-        'agent': {'name': 'PPO',
-                  'algorithm': {'name': 'PPO', 'gamma': 0.99, 'lam': 0.95, 'time_horizon': 64, 'minibatch_size': 32,
-                                'training_epoch': 2},
-                  'memory': {'name': 'OnPolicyBatchReplay'},
-                  'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 0.001}}},
-        'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': 3000, **env},
-        'meta': {'max_trial': 4, 'max_session': 1, 'random_seed': 5},
-        'search': search,
-    }
+    return searching(PPO, search, **env)
 
 
-def sac(search: dict) -> dict:
-    return {
-        'agent': {'name': 'SAC', 'algorithm': {'name': 'SoftActorCritic', 'action_pdtype': 'Normal'},
-                  'memory': {'name': 'Replay', 'batch_size': 64, 'max_size': 10000},
-                  'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 0.001}}},
-        'env': {'name': 'Pendulum-v1', 'num_envs': 1, 'max_frame': 3000},
-        'meta': {'max_trial': 4, 'max_session': 1, 'random_seed': 5},
-        'search': search,
-    }
+def dqn(search: dict) -> dict:  # training_start_step left to its default, which follows batch_size
+    return searching(DQN, search, drop=('training_start_step',))
 
 
-def dqn(search: dict) -> dict:
-    return {
-        'agent': {'name': 'DQN',
-                  'algorithm': {'name': 'DQN', 'explore_var_spec': {'name': 'linear_decay', 'start_val': 1.0,
-                                                                    'end_val': 0.1, 'start_step': 0, 'end_step': 1000}},
-                  'memory': {'name': 'Replay', 'batch_size': 32, 'max_size': 2000},
-                  'net': {'type': 'MLPNet', 'hid_layers': [32], 'optim_spec': {'name': 'Adam', 'lr': 0.001}}},
-        'env': {'name': 'CartPole-v1', 'num_envs': 2, 'max_frame': 3000},
-        'meta': {'max_trial': 4, 'max_session': 1, 'random_seed': 5},
-        'search': search,
-    }
+def sac(search: dict) -> dict:  # training_iter and training_start_step left to their defaults
+    base = {**PENDULUM, 'agent': {'name': 'SAC', 'algorithm': {'name': 'SoftActorCritic', 'action_pdtype': 'Normal'},
+                                  'memory': {'name': 'Replay', 'batch_size': 64, 'max_size': 10000},
+                                  'net': PENDULUM['agent']['net']}}
+    return searching(base, search)
 
 
 def search_of(raw: dict) -> dict:
@@ -116,8 +107,9 @@ def test_training_start_and_iterations_follow_each_trials_batch_and_env_count():
     algo = trial_spec(search, {'env.num_envs': 4, 'agent.memory.batch_size': 2048}, 0)['agent']['algorithm']
     assert (algo['training_iter'], algo['training_start_step']) == (4, 2048)
     # not drawn: filled in the search's spec as in a train run's
-    algo = search_of(sac({'agent.algorithm.gamma__uniform': [0.9, 0.99]}))['agent']['algorithm']
-    assert (algo['training_iter'], algo['training_start_step']) == (1, 1000)
+    plain = search_of(sac({'agent.algorithm.gamma__uniform': [0.9, 0.99]}))
+    algo = plain['agent']['algorithm']
+    assert (algo['training_iter'], algo['training_start_step']) == (plain['env']['num_envs'], 1000)
 
 
 def test_fused_follows_each_trials_optimizer(tmp_path):

@@ -118,15 +118,9 @@ def _load_layer_state(layer, state: dict) -> None:
             if isinstance(current, np.random.Generator):
                 current.bit_generator.state = enc['__rng__']
             else:
-                rng = np.random.default_rng()
-                rng.bit_generator.state = enc['__rng__']
-                setattr(layer, key, rng)
-        elif isinstance(enc, dict) and '__rngs__' in enc:
-            rngs = []
-            for state in enc['__rngs__']:
-                rngs.append(np.random.default_rng())
-                rngs[-1].bit_generator.state = state
-            setattr(layer, key, rngs)
+                setattr(layer, key, _generator(enc['__rng__']))
+        elif isinstance(enc, dict) and '__rngs__' in enc:  # a generator per sub-env
+            setattr(layer, key, [_generator(rng_state) for rng_state in enc['__rngs__']])
         elif isinstance(enc, dict) and '__deque__' in enc:
             setattr(layer, key, deque(enc['__deque__'], maxlen=enc['maxlen']))
         elif isinstance(enc, dict) and '__rms__' in enc:
@@ -144,6 +138,13 @@ def _load_layer_state(layer, state: dict) -> None:
                 setattr(layer, key, arr)
         else:  # a copy: a layer that changes its lists in place (env/classic.py's) leaves the snapshot as read
             setattr(layer, key, copy.deepcopy(enc) if isinstance(enc, (list, dict)) else enc)
+
+
+def _generator(bit_generator_state: dict) -> np.random.Generator:
+    """A numpy generator in the state a snapshot recorded (its bit generator's state dict)."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = bit_generator_state
+    return rng
 
 
 def _chain(env) -> list:

@@ -19,12 +19,18 @@ class StopSignal:
     session can save a snapshot); a second one exits at once. A SIGINT that whoever started the
     process ignores (a shell's background job, nohup's caller) stays ignored, as it is before
     training (errors.catch_stops) and as Python leaves it: the same rule from the first instant
-    to the last, so a terminal's Ctrl-C never stops a job it does not own; SIGTERM stops it."""
+    to the last, so a terminal's Ctrl-C never stops a job it does not own; SIGTERM stops it.
+
+    The handler only records the signal: it may run in the middle of a write to the log file or
+    the console (Python runs handlers between bytecodes, also inside logging's flush), where
+    logging again would re-enter the same buffered stream and fail. The line saying a stop was
+    received is logged by the first `requested` that sees it, which the loops ask every step."""
 
     def __init__(self, announce: bool = True):
         self.signum: int | None = None
         self.announce = announce  # say so on the console: once per command, by the lab's own process
         self._previous = {}
+        self._received: int | None = None  # a signal the handler recorded and no one has announced
 
     def install(self) -> 'StopSignal':
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -43,13 +49,16 @@ class StopSignal:
     def _handle(self, signum, _frame) -> None:
         if self.signum is not None:
             os._exit(EXIT_CODES.get(signum, 1))
-        self.signum = signum
-        # the session's log file says it in every process; the console once, by the lab's own process
-        logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
-                       '(send it again to exit at once)', extra=None if self.announce else lab_logger.FILE_ONLY)
+        self.signum = self._received = signum
 
     @property
     def requested(self) -> bool:
+        if self._received is not None:
+            signum, self._received = self._received, None
+            # the session's log file says it in every process; the console once, by the lab's own process
+            logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a '
+                           'snapshot (send it again to exit at once)',
+                           extra=None if self.announce else lab_logger.FILE_ONLY)
         return self.signum is not None
 
 

@@ -1,0 +1,72 @@
+"""A stop signal that lands while the lab writes a log line: CI caught Ctrl-C arriving inside
+logging's flush of the session's log file, where the handler's own log line re-entered the same
+buffered writer (RuntimeError: reentrant call) and printed a traceback."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+from slm_lab.experiment.signals import StopSignal
+
+
+class GuardedStream:
+    """A stream that fails as io.BufferedWriter does when written to from inside its own flush,
+    and that receives a SIGINT in the middle of its first flush."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.in_flush = False
+        self.signalled = False
+
+    def write(self, text: str) -> None:
+        if self.in_flush:
+            raise RuntimeError('reentrant call inside GuardedStream')
+        self.lines.append(text)
+
+    def flush(self) -> None:
+        self.in_flush = True
+        try:
+            if not self.signalled:
+                self.signalled = True
+                os.kill(os.getpid(), signal.SIGINT)  # its handler runs before os.kill returns to Python
+        finally:
+            self.in_flush = False
+
+
+def test_a_stop_signal_during_a_log_write_is_announced_afterwards_without_error():
+    stream = GuardedStream()
+    handler = logging.StreamHandler(stream)
+    errors = []
+    handler.handleError = lambda record: errors.append(record)  # logging's traceback print, as in CI
+    session_logger = logging.getLogger('slm_lab.session')
+    session_logger.addHandler(handler)
+    stop = StopSignal().install()
+    try:
+        session_logger.warning('a row of the training log')
+        assert stream.signalled and not errors, 'the handler must not log from inside the flush'
+        assert stop.signum == signal.SIGINT
+        assert not any('received' in line for line in stream.lines)  # not yet: nothing asked
+        assert stop.requested
+        assert stop.requested  # said once
+        said = [line for line in stream.lines if 'SIGINT received: stopping after this step' in line]
+        assert len(said) == 1 and not errors
+    finally:
+        stop.uninstall()
+        session_logger.removeHandler(handler)
+
+
+def test_a_stop_set_by_the_lab_itself_is_not_announced_as_received():
+    """The pool sets signum to stop its other sessions cleanly: no signal came, none is claimed."""
+    stream = GuardedStream()
+    stream.signalled = True
+    handler = logging.StreamHandler(stream)
+    session_logger = logging.getLogger('slm_lab.session')
+    session_logger.addHandler(handler)
+    stop = StopSignal()
+    try:
+        stop.signum = signal.SIGTERM
+        assert stop.requested
+        assert not any('received' in line for line in stream.lines)
+    finally:
+        session_logger.removeHandler(handler)

@@ -28,12 +28,8 @@ logger = lab_logger.get_logger('slm_lab.session')
 
 def _warm_up() -> None:
     """What a session process pays once beyond its imports, paid while it waits for its turn:
-    torch imports its compiler (torch._dynamo, over a second) at the first optimizer it builds,
-    plotly loads its validators at the first graph."""
-    try:
-        import torch._dynamo  # noqa: F401, PLC0415 (torch's own lazy import, done ahead; see the docstring)
-    except ImportError:  # a private module: a torch without it has nothing to warm up
-        pass
+    plotly loads its validators at the first graph. (Not torch's compiler, which torch would import
+    at the first optimizer: the lab trains without it, agent/net/compiler_import.py.)"""
     viz.warm_up()
 
 

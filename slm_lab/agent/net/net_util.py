@@ -9,7 +9,7 @@ import weakref
 import torch
 import torch.nn as nn
 
-from slm_lab.agent.net import optimizers
+from slm_lab.agent.net import compiler_import, optimizers
 from slm_lab.agent.net.batch_renorm import BatchRenorm1d
 from slm_lab.lib.decay import linear_to_zero_end, linear_to_zero_factor
 from slm_lab.lib.errors import SpecError
@@ -187,6 +187,7 @@ def make_optimizer(params, optim_spec: dict, path: str = 'agent.net.optim_spec')
     """The optimizer optim_spec names (a torch.optim class, or SLM-Lab's GlobalAdam, GlobalRMSprop,
     Lookahead: see optimizers.py) over params, with the spec's other keys as its arguments."""
     kwargs = {k: v for k, v in optim_spec.items() if k != 'name'}
+    compiler_import.defer()  # its constructor would import torch's compiler (see there)
     return _construct(optimizers.optimizer_class(optim_spec['name']), path, params, **kwargs)
 
 

@@ -2,27 +2,52 @@
 or, for a plain fused Adam, its kernel called directly with the step counts on one flat buffer, or,
 for a plain RMSprop, torch's single-tensor step over flat views of the parameters, square averages
 and gradients. Each path is tested bit for bit against opt.step() (test/agent/test_optimizers.py);
-anything unusual (hooks, several groups, other devices) takes opt.step()."""
+anything unusual (hooks, several groups, other devices) takes opt.step(). The first step of a
+plain fused Adam or RMSprop is torch's own step function without opt.step()'s wrapper, which
+imports torch's compiler (compiler_import)."""
 from __future__ import annotations
 
+import inspect
 import weakref
 
 import torch
 from torch.autograd.graph import increment_version
 from torch.optim import optimizer as torch_optimizer
 
-from slm_lab.agent.net import kernels
+from slm_lab.agent.net import compiler_import, kernels
 
 
 def step_optimizer(opt: torch.optim.Optimizer) -> None:
     """opt.step(), or the same numbers by a shorter path: fused Adam's kernel called directly
     (_step_fused_adam) or RMSprop's step over one flat buffer (_step_flat_rmsprop)."""
     if kernels.FUSED_ADAM_ is not None and _plain_fused_adam(opt):
-        if _step_fused_adam(opt):
+        if _step_fused_adam(opt) or _step_unwrapped(opt):
             return
-    elif _plain_rmsprop(opt) and _step_flat_rmsprop(opt):
+    elif _plain_rmsprop(opt) and (_step_flat_rmsprop(opt) or _step_unwrapped(opt)):
         return
     opt.step()
+
+
+def _step_unwrapped(opt: torch.optim.Optimizer) -> bool:
+    """opt.step() of a plain fused Adam or RMSprop where the paths above leave it to torch (its
+    first step, which creates the state): the class's own step function, called as opt.step()
+    calls it, with gradients off (what its wrapper sets for an optimizer that is not
+    differentiable), but not through that wrapper, which imports torch's compiler only to tell it
+    where a graph breaks (compiler_import). The profiler's record and the step hooks of the outer
+    wrapper are left out too: the callers checked that there are no hooks. `_opt_called` is what
+    an LR scheduler's wrapper of opt.step records (torch's name), so that the scheduler does not
+    warn that it stepped first. False where the compiler is loaded (opt.step() then costs nothing
+    more) or the step function is not found."""
+    if compiler_import.compiler_loaded():
+        return False
+    step = type(opt).step
+    body = inspect.unwrap(step)
+    if body is step:
+        return False
+    with torch.no_grad():
+        body(opt)
+    opt._opt_called = True
+    return True
 
 
 def _step_fused_adam(opt: torch.optim.Optimizer) -> bool:

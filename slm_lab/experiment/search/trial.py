@@ -38,13 +38,8 @@ def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
 
 def warm_up() -> None:
     """What a trial pays once per process beyond the imports, paid while this process waits for its
-    trial: torch imports its compiler (torch._dynamo, over a second) at the first optimizer it
-    builds, plotly loads its validators at the first graph."""
-    try:
-        import torch._dynamo  # noqa: F401, PLC0415 (a private module: a torch without it has nothing to warm up)
-    except ImportError:
-        pass
-
+    trial: plotly loads its validators at the first graph. (Not torch's compiler, which torch would
+    import at the first optimizer: the lab trains without it, agent/net/compiler_import.py.)"""
     from slm_lab.experiment import viz  # noqa: PLC0415 (plotly: after the Ray worker started this process (see main))
     viz.warm_up()
 

@@ -1,0 +1,77 @@
+"""The lab trains without importing torch's compiler (agent/net/compiler_import.py), and gets the
+numbers opt.step() gets. Each check needs a process that has not imported torch._dynamo yet, so
+it runs in a fresh interpreter (a test process has usually imported it by then)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from lab_helpers import ROOT, lab_env
+
+SCRIPT = textwrap.dedent('''
+    import json, sys, tempfile, warnings
+    import torch
+    from slm_lab import lab
+    from slm_lab.agent.net import compiler_import, net_util
+    from slm_lab.agent.net.optim_steps import step_optimizer
+    out = {}
+    warnings.filterwarnings('error', message='.*lr_scheduler.step.*')  # stepped before the optimizer: fails it
+
+    # a real run: fused Adam and a LinearToZero schedule, a snapshot, and its continuation
+    data = tempfile.mkdtemp()
+    lab.run('spec/demo.json', 'ppo_cartpole', 'train', ['env.max_frame=300', 'meta.max_session=1'], data_dir=data)
+    lab.run('spec/demo.json', 'ppo_cartpole', 'train@latest', ['env.max_frame=600', 'meta.max_session=1'],
+            data_dir=data)
+    out['run_loaded_compiler'] = compiler_import.compiler_loaded()
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(5, 64), torch.nn.Tanh(), torch.nn.Linear(64, 3))
+
+    def train(name, kwargs, use_lab_step, steps=4):
+        model = net()
+        opt = net_util.make_optimizer(model.parameters(), {'name': name, **kwargs})
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1 - t / 10)
+        torch.manual_seed(1)
+        for _ in range(steps):
+            for p in model.parameters():
+                p.grad = None
+            model(torch.randn(32, 5)).pow(2).mean().backward()
+            step_optimizer(opt) if use_lab_step else opt.step()
+            sched.step()
+        return model, opt
+
+    specs = [('Adam', {'lr': 1e-2, 'fused': True}), ('RMSprop', {'lr': 1e-3, 'alpha': 0.99, 'eps': 1e-5})]
+    ours = [train(name, kwargs, True) for name, kwargs in specs]
+    out['steps_loaded_compiler'] = compiler_import.compiler_loaded()
+    theirs = [train(name, kwargs, False) for name, kwargs in specs]  # opt.step(): loads the compiler
+    out['reference_loaded_compiler'] = compiler_import.compiler_loaded()
+    same = []
+    for (m1, o1), (m2, o2) in zip(ours, theirs):
+        same.append(all(torch.equal(a, b) for a, b in zip(m1.parameters(), m2.parameters())))
+        s1, s2 = o1.state_dict()['state'], o2.state_dict()['state']
+        same.append(all(torch.equal(s1[k][key], s2[k][key]) for k in s2 for key in s2[k]))
+    out['same'] = same
+
+    # the compiler loaded: torch's own wrappers from the next call on
+    fn = torch.optim.Optimizer.zero_grad.__wrapped__
+    ours[0][1].zero_grad()
+    out['torch_wrapper_after'] = getattr(fn, compiler_import.ATTR).__module__
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.subprocess
+def test_training_does_not_import_torchs_compiler_and_steps_as_opt_step():
+    done = subprocess.run([sys.executable, '-c', SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**lab_env(), 'PYTHONPATH': str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out['run_loaded_compiler'] is False, 'a run, its snapshot and its continuation imported torch._dynamo'
+    assert out['steps_loaded_compiler'] is False
+    assert out['reference_loaded_compiler'] is True, 'torch changed: opt.step() no longer imports its compiler'
+    assert out['same'] == [True] * 4  # weights and optimizer state, fused Adam and RMSprop, with a schedule
+    assert out['torch_wrapper_after'].startswith('torch._dynamo'), out

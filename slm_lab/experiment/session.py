@@ -12,10 +12,11 @@ import torch
 
 from slm_lab.agent import Agent
 from slm_lab.agent.body import Body
-from slm_lab.env import Clock, agent_action_space, make_env, make_single_env, normalize_obs_fn, obs_norm_state
+from slm_lab.env import Clock, agent_action_space, make_env, normalize_obs_fn, obs_norm_state
 from slm_lab.env.atari import approximate_resume_note
 from slm_lab.env.wrappers import finished_returns
 from slm_lab.experiment import viz
+from slm_lab.experiment.greedy_eval import GreedyEval
 from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfinite_metrics
 from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, write_session_results
 from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, session_seed, set_global_seeds
@@ -27,8 +28,7 @@ from slm_lab.lib.errors import Preempted, TrainingDiverged
 from slm_lab.lib.io import append_json_list, atomic_write_text
 from slm_lab.persistence import snapshots as snapshot_parts
 from slm_lab.lib.arrays import verify_arrays_async
-from slm_lab.persistence.env_state import (env_state_dict, load_env_state_dict, load_vector_env_state_dict,
-                                           vector_env_state_dict)
+from slm_lab.persistence.env_state import load_vector_env_state_dict, vector_env_state_dict
 from slm_lab.persistence.lineage import load_warm_start
 from slm_lab.persistence.model_file import reconcile_best_model, save_model_file
 from slm_lab.persistence.run_dir import RunDir
@@ -99,9 +99,7 @@ class Session:
                        WandbBoard(spec, run_dir, trial, session))
         self.log_frequency = meta['log_frequency']
         self.eval_frequency = meta['eval_frequency'] or meta['log_frequency']
-        self.rigorous_eval = meta['rigorous_eval']
-        self.eval_env = make_single_env(env_spec) if self.rigorous_eval else None
-        self._eval_seeded = False
+        self.greedy_eval = GreedyEval(env_spec, meta['rigorous_eval'], self.seed)
         # the first mid-run graph a minute in: a shorter session draws its graphs at the end only
         self._last_graph_t = time.monotonic()
         self.checkpoint_frequency = meta['checkpoint_frequency'] or self.log_frequency
@@ -128,8 +126,7 @@ class Session:
             'body': self.body.state_dict(),
             'env': vector_env_state_dict(self.env),
             'obs': np.array(self.obs),
-            'eval_env': {'seeded': self._eval_seeded,
-                         'env': env_state_dict(self.eval_env) if self.eval_env is not None else None},
+            'eval_env': self.greedy_eval.state_dict(),
             'best_model': self.best_model,
             'rng': global_rng_state(),
         }
@@ -148,9 +145,7 @@ class Session:
         self.agent.load_state_dict(state['agent'])
         self.body.load_state_dict(state['body'])
         load_global_rng_state(state['rng'])
-        self._eval_seeded = state['eval_env']['seeded']
-        if self.eval_env is not None and state['eval_env']['env'] is not None:
-            load_env_state_dict(self.eval_env, state['eval_env']['env'])
+        self.greedy_eval.load_state_dict(state['eval_env'])
         self.best_model = snapshot_parts.best_model(state)
         approximate = []
         if load_vector_env_state_dict(self.env, state['env']):
@@ -404,7 +399,8 @@ class Session:
             row = dict(rows[-1])
         else:
             row = self.body.current_row(self.clock, self.agent.algorithm)
-        returns = self.run_eval() if self.rigorous_eval else None
+        returns = (self.greedy_eval.returns(self.agent, normalize_obs_fn(self.env), self._stop_during_eval)
+                   if self.greedy_eval.episodes else None)
         row = self.body.eval_row(row, returns)
         self.write_csv('eval', background)
         if returns is not None:
@@ -418,29 +414,6 @@ class Session:
         self.save_model('latest', background)
         if time.monotonic() - self._last_graph_t > GRAPH_INTERVAL_S:
             self.plot(png=False)
-
-    def run_eval(self) -> list[float]:
-        """rigorous_eval episodes of greedy play on the eval env; their returns."""
-        normalize = normalize_obs_fn(self.env)
-        returns = []
-        for _ in range(self.rigorous_eval):
-            self._stop_during_eval()
-            if not self._eval_seeded:
-                obs, _ = self.eval_env.reset(seed=self.seed + 10**6)
-                self._eval_seeded = True
-            else:
-                obs, _ = self.eval_env.reset()
-            total, done = 0.0, False
-            self.agent.start_greedy_episode()
-            while not done:
-                o = obs[None].astype(np.float32)
-                action = self.agent.act_greedy(normalize(o) if normalize else o)[0]
-                obs, reward, terminated, truncated, _ = self.eval_env.step(action)
-                total += float(reward)
-                done = terminated or truncated
-                self._stop_during_eval()
-            returns.append(total)
-        return returns
 
     def _stop_during_eval(self) -> None:
         """A stop signal during an evaluation (rigorous_eval episodes can take minutes) ends the
@@ -528,8 +501,7 @@ class Session:
         self.writer.close()
         self.env.close()
         self.close_boards()
-        if self.eval_env is not None:
-            self.eval_env.close()
+        self.greedy_eval.close()
 
 
 class ResumePoint(NamedTuple):

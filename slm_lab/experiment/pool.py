@@ -1,4 +1,4 @@
-"""Running a trial's sessions in spawned processes (run_in_processes), each as session.run_session
+"""Running a trial's sessions in spawned processes (run_in_processes), each as session_runner.run_session
 runs one: at most one per CPU core at once, stop signals passed on once, a killed or failing
 session stopping the others, the run's resume recorded once at the first session's first write."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from queue import Empty
 
 from slm_lab import resources
 from slm_lab.experiment import viz
-from slm_lab.experiment.session import ResumePoint, continue_mode, run_session
+from slm_lab.experiment.session import continue_mode
+from slm_lab.experiment.session_runner import ResumePoint, run_session
 from slm_lab.experiment.signals import STOP_SIGNALS, StopSignal, die_with_parent
 from slm_lab.lib import errors as lab_errors_module
 from slm_lab.lib import logger as lab_logger

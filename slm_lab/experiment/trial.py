@@ -11,7 +11,8 @@ from slm_lab.experiment.distributed import GlobalNets, newest_global_state_of
 from slm_lab.experiment.pool import run_in_processes
 from slm_lab.experiment.results import fmt_metric, write_trial_results
 from slm_lab.experiment.seeds import session_seed
-from slm_lab.experiment.session import ResumePoint, Session, run_session
+from slm_lab.experiment.session import Session
+from slm_lab.experiment.session_runner import ResumePoint, run_session
 from slm_lab.experiment.signals import StopSignal
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError

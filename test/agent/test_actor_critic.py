@@ -17,7 +17,7 @@ from conftest import make_algorithm
 from lab_helpers import check_resume_after_max_frame, check_resume_after_sigterm, value_from_first_entry
 
 from slm_lab.agent import Agent
-from slm_lab.agent.algorithm.actor_critic import (
+from slm_lab.agent.algorithm.maths import (
     ReturnNormalizer, actor_critic_policy_loss, episode_returns, nstep_returns, standardize)
 from slm_lab.env import Clock
 from slm_lab.lib.errors import SpecError

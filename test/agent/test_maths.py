@@ -20,7 +20,7 @@ from lab_helpers import value_from_first_entry
 from slm_lab.persistence import snapshot as checkpoint
 from slm_lab.agent import Agent
 from slm_lab.agent.algorithm.dqn import q_targets
-from slm_lab.agent.algorithm.actor_critic import gae
+from slm_lab.agent.algorithm.maths import gae
 from slm_lab.agent.algorithm.ppo import ppo_policy_loss, ppo_value_loss
 from slm_lab.agent.algorithm.reinforce import discounted_returns
 from slm_lab.agent.memory import OnPolicyReplay, Replay

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from slm_lab.agent import Agent
-from slm_lab.agent.algorithm.actor_critic import episode_returns, gae, nstep_returns
+from slm_lab.agent.algorithm.maths import episode_returns, gae, nstep_returns
 from slm_lab.agent.memory.onpolicy import RolloutBatch
 from slm_lab.agent.net.net_util import forwards_per_sample
 from slm_lab.env import Clock, make_env

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import contextlib
+import logging
 import os
 import signal
 
@@ -21,10 +22,12 @@ class StopSignal:
     training (errors.catch_stops) and as Python leaves it: the same rule from the first instant
     to the last, so a terminal's Ctrl-C never stops a job it does not own; SIGTERM stops it.
 
-    The handler only records the signal: it may run in the middle of a write to the log file or
-    the console (Python runs handlers between bytecodes, also inside logging's flush), where
-    logging again would re-enter the same buffered stream and fail. The line saying a stop was
-    received is logged by the first `requested` that sees it, which the loops ask every step."""
+    The handler writes nothing through Python's streams: it may run in the middle of a write to
+    the log file or the console (Python runs handlers between bytecodes, also inside logging's
+    flush), where logging again would re-enter the same buffered stream and fail. The console
+    line (`announce`) goes straight to file descriptor 2, at once; the log file's line is logged
+    by the first `requested` that sees the signal, which the loops ask every step.
+    """
 
     def __init__(self, announce: bool = True):
         self.signum: int | None = None
@@ -38,7 +41,9 @@ class StopSignal:
                 continue
             self._previous[sig] = signal.signal(sig, self._handle)
         if self._previous.get(signal.SIGTERM) is handle_stop and stop_signals():
-            self.signum = stop_signals()[0]  # the command's stop came before (deferred, or lost on its way)
+            # the command's stop came before (deferred, or lost on its way): said as if it came now
+            self.signum = self._received = stop_signals()[0]
+            self._say_on_console(self.signum)
         return self
 
     def uninstall(self) -> None:
@@ -50,16 +55,35 @@ class StopSignal:
         if self.signum is not None:
             os._exit(EXIT_CODES.get(signum, 1))
         self.signum = self._received = signum
+        self._say_on_console(signum)
+
+    def _say_on_console(self, signum: int) -> None:
+        """The console's line, once, by the lab's own process (`announce`): written to file
+        descriptor 2 directly, as the logger's console handler would format it."""
+        if not self.announce:
+            return
+        record = logging.LogRecord(logger.name, logging.WARNING, __file__, 0, _announcement(signum), None, None)
+        try:
+            os.write(2, (_CONSOLE_FORMAT.format(record) + '\n').encode())
+        except OSError:  # no console to write to
+            pass
 
     @property
     def requested(self) -> bool:
-        if self._received is not None:
-            signum, self._received = self._received, None
-            # the session's log file says it in every process; the console once, by the lab's own process
-            logger.warning(f'{signal.Signals(signum).name} received: stopping after this step and saving a '
-                           'snapshot (send it again to exit at once)',
-                           extra=None if self.announce else lab_logger.FILE_ONLY)
-        return self.signum is not None
+        signum = self.signum  # read first: a signal arriving after it is announced at the next call
+        received = self._received
+        if received is not None:  # the session's log file says it, in every process
+            self._received = None  # (a signal between these lines is a second one: it exits at once)
+            logger.warning(_announcement(received), extra=lab_logger.FILE_ONLY)
+        return signum is not None
+
+
+_CONSOLE_FORMAT = logging.Formatter(lab_logger.LOG_FORMAT, '%Y-%m-%d %H:%M:%S')
+
+
+def _announcement(signum: int) -> str:
+    return (f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
+            '(send it again to exit at once)')
 
 
 @contextlib.contextmanager

@@ -258,16 +258,30 @@ class _SearchStop(StopSignal):
     def __init__(self, run_dir: RunDir):
         super().__init__()
         self.run_dir = run_dir
+        self._file_written = False
 
     def install(self) -> '_SearchStop':
         super().install()
-        if self.requested:
-            request_stop(self.run_dir)
+        _ = self.requested  # writes the stop file for a deferred stop
         return self
 
     def _handle(self, signum, frame):
         super()._handle(signum, frame)
-        request_stop(self.run_dir)
+        self._write_stop_file()
+
+    def _write_stop_file(self) -> None:
+        try:
+            request_stop(self.run_dir)
+            self._file_written = True
+        except OSError:  # in a signal handler: not into the code it interrupted; tried again at `requested`
+            pass
+
+    @property
+    def requested(self) -> bool:
+        asked = super().requested
+        if asked and not self._file_written:
+            self._write_stop_file()
+        return asked
 
 
 # ---------------------------------------------------------------------------------------------

@@ -98,6 +98,9 @@ def make_callback(watch: SearchWatch):
     from ray.tune import Callback  # noqa: PLC0415 the search extra, found by check_installed
 
     class WatchCallback(Callback):
+        def on_step_begin(self, iteration, trials, **info):
+            watch.stopping()  # each turn of Tune's loop asks: a stop signal is said in the log then
+
         def on_trial_start(self, iteration, trials, trial, **info):
             watch.started(trial.config)
 

@@ -30,7 +30,8 @@ logger = lab_logger.get_logger('slm_lab.session')
 def _warm_up() -> None:
     """What a session process pays once beyond its imports, paid while it waits for its turn:
     plotly loads its validators at the first graph. (Not torch's compiler, which torch would import
-    at the first optimizer: the lab trains without it, agent/net/compiler_import.py.)"""
+    at the first optimizer: the lab trains without it where no step hooks are set,
+    agent/net/compiler_import.py.)"""
     viz.warm_up()
 
 

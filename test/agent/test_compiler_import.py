@@ -1,6 +1,7 @@
-"""The lab trains without importing torch's compiler (agent/net/compiler_import.py), and gets the
-numbers opt.step() gets. Each check needs a process that has not imported torch._dynamo yet, so
-it runs in a fresh interpreter (a test process has usually imported it by then)."""
+"""The lab trains without importing torch's compiler (agent/net/compiler_import.py, the steps of
+agent/net/optim_steps.py), and gets the numbers opt.step() gets, for torch's optimizers and
+SLM-Lab's. Each check needs a process that has not imported torch._dynamo yet, so it runs in a
+fresh interpreter (a test process has usually imported it by then)."""
 from __future__ import annotations
 
 import json
@@ -44,8 +45,15 @@ SCRIPT = textwrap.dedent('''
             sched.step()
         return model, opt
 
-    specs = [('Adam', {'lr': 1e-2, 'fused': True}), ('RMSprop', {'lr': 1e-3, 'alpha': 0.99, 'eps': 1e-5})]
+    specs = [('Adam', {'lr': 1e-2, 'fused': True}),  # the lab's default: its own step after the first
+             ('RMSprop', {'lr': 1e-3, 'alpha': 0.99, 'eps': 1e-5}),  # A2C's: the flat step after the first
+             ('AdamW', {'lr': 1e-2, 'fused': True}),  # SLM-Lab v5's files; torch's step every time
+             ('Adam', {'lr': 1e-2, 'fused': False}),  # a run saved before the fused default
+             ('SGD', {'lr': 1e-2, 'momentum': 0.9}),
+             ('RMSprop', {'lr': 1e-3, 'momentum': 0.5, 'centered': True}),
+             ('GlobalAdam', {'lr': 1e-2})]
     ours = [train(name, kwargs, True) for name, kwargs in specs]
+    lookahead = train('Lookahead', {'optimizer': 'RAdam', 'lr': 1e-2, 'k': 2}, True)
     out['steps_loaded_compiler'] = compiler_import.compiler_loaded()
     theirs = [train(name, kwargs, False) for name, kwargs in specs]  # opt.step(): loads the compiler
     out['reference_loaded_compiler'] = compiler_import.compiler_loaded()
@@ -73,5 +81,5 @@ def test_training_does_not_import_torchs_compiler_and_steps_as_opt_step():
     assert out['run_loaded_compiler'] is False, 'a run, its snapshot and its continuation imported torch._dynamo'
     assert out['steps_loaded_compiler'] is False
     assert out['reference_loaded_compiler'] is True, 'torch changed: opt.step() no longer imports its compiler'
-    assert out['same'] == [True] * 4  # weights and optimizer state, fused Adam and RMSprop, with a schedule
+    assert out['same'] == [True] * 14  # weights and optimizer state of each optimizer, with a schedule
     assert out['torch_wrapper_after'].startswith('torch._dynamo'), out

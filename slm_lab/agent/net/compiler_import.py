@@ -8,13 +8,14 @@ there, telling the compiler to leave these methods alone changes nothing but the
 
 `defer()` makes each of the four wrappers call its method directly until the compiler is loaded;
 once it is (a user who compiles in the same process, any import of torch._dynamo), the wrapper is
-torch's own again from its next call. The steps are optim_steps.step_optimizer's (the first step
-of a plain fused Adam or RMSprop included): they do not go through opt.step()'s wrapper. Every
-number is the same either way.
+torch's own again from its next call. The steps are optim_steps.step_optimizer's: torch's own step
+function of the optimizer's class, not through opt.step()'s wrappers, wherever there are no step
+hooks (meta.distributed's global nets have some: their optimizers import the compiler at their
+first step, as before). Every number is the same either way.
 
 It works through where torch's wrapper keeps its result: `fn.__dynamo_disable` on the wrapped
 function (torch/_compile.py, torch 2.x). A torch whose wrappers look otherwise is left as it is
-(it imports its compiler, as before, and trains the same); test/agent/test_optimizers.py fails
+(it imports its compiler, as before, and trains the same); test/agent/test_compiler_import.py fails
 then, so that the pin's next bump says so."""
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 or, for a plain fused Adam, its kernel called directly with the step counts on one flat buffer, or,
 for a plain RMSprop, torch's single-tensor step over flat views of the parameters, square averages
 and gradients. Each path is tested bit for bit against opt.step() (test/agent/test_optimizers.py);
-anything unusual (hooks, several groups, other devices) takes opt.step(). The first step of a
-plain fused Adam or RMSprop is torch's own step function without opt.step()'s wrapper, which
-imports torch's compiler (compiler_import)."""
+anything unusual (several groups, other devices) takes torch's own step. That is the optimizer
+class's step function called without opt.step()'s wrappers (the profiler's record, the step
+hooks, the grad-mode switch that imports torch's compiler: compiler_import), where there are no
+step hooks; opt.step() otherwise."""
 from __future__ import annotations
 
 import inspect
@@ -21,33 +22,53 @@ def step_optimizer(opt: torch.optim.Optimizer) -> None:
     """opt.step(), or the same numbers by a shorter path: fused Adam's kernel called directly
     (_step_fused_adam) or RMSprop's step over one flat buffer (_step_flat_rmsprop)."""
     if kernels.FUSED_ADAM_ is not None and _plain_fused_adam(opt):
-        if _step_fused_adam(opt) or _step_unwrapped(opt):
+        if _step_fused_adam(opt):
             return
-    elif _plain_rmsprop(opt) and (_step_flat_rmsprop(opt) or _step_unwrapped(opt)):
+    elif _plain_rmsprop(opt) and _step_flat_rmsprop(opt):
         return
-    opt.step()
+    if not _step_unwrapped(opt):
+        opt.step()
+
+
+_BODIES: dict[type, object] = {}  # optimizer class -> torch's step function of it, or None
+
+
+def _torch_step_body(cls: type):
+    """The step function torch defines for the optimizer class (the innermost of its wrappers:
+    Optimizer.profile_hook_step, then _use_grad_for_differentiable or torch.no_grad), or None when
+    the class's step is not torch's (SLM-Lab's Lookahead) or not wrapped as this module expects."""
+    if cls not in _BODIES:
+        step = cls.step
+        body = inspect.unwrap(step)
+        torchs = body is not step and getattr(body, '__module__', '').startswith('torch.optim.')
+        _BODIES[cls] = body if torchs else None
+    return _BODIES[cls]
 
 
 def _step_unwrapped(opt: torch.optim.Optimizer) -> bool:
-    """opt.step() of a plain fused Adam or RMSprop where the paths above leave it to torch (its
-    first step, which creates the state): the class's own step function, called as opt.step()
-    calls it, with gradients off (what its wrapper sets for an optimizer that is not
-    differentiable), but not through that wrapper, which imports torch's compiler only to tell it
-    where a graph breaks (compiler_import). The profiler's record and the step hooks of the outer
-    wrapper are left out too: the callers checked that there are no hooks. `_opt_called` is what
-    an LR scheduler's wrapper of opt.step records (torch's name), so that the scheduler does not
-    warn that it stepped first. False where the compiler is loaded (opt.step() then costs nothing
-    more) or the step function is not found."""
-    if compiler_import.compiler_loaded():
+    """opt.step() without its wrappers, for an optimizer without step hooks that is not
+    differentiable: the class's own step function, called as opt.step() calls it, with gradients
+    off (what the grad-mode wrapper sets for an optimizer that is not differentiable), but not
+    through that wrapper, which imports torch's compiler only to tell it where a graph breaks
+    (compiler_import), nor through the profiler's record_function (a profile of a run has no
+    "Optimizer.step#..." span). `_opt_called` is what an LR scheduler's wrapper of opt.step records
+    (torch's name), so that the scheduler does not warn that it stepped first. False (nothing done)
+    where the compiler is loaded (opt.step() then costs nothing more), where there are step hooks
+    (meta.distributed's) or the optimizer is differentiable, or the class's step is not torch's."""
+    if compiler_import.compiler_loaded() or opt.defaults.get('differentiable') or not _no_step_hooks(opt):
         return False
-    step = type(opt).step
-    body = inspect.unwrap(step)
-    if body is step:
+    body = _torch_step_body(type(opt))
+    if body is None:
         return False
     with torch.no_grad():
         body(opt)
     opt._opt_called = True
     return True
+
+
+def _no_step_hooks(opt: torch.optim.Optimizer) -> bool:
+    return not (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
+                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
 
 
 def _step_fused_adam(opt: torch.optim.Optimizer) -> bool:
@@ -111,8 +132,7 @@ def _plain_fused_adam(opt: torch.optim.Optimizer) -> bool:
         return False
     if isinstance(group['lr'], torch.Tensor) or getattr(opt, 'grad_scale', None) is not None:
         return False
-    return not (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
-                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
+    return _no_step_hooks(opt)
 
 
 def _plain_rmsprop(opt: torch.optim.Optimizer) -> bool:
@@ -126,8 +146,7 @@ def _plain_rmsprop(opt: torch.optim.Optimizer) -> bool:
     if group['momentum'] != 0 or group['centered'] or group['maximize'] or group['capturable'] \
             or group['differentiable'] or isinstance(group['lr'], torch.Tensor):
         return False
-    return not (opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks
-                or torch_optimizer._global_optimizer_pre_hooks or torch_optimizer._global_optimizer_post_hooks)
+    return _no_step_hooks(opt)
 
 
 def _step_flat_rmsprop(opt: torch.optim.Optimizer) -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from slm_lab.agent.net.optim_steps import step_optimizer
+
 
 class GlobalAdam(torch.optim.Adam):
     """Adam whose per-parameter state (step, exp_avg, exp_avg_sq) exists from construction, so
@@ -99,8 +101,13 @@ class Lookahead(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One inner step; every k-th, the slow-weight update above."""
-        loss = self.optimizer.step(closure)
+        """One inner step (optim_steps.step_optimizer's: the same numbers as its step()); every k-th,
+        the slow-weight update above."""
+        if closure is None:
+            loss = None
+            step_optimizer(self.optimizer)
+        else:
+            loss = self.optimizer.step(closure)
         for i, (group, slow) in enumerate(zip(self.param_groups, self.slow_weights)):
             self.step_counters[i] += 1
             if self.step_counters[i] % group['k'] != 0:

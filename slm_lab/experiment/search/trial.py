@@ -39,7 +39,8 @@ def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
 def warm_up() -> None:
     """What a trial pays once per process beyond the imports, paid while this process waits for its
     trial: plotly loads its validators at the first graph. (Not torch's compiler, which torch would
-    import at the first optimizer: the lab trains without it, agent/net/compiler_import.py.)"""
+    import at the first optimizer: the lab trains without it where no step hooks are set,
+    agent/net/compiler_import.py.)"""
     from slm_lab.experiment import viz  # noqa: PLC0415 (plotly: after the Ray worker started this process (see main))
     viz.warm_up()
 

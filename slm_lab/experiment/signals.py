@@ -34,6 +34,7 @@ class StopSignal:
         self.announce = announce  # say so on the console: once per command, by the lab's own process
         self._previous = {}
         self._received: int | None = None  # a signal the handler recorded and no one has announced
+        self._heard = False  # a stop signal came from outside (the lab may set signum itself: pool.py)
 
     def install(self) -> 'StopSignal':
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -43,6 +44,7 @@ class StopSignal:
         if self._previous.get(signal.SIGTERM) is handle_stop and stop_signals():
             # the command's stop came before (deferred, or lost on its way): said as if it came now
             self.signum = self._received = stop_signals()[0]
+            self._heard = True
             self._say_on_console(self.signum)
         return self
 
@@ -52,9 +54,12 @@ class StopSignal:
         self._previous = {}
 
     def _handle(self, signum, _frame) -> None:
-        if self.signum is not None:
+        if self._heard:  # the second: at once
             os._exit(EXIT_CODES.get(signum, 1))
-        self.signum = self._received = signum
+        self._heard = True
+        if self.signum is None:  # else the lab is stopping already, by the signal it chose
+            self.signum = signum
+        self._received = signum
         self._say_on_console(signum)
 
     def _say_on_console(self, signum: int) -> None:

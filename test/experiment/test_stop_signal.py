@@ -74,3 +74,15 @@ def test_a_stop_set_by_the_lab_itself_is_not_announced_as_received():
         assert not any('received' in line for line in stream.lines)
     finally:
         session_logger.removeHandler(handler)
+
+
+def test_the_first_outside_signal_after_the_lab_stopped_by_itself_stops_and_does_not_exit():
+    """A session that failed has the pool stop the others (it sets signum itself): a user's Ctrl-C
+    then is a first signal, said and waited for, not the 'second' one that exits at once."""
+    stop = StopSignal(announce=False).install()
+    try:
+        stop.signum = signal.SIGTERM  # as pool.py does
+        os.kill(os.getpid(), signal.SIGTERM)  # exits the test process if taken for a second signal
+        assert stop.requested and stop.signum == signal.SIGTERM
+    finally:
+        stop.uninstall()

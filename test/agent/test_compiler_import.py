@@ -83,3 +83,37 @@ def test_training_does_not_import_torchs_compiler_and_steps_as_opt_step():
     assert out['reference_loaded_compiler'] is True, 'torch changed: opt.step() no longer imports its compiler'
     assert out['same'] == [True] * 14  # weights and optimizer state of each optimizer, with a schedule
     assert out['torch_wrapper_after'].startswith('torch._dynamo'), out
+
+
+HOOK = textwrap.dedent('''
+    import builtins, os, sys
+    _import = builtins.__import__
+    def _watch(name, *args, **kwargs):
+        if name.startswith('torch._dynamo') and 'torch._dynamo' not in sys.modules:
+            open(os.path.join(os.environ['COMPILER_SEEN_DIR'], str(os.getpid())), 'w').close()
+        return _import(name, *args, **kwargs)
+    builtins.__import__ = _watch
+''')
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_session_processes_of_a_pool_do_not_import_torchs_compiler(tmp_path):
+    """Three sessions, each in a process of its own, one more than the pool's width on this
+    project's two cores, so one is started ahead of its turn and warmed up: none of the command's
+    processes imports torch._dynamo (a sitecustomize records any that does; checked first on a
+    process that does)."""
+    hook_dir, seen = tmp_path / 'hook', tmp_path / 'seen'
+    hook_dir.mkdir()
+    seen.mkdir()
+    (hook_dir / 'sitecustomize.py').write_text(HOOK)
+    env = {**lab_env(), 'PYTHONPATH': str(hook_dir), 'COMPILER_SEEN_DIR': str(seen)}
+    subprocess.run([sys.executable, '-c', 'import torch._dynamo'], env=env, check=True, timeout=120)
+    assert len(list(seen.iterdir())) == 1, 'the hook records an import of the compiler'
+    next(seen.iterdir()).unlink()
+    done = subprocess.run([sys.executable, str(ROOT / 'run_lab.py'), str(ROOT / 'spec' / 'demo.json'), 'ppo_cartpole',
+                           'train', '-s', 'env.max_frame=600', '-s', 'meta.max_session=3'],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert 'trial 0: 3 session(s)' in done.stderr
+    assert not list(seen.iterdir()), 'a process of the run imported torch._dynamo'

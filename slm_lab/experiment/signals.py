@@ -87,8 +87,8 @@ _CONSOLE_FORMAT = logging.Formatter(lab_logger.LOG_FORMAT, '%Y-%m-%d %H:%M:%S')
 
 
 def _announcement(signum: int) -> str:
-    return (f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot '
-            '(send it again to exit at once)')
+    return (f'{signal.Signals(signum).name} received: stopping after this step and saving a snapshot; during '
+            'an evaluation at once, keeping the last snapshot (send it again to exit at once)')
 
 
 @contextlib.contextmanager

@@ -177,7 +177,7 @@ def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | N
     """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
     edited) spec. Everything is checked before the run directory is touched, under a lock so that
     no other process trains the run meanwhile."""
-    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir)
+    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, spec_file=spec_file)
     if on_run_dir is not None:
         on_run_dir(run_dir)
     lock = lock_run(run_dir)
@@ -194,7 +194,14 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     spec, old_spec = edits.continuation_spec(spec_file, spec_name, overrides, resume_lib.read_run_spec(run_dir),
                                              f'train@{target}')
     meta = spec['meta']
-    diff = edits.check_edits(old_spec, spec, force)
+    made_from = resume_lib.run_spec_file(run_dir.root, spec_name)
+    advice = None
+    if made_from is not None and not resume_lib.same_file(made_from, spec_file):
+        made_from, given = resume_lib.shown_path(made_from), resume_lib.shown_path(spec_file)
+        advice = (f'{run_dir.root} was made from {made_from}, not {given}: continue it with python run_lab.py '
+                  f'{made_from} {spec_name} train@{run_dir.root}, or start a run of {given} with train '
+                  '(--force resumes it under this file anyway)')
+    diff = edits.check_edits(old_spec, spec, force, advice)
     resume_lib.check_resume_logs(run_dir, max(old_spec['meta']['max_session'], meta['max_session']))
     # every session's newest intact snapshot, loaded now: nothing is written before all of them
     # (and the whole state of each) are known to load
@@ -268,7 +275,7 @@ def search(spec_file: str, spec_name: str, mode: str, overrides: list[str] | Non
         logger.info(f'run directory {run_dir.root}: search of {search_specs.total_trials(spec, params)} trial(s)')
     else:
         target = mode[len('search@'):]
-        run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search')
+        run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, mode='search', spec_file=spec_file)
         with locked_to_continue(run_dir) as lock:
             old_spec = resume_lib.read_run_spec(run_dir)
             spec, params = search_specs.resume_spec(spec_file, spec_name, overrides, old_spec, force, mode)

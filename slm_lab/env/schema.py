@@ -273,6 +273,7 @@ def check_env_kwargs(env: dict, path: str = 'env') -> None:
     args = env_constructor_args(env['name'])
     if args is None:
         return
+    args = [a for a in args if a != 'render_mode']  # refused above: not offered
     for key in extra:
         if key not in args:
             raise SpecError(f"{path}.{key}: not a key of env and not an argument of {env['name']}'s constructor"

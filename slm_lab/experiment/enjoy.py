@@ -25,6 +25,7 @@ from slm_lab.lib.errors import LabError, ResumeError, SpecError
 from slm_lab.lib.io import read_json
 from slm_lab.persistence.edits import fill_keys_added_later
 from slm_lab.persistence.model_file import DamagedModelFile, load_model_file
+from slm_lab.persistence.resume import glob_escape
 from slm_lab.persistence.run_dir import RunDir
 from slm_lab.persistence.snapshot import list_snapshots
 from slm_lab.persistence.snapshots import load_latest_snapshot
@@ -50,6 +51,13 @@ def parse_session_spec_path(path: str) -> tuple[Path, str, int, int]:
         raise SpecError(f'enjoy@{path} is a directory; give one of its session specs, e.g. enjoy@{example}')
     m = SESSION_SPEC_RE.match(p.name)
     if not m:
+        base = p.name[:-len('_spec.json')] if p.name.endswith('_spec.json') else None
+        trial = re.fullmatch(r'(.+_t\d+)', base) if base else None  # a trial's spec: {spec_name}_t{N}
+        found = sorted(p.parent.glob(f'{glob_escape(base)}_s*_spec.json' if trial else
+                                     f'{glob_escape(base)}_t*_s*_spec.json')) if base else []
+        if found:  # the run's (or a trial's) spec: its sessions' specs lie beside it
+            raise SpecError(f'enjoy@{path} is the spec of a run or trial, not of a session; give one of its '
+                            f'session specs, e.g. enjoy@{found[0]}')
         raise SpecError(f'enjoy@{path}: expected a session spec file named {{spec_name}}_t0_s0_spec.json '
                         'inside a run directory')
     if not p.is_file():

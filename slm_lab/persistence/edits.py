@@ -99,9 +99,10 @@ def _is_schedule_edit(key: str, old_spec: dict, new_spec: dict) -> bool:
     return all(isinstance(p, dict) and 'start_val' in p for p in pieces)
 
 
-def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
+def check_edits(old_spec: dict, new_spec: dict, force: bool, advice: str | None = None) -> list[tuple]:
     """The spec diff (key, old, new). Edits outside ALLOWED_EDITS raise ResumeError listing each
-    one, unless force; a lower max_session is never allowed. The run's spec is first filled with
+    one, unless force (`advice`: what the error then tells the user to do, instead of reverting
+    them or --force); a lower max_session is never allowed. The run's spec is first filled with
     this lab's defaults, so a key a newer lab added (at its default) is not an edit."""
     try:
         old_spec = {**validate_spec({k: v for k, v in old_spec.items() if k != 'name'}), 'name': old_spec.get('name')}
@@ -123,7 +124,7 @@ def check_edits(old_spec: dict, new_spec: dict, force: bool) -> list[tuple]:
     if bad and not force:
         changes = '; '.join(f'{k}: {o!r} -> {n!r}' for k, o, n in bad)
         raise ResumeError(f'the spec changed in ways that break the run\'s continuity: {changes}; '
-                          'revert them, or pass --force to resume anyway (recorded in the run)')
+                          + (advice or 'revert them, or pass --force to resume anyway (recorded in the run)'))
     return diff
 
 

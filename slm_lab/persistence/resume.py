@@ -4,6 +4,7 @@ the lock that keeps other processes off it, and each session's newest intact sna
 are in edits.py."""
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -41,11 +42,13 @@ def is_search_run(root: Path) -> bool:
 
 
 def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'train',
-                    label: str | None = None) -> RunDir:
+                    label: str | None = None, spec_file: str | None = None) -> RunDir:
     """The run directory named by {mode}@<target>: 'latest' (newest run of spec_name of that
     kind, by the timestamp in its name) or a path. train@ continues train runs and search@
     searches; each refuses the other's run directory, which it would damage. `label` names the
-    option in errors (default {mode}@{target}; e.g. '--fork DIR')."""
+    option in errors (default {mode}@{target}; e.g. '--fork DIR'). With `spec_file`, 'latest' is
+    the newest such run made from that file, where there is one: two files may name a spec
+    alike (SLM-Lab's ppo_cartpole and the demo's), and a run of the other is not this one's."""
     search = mode == 'search'
     said = label or f'{mode}@{target}'
     if target == 'latest':  # dev runs are debugging runs: resume them only by name
@@ -60,7 +63,7 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
         if not runs:
             raise ResumeError(f"{said}: no {'search' if search else 'run'} of spec '{spec_name}' in "
                               f'{data_dir}/; start one with: python run_lab.py SPEC_FILE {spec_name} {mode}')
-        root = runs[-1]
+        root = runs[-1] if spec_file is None else _newest_of_file(runs, spec_name, spec_file, said)
     else:
         root = Path(target.rstrip('/') or '/')
         try:
@@ -68,6 +71,10 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
         except OSError:  # a name too long for the filesystem, a loop of links: no run directory either
             exists = False
         if not exists:
+            beside = Path(data_dir) / root
+            if not root.is_absolute() and beside.is_dir():  # the name of a run, without data/
+                meant = said.replace(target, str(beside), 1)
+                raise ResumeError(f'{said}: no such run directory here; did you mean {meant}?')
             runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
             raise ResumeError(f'{said}: no such run directory; runs of {spec_name}: {runs}')
     run_dir = RunDir(root, spec_name)
@@ -80,6 +87,43 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
         raise ResumeError(f'{said}: {root} is a {"train run" if search else "search"}, not a '
                           f'{"search" if search else "train run"}; continue it with {other}@{target}')
     return run_dir
+
+
+def run_spec_file(root: Path, spec_name: str) -> str | None:
+    """The spec file a run was made from (its saved spec's meta.spec_file), or None."""
+    try:
+        spec_file = read_json(root / f'{spec_name}_spec.json')['meta'].get('spec_file')
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return spec_file if isinstance(spec_file, str) else None
+
+
+def shown_path(path: str | None) -> str | None:
+    """`path` as a message shows it: relative to the working directory when it lies under it."""
+    if path is None:
+        return None
+    rel = os.path.relpath(path)
+    return path if rel.startswith('..') else rel
+
+
+def same_file(a: str | None, b: str) -> bool:
+    """Whether path `a` (as a run recorded it) names the file `b`."""
+    return a is not None and os.path.realpath(a) == os.path.realpath(b)
+
+
+def _newest_of_file(runs: list[Path], spec_name: str, spec_file: str, said: str) -> Path:
+    """The newest of `runs` made from `spec_file`; the newest of all, said, where none was (a run
+    made before the repository moved, or by another file of the same spec name: the checks of the
+    spec's edits then tell whether it continues)."""
+    mine = [r for r in runs if same_file(run_spec_file(r, spec_name), spec_file)]
+    newest_from = shown_path(run_spec_file(runs[-1], spec_name))
+    if mine and mine[-1] != runs[-1]:
+        logger.info(f'{said}: {mine[-1]}, the newest run of {spec_name} made from {shown_path(spec_file)} '
+                    f'({runs[-1]}, newer, was made from {newest_from})')
+    elif not mine:
+        logger.warning(f'{said}: {runs[-1]} was made from {newest_from}, not {shown_path(spec_file)}: no run of '
+                       f'{spec_name} here was')
+    return (mine or runs)[-1]
 
 
 TRIAL_TARGET = re.compile(r't(\d+)')

@@ -83,6 +83,10 @@ def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys, no_
                                                                                         run.name]),
         'no run of spec': ([spec_file.replace('refuse', 'other'), 'other', 'train@latest'], ['no run of spec']),
         'missing enjoy spec': ([f'enjoy@{run}/refuse_t0_s9_spec.json'], ['not found']),
+        "the run's spec to enjoy": ([f'enjoy@{run}/refuse_spec.json'], ['not of a session',
+                                                                       f'enjoy@{run}/refuse_t0_s0_spec.json']),
+        'a run named without data/': ([spec_file, 'refuse', f'train@{run.name}'],
+                                      [f'did you mean train@data/{run.name}?']),
     }
     write_spec(tmp_path, 'other', PPO)
     for what, (args, needles) in cases.items():
@@ -99,6 +103,38 @@ def test_refusals_are_one_line_and_leave_the_run_unchanged(tmp_path, capsys, no_
     assert code == 0, err
     record = json.loads((run / 'refuse_resumes.json').read_text())[-1]
     assert record['forced'] and {'key': 'agent.algorithm.gamma', 'old': 0.98, 'new': 0.9} in record['spec_diff']
+
+
+def test_train_at_latest_takes_the_newest_run_of_its_own_spec_file(tmp_path, capsys, no_png):
+    """Two files may name a spec alike (SLM-Lab's ppo_cartpole and the demo's): train@latest with
+    one file continues the newest run made from that file, not a newer run of the other; where no
+    run of the name was made from it, the refusal of the edits names the run, the file it was made
+    from and the command that continues it, and the run is untouched."""
+    data = tmp_path / 'data'
+    mine = tmp_path / 'a' / 'twin.json'
+    theirs = tmp_path / 'b' / 'twin.json'
+    third = tmp_path / 'c' / 'twin.json'
+    for path, gamma in ((mine, 0.98), (theirs, 0.9), (third, 0.95)):
+        path.parent.mkdir()
+        path.write_text(json.dumps({'twin': {**PPO, 'env': {**PPO['env'], 'max_frame': 256},
+                                             'agent': {**PPO['agent'],
+                                                       'algorithm': {**PPO['agent']['algorithm'], 'gamma': gamma}}}}))
+    lab.run(str(mine), 'twin', 'train', data_dir=str(data))
+    (my_run,) = run_dirs(data, 'twin')
+    time.sleep(1.1)  # run directories are named to the second
+    lab.run(str(theirs), 'twin', 'train', data_dir=str(data))
+    (their_run,) = set(run_dirs(data, 'twin')) - {my_run}
+    theirs_before = tree_digest(their_run)
+    lab.run(str(mine), 'twin', 'train@latest', ['env.max_frame=512'], data_dir=str(data))
+    assert train_csv(my_run, 'twin')['frame'].iloc[-1] == 512
+    assert tree_digest(their_run) == theirs_before
+    code, err = run_in_process([str(third), 'twin', 'train@latest', '-s', 'env.max_frame=512'], tmp_path, capsys)
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and line.startswith('error:'), err
+    for needle in ('agent.algorithm.gamma: 0.9 -> 0.95', f'data/{their_run.name} was made from b/twin.json, '
+                   'not c/twin.json', f'run_lab.py b/twin.json twin train@data/{their_run.name}'):
+        assert needle in line, line
+    assert tree_digest(their_run) == theirs_before
 
 
 def wait_for(condition, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:

@@ -239,14 +239,24 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     return args
 
 
-def report(error: BaseException, mode: str | None) -> int:
+def continuation(args: argparse.Namespace | None) -> str:
+    """What continues a stopped command: the run it named (train@DIR, search@DIR, benchmark@DIR),
+    the same command for --run-dir (train@latest does not look there), else {mode}@latest."""
+    mode = (args.mode if args is not None else None) or 'train'
+    if args is not None and args.run_dir is not None:
+        return f'the same command (train --run-dir {args.run_dir})'
+    kind, _, target = mode.partition('@')
+    kind = kind if kind in ('search', 'benchmark') else 'train'
+    return f'{kind}@{target or "latest"}'
+
+
+def report(error: BaseException, mode: str | None, args: argparse.Namespace | None = None) -> int:
     """Print how a command that did not finish ended (one line on stderr); its exit code."""
     if isinstance(error, LabError):
         print(f'error: {error}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Preempted):
-        again = next((f'{m}@latest' for m in ('search', 'benchmark') if (mode or '').startswith(m)), 'train@latest')
-        print(f'stopped: {error}; continue with {again}', file=sys.stderr)
+        print(f'stopped: {error}; continue with {continuation(args)}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Terminated):
         print(stopped_line(signal.SIGTERM, mode), file=sys.stderr)
@@ -290,7 +300,7 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
                         ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
         except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
             _ended(own_process)
-            return report(e, args.mode), args.mode
+            return report(e, args.mode, args), args.mode
         _ended(own_process)
         return 0, args.mode
     finally:

@@ -63,7 +63,11 @@ def test_one_command_starts_continues_and_completes_the_run(tmp_path, no_png, ca
     code = start_and_stop(command, tmp_path, tmp_path / 'term.log',
                           lambda: bool(snapshots(run)) and snapshots(run)[0] != resumed_from, signal.SIGTERM)
     assert code == 143, (tmp_path / 'term.log').read_text()
-    assert 'stopped: stopped by SIGTERM' in (tmp_path / 'term.log').read_text()
+    said = (tmp_path / 'term.log').read_text()
+    assert 'stopped: stopped by SIGTERM' in said
+    # train@latest does not look in a --run-dir: the line names the command that continues it
+    last = said.strip().splitlines()[-1]
+    assert last.startswith('stopped: ') and last.endswith(f'continue with the same command (train --run-dir {run})')
     code, err = run_in_process(command, tmp_path, capsys)
     assert code == 0, err
     # both stops were resumes of the one run directory, nothing else was made beside it

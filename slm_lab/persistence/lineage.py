@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 from slm_lab.lib.errors import ResumeError
-from slm_lab.lib.io import atomic_write_text
+from slm_lab.lib.io import atomic_write_text, read_json
 from slm_lab.persistence.model_file import contents_crc32, load_model_file, save_model_file
-from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.run_dir import PRUNED_FILE, RunDir, read_pruned
 from slm_lab.persistence.snapshot import STATE_FILE, list_snapshots, map_arrays, read_snapshot
 from slm_lab.persistence.snapshots import load_latest_snapshot, problem_of
 from slm_lab.persistence.snapshots import Snapshot
@@ -86,10 +86,17 @@ def warm_start_weights(parent: RunDir, session: int, ckpt: str, trial: int = 0) 
     """(nets {name: state_dict}, record for the lineage) of one session of trial `trial` of
     `parent`: `ckpt` 'best' is its model_best.pt (checksum verified), 'latest' its newest intact
     snapshot's nets."""
+    search = (parent.root / 'search').is_dir()
+    where = f'{parent.root}/t{trial}' if search else str(parent.root)
+    if search and trial in read_pruned(parent):
+        kept = read_json(parent.root / 'search' / PRUNED_FILE).get('kept') or []
+        raise LineageError(f'--warm-start {where}: the search\'s --keep removed the model files and snapshots of '
+                           f'trial {trial}; warm-start from a trial it kept: '
+                           + (', '.join(f'{parent.root}/t{i}' for i in kept) or 'none'))
     if ckpt == 'best':
         path = parent.model_path(trial, session, 'best')
         if not path.is_file():
-            raise LineageError(f'--warm-start {parent.root}: session {session} has no {path.name} (a session writes '
+            raise LineageError(f'--warm-start {where}: session {session} has no {path.name} (a session writes '
                                'it at its first evaluation); use --ckpt latest for its newest snapshot')
         state, _ = load_model_file(path)
         if not isinstance(state.get('nets'), dict):
@@ -98,7 +105,7 @@ def warm_start_weights(parent: RunDir, session: int, ckpt: str, trial: int = 0) 
                                'frame': state.get('frame'), 'crc32': contents_crc32(state)}
     found = load_latest_snapshot(parent.ckpt_dir(trial, session), damaged=[])
     if found is None:
-        raise LineageError(f'--warm-start {parent.root} --ckpt latest: session {session} has no intact snapshot '
+        raise LineageError(f'--warm-start {where} --ckpt latest: session {session} has no intact snapshot '
                            f'in {parent.ckpt_dir(trial, session)}; use --ckpt best')
     return found.nets, {'session': session, **snapshot_record(parent, found)}
 

@@ -72,7 +72,11 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
             exists = False
         if not exists:
             beside = Path(data_dir) / root
-            if not root.is_absolute() and beside.is_dir():  # the name of a run, without data/
+            try:
+                named = not root.is_absolute() and beside.is_dir()  # the name of a run, without data/
+            except OSError:
+                named = False
+            if named:
                 meant = said.replace(target, str(beside), 1)
                 raise ResumeError(f'{said}: no such run directory here; did you mean {meant}?')
             runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
@@ -121,8 +125,8 @@ def _newest_of_file(runs: list[Path], spec_name: str, spec_file: str, said: str)
         logger.info(f'{said}: {mine[-1]}, the newest run of {spec_name} made from {shown_path(spec_file)} '
                     f'({runs[-1]}, newer, was made from {newest_from})')
     elif not mine:
-        logger.warning(f'{said}: {runs[-1]} was made from {newest_from}, not {shown_path(spec_file)}: no run of '
-                       f'{spec_name} here was')
+        logger.warning(f'{said}: no run of {spec_name} here was made from {shown_path(spec_file)}; taking the newest, '
+                       f'{runs[-1]}, made from {newest_from}')
     return (mine or runs)[-1]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError, begin_writing, defer_stops
-from slm_lab.lib.io import rename_no_replace, write_json
+from slm_lab.lib.io import read_json, rename_no_replace, write_json
 from slm_lab.persistence.tmpfiles import pid_is_stale
 from slm_lab.spec import check_spec_name
 
@@ -21,6 +21,16 @@ logger = lab_logger.get_logger('slm_lab.lab')  # a run's lines name the lab, as 
 
 TS_FORMAT = '%Y_%m_%d_%H%M%S'
 SUBDIRS = ('info', 'model', 'graph', 'log')
+PRUNED_FILE = 'pruned.json'  # under a search's search/: the trials whose weights --keep removed
+
+
+def read_pruned(run_dir: RunDir) -> list[int]:
+    """The trials of a search whose model files and snapshots its --keep removed ([] if none)."""
+    try:
+        removed = read_json(run_dir.root / 'search' / PRUNED_FILE).get('removed') or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [i for i in removed if isinstance(i, int)]
 
 
 def new_experiment_ts(data_dir: str, spec_name: str, after: str | None = None) -> str:

@@ -569,6 +569,12 @@ def test_a_search_stopped_while_ray_starts_or_in_a_trial_exits_at_once_and_searc
     assert (root / 'info' / f'{NAME}_t{1 - best}_s0_session_df_train.csv').exists()  # records stay
     resumes = json.loads((root / 'info' / f'{NAME}_t0_s0_resumes.json').read_text())
     assert resumes, 'trial 0 continued from its snapshot'
+    said = result.stdout + result.stderr
+    assert (f'--keep 1: removed the model files and snapshots of trial(s) {1 - best}; kept those of trial(s) '
+            f'{best}') in said, said[-3000:]
+    # the removed trial's weights: one line that names --keep and the trial to warm-start from instead
+    code, refused = run_in_process([spec_file, NAME, 'train', '--warm-start', f'{root}/t{1 - best}'], tmp_path, capsys)
+    assert code == 2 and '--keep removed' in refused and refused.strip().endswith(f'{root}/t{best}'), refused
 
 
 # a search on a two-node Ray cluster (--ray-address): test_benchmark.py's

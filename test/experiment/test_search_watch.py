@@ -44,6 +44,24 @@ def test_a_continued_trials_history_prints_no_summaries_and_counts_toward_the_ne
                          'total_reward_ma 55.00 at frame 5500']
 
 
+def test_a_trial_that_finished_as_the_stop_came_ends_completed_not_stopped(caplog):
+    """A stop signal that lands as a trial writes its final records: the trial finished (its
+    continuation keeps it as 'finished before'), so its end line says completed, not 'stopped with
+    a snapshot'; a trial that had not finished says stopped."""
+    from slm_lab.experiment.search.study import METRIC, TIME_ATTR
+    from slm_lab.experiment.search.watch import SearchWatch
+    watch = SearchWatch(total=2, max_frame=4000, log_frequency=500, stopping=lambda: True, label='benchmark',
+                        finished=lambda index: index == 0)
+    with caplog.at_level('INFO', logger='slm_lab.search'):
+        for index, frame in ((0, 4000), (1, 2000)):
+            config = {'trial': index, 'values': {}, 'replay': False, 'max_frame': 4000}
+            watch.running.add(index)
+            watch.reported(config, {TIME_ATTR: frame, METRIC: 10.0})
+            watch.ended_as(config, error=False)
+    assert watch.ended == {0: 'completed', 1: 'stopped with the benchmark, a snapshot saved (continue with '
+                                              'benchmark@latest)'}
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_ctrl_c_stops_a_search_with_the_labs_lines_only(tmp_path):

@@ -141,7 +141,8 @@ def run_trials(run_dir: RunDir, suite: Suite, plan: list[dict], ray_address: str
 
     def fit(stop):
         watch = SearchWatch(len(todo), max(e['max_frame'] for e in todo), log_frequency,
-                            stopping=lambda: stop.requested, label='benchmark')
+                            stopping=lambda: stop.requested, label='benchmark',
+                            finished=lambda index: finished(run_dir, index))
         tune_trials(run_dir, make_queue_searcher(configs, stopping=lambda: stop.requested), watch,
                     num_samples=len(todo), resources=resources)
     run_on_ray(run_dir, ray_address, fit)

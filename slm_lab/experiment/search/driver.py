@@ -28,8 +28,8 @@ from slm_lab.experiment.signals import StopSignal, keep_stop_handlers
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.cores import NICE_VAR, usable_cores
 from slm_lab.lib.errors import Preempted
-from slm_lab.lib.io import atomic_write_text
-from slm_lab.persistence.run_dir import RunDir
+from slm_lab.lib.io import atomic_write_text, write_json
+from slm_lab.persistence.run_dir import PRUNED_FILE, RunDir, read_pruned
 from slm_lab.persistence.tmpfiles import cleanup_stale_tmp
 from slm_lab.spec import session_max_frame
 
@@ -165,7 +165,7 @@ def run_trials(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     meta = spec['meta']
     searcher = make_searcher(run_dir, spec, params, stopping=lambda: stop.requested)
     watch = SearchWatch(total_trials(spec, params), session_max_frame(spec), meta['log_frequency'],
-                        stopping=lambda: stop.requested)
+                        stopping=lambda: stop.requested, finished=lambda index: trial_finished(run_dir, index))
     tune_trials(run_dir, searcher, watch, num_samples=total_trials(spec, params),
                 resources=trial_resources(meta, local=not ray_address), scheduler=make_scheduler(spec),
                 max_session=meta['max_session'], max_frame=session_max_frame(spec))
@@ -340,10 +340,22 @@ def prune_models(run_dir: RunDir, df, keep: int) -> None:
     (info/, graph/, log/) and the trials' specs stay."""
 
     cleanup_stale_tmp(run_dir.root / 'model')  # a trial killed mid-write left its temporary file
-    order = df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()
+    order = [int(i) for i in df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()]
+    removed = []
     for i in order[keep:]:
-        prename = run_dir.prename(int(i))
-        for f in (run_dir.root / 'model').glob(f'{prename}_*'):
+        prename = run_dir.prename(i)
+        files = list((run_dir.root / 'model').glob(f'{prename}_*'))
+        dirs = list((run_dir.root / 'ckpt').glob(f'{prename}_s*'))
+        if files or dirs:
+            removed.append(i)
+        for f in files:
             f.unlink()
-        for d in (run_dir.root / 'ckpt').glob(f'{prename}_s*'):
+        for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
+    # what --warm-start and enjoy@ tell a user who asks for a removed trial's weights
+    write_json(run_dir.root / 'search' / PRUNED_FILE, {'keep': keep, 'kept': sorted(order[:keep]),
+                                                      'removed': sorted(set(removed) | set(read_pruned(run_dir)))})
+    if removed:
+        logger.info(f'--keep {keep}: removed the model files and snapshots of trial(s) '
+                    f'{", ".join(map(str, sorted(removed)))}; kept those of trial(s) '
+                    f'{", ".join(map(str, sorted(order[:keep]))) or "none"}')

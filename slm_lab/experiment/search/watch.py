@@ -26,13 +26,15 @@ class SearchWatch:
     """The search's progress as the driver sees it: {trial number: its last report}, statuses."""
 
     def __init__(self, total: int, max_frame: int, log_frequency: int, stopping=lambda: False,
-                 label: str = 'search'):
+                 label: str = 'search', finished=lambda index: False):
         """`label`: what the lines call the experiment ('search', 'benchmark'), whose resume is
         `{label}@latest`; a trial whose config names its own max_frame (a benchmark's rows) is
-        judged by it."""
+        judged by it. `finished(index)`: whether trial `index` wrote its final records (one that
+        ends as the search stops may have finished all the same)."""
         self.total, self.max_frame, self.log_frequency = total, max_frame, log_frequency
         self.label = label
         self.stopping = stopping  # whether the search is stopping (a trial ending then is not finished)
+        self.finished = finished
         self.last: dict[int, dict] = {}  # trial -> its last report (frame, total_reward_ma)
         self.running: set[int] = set()
         self.ended: dict[int, str] = {}  # trial -> status
@@ -72,7 +74,7 @@ class SearchWatch:
         frame = report.get(TIME_ATTR, 0)
         if error:
             status = 'error (see its log under log/)'
-        elif self.stopping():
+        elif self.stopping() and not self.finished(index):
             status = f'stopped with the {self.label}, a snapshot saved (continue with {self.label}@latest)'
         elif config.get('replay'):
             status = 'finished before (kept)'

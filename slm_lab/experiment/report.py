@@ -5,7 +5,7 @@ and CSV).
 The score is a session's `final_return_ma` as the trial metrics take it: the last
 `total_reward_ma` of its eval records (info/*_session_df_eval.csv; with meta.rigorous_eval, the
 mean return of greedy episodes). A run still training, or stopped, is reported at the frame its
-records reached."""
+records reached, marked unfinished."""
 from __future__ import annotations
 
 import argparse
@@ -22,8 +22,10 @@ from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, se
 from slm_lab.lib.errors import LabError
 from slm_lab.lib.io import atomic_write_text
 from slm_lab.persistence.run_dir import RunDir
+from slm_lab.spec import session_max_frame
 
-COLUMNS = ('run', 'trial', 'spec_name', 'frames', 'sessions', 'scores', 'mean', 'ci95_low', 'ci95_high', 'lineage')
+COLUMNS = ('run', 'trial', 'spec_name', 'frames', 'trained', 'sessions', 'scores', 'mean', 'ci95_low', 'ci95_high',
+           'lineage')
 
 
 class ReportError(LabError):
@@ -81,21 +83,37 @@ def describe_lineage(lineage: dict | None) -> str:
 def trial_row(run_dir: Path, trial: int, label: str) -> dict:
     """One row of the table: a trial's per-session scores, their summary, frames and lineage."""
     spec = _spec(run_dir, trial)
-    scores, frames = [], []
+    scores, frames, reached = [], [], []
     for train_csv in session_csvs(run_dir)[trial]:
         eval_csv = train_csv.with_name(train_csv.name.replace('_session_df_train.csv', '_session_df_eval.csv'))
         score, frame = _last_score(eval_csv) if eval_csv.exists() else (None, None)
-        if frame is None:
-            _, frame = _last_score(train_csv)
+        _, trained = _last_score(train_csv)
         scores.append(score)
-        frames.append(frame)
+        frames.append(trained if frame is None else frame)
+        reached.append(trained or 0)
     summary = score_summary(scores)
     shown = sorted({f for f in frames if f is not None})
     return {'run': label, 'trial': trial, 'spec_name': spec.get('meta', {}).get('spec_name', ''),
-            'frames': '-'.join(map(str, [shown[0], shown[-1]] if len(shown) > 1 else shown)),
+            'frames': _span(shown), 'trained': _trained(spec, reached),
             'sessions': len(scores), 'scores': scores,
             'mean': summary['mean'], 'ci95_low': summary['low'], 'ci95_high': summary['high'],
             'lineage': describe_lineage(spec.get('meta', {}).get('lineage'))}
+
+
+def _span(frames: list[int]) -> str:
+    return '-'.join(map(str, [frames[0], frames[-1]] if len(frames) > 1 else frames))
+
+
+def _trained(spec: dict, reached: list[int]) -> str:
+    """'finished' when every session's train records reached its max_frame; else how far they did
+    ('4500-9504 of 40000, unfinished'): a stopped or running trial's scores are not its final ones."""
+    try:
+        budget = session_max_frame(spec)
+    except (KeyError, TypeError, ZeroDivisionError):  # a spec too damaged to say: the frames alone
+        return 'finished?'
+    if reached and all(r >= budget for r in reached):
+        return 'finished'
+    return f'{_span(sorted(set(reached)))} of {budget}, unfinished'
 
 
 def resolve(arg: str) -> list[tuple[Path, int, str]]:
@@ -134,11 +152,12 @@ def _fmt(value) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The table in Markdown: one row per trial."""
-    head = ['run', 'spec', 'frames', 'seeds', 'final_return_ma per seed', 'mean', '95% CI', 'lineage']
+    head = ['run', 'spec', 'frames', 'trained', 'seeds', 'final_return_ma per seed', 'mean', '95% CI', 'lineage']
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     for r in rows:
         ci = 'n/a (one seed)' if r['ci95_low'] is None else f'[{r["ci95_low"]:.2f}, {r["ci95_high"]:.2f}]'
-        lines.append('| ' + ' | '.join([r['run'], r['spec_name'], r['frames'], str(r['sessions']), _fmt(r['scores']),
+        lines.append('| ' + ' | '.join([r['run'], r['spec_name'], r['frames'], r['trained'], str(r['sessions']),
+                                       _fmt(r['scores']),
                                        _fmt(r['mean']), ci, r['lineage'] or '']) + ' |')
     return '\n'.join(lines) + '\n'
 
@@ -203,7 +222,8 @@ def report_main(argv: list[str]) -> int:
     parser = CommandParser(prog='slm-lab report', description=(
         "A table of runs' results across seeds: per run (or search trial), each session's final_return_ma "
         '(the last total_reward_ma of its eval records), their mean and 95% bootstrap interval, the frames '
-        'reached, the spec name and lineage. Printed, and written as Markdown and CSV.'),
+        'of the scores, whether training finished (or how far it got), the spec name and lineage. Printed, '
+        'and written as Markdown and CSV.'),
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog="""\
 examples:
   slm-lab report data/ppo_cartpole_2026_01_01_120000,data/a2c_cartpole_2026_01_01_130000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import csv
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -54,7 +55,7 @@ def test_report_of_a_run_of_four_seeds(four_seeds, tmp_path, capsys):
     out.mkdir()
     assert main(['report', str(run), '-o', str(out / 'table.md')]) == 0
     printed = capsys.readouterr().out
-    assert f'| {run.name} | report_ppo | 256 | 4 |' in printed
+    assert f'| {run.name} | report_ppo | 256 | finished | 4 |' in printed
     assert f'[{interval["low"]:.2f}, {interval["high"]:.2f}]' in printed
     assert (out / 'table.md').read_text() in printed
     with open(out / 'table.csv') as f:
@@ -64,6 +65,14 @@ def test_report_of_a_run_of_four_seeds(four_seeds, tmp_path, capsys):
     # a directory given to -o holds the report; the default goes under data/reports/
     assert main(['report', str(run), '-o', str(out)]) == 0
     assert len(list(out.glob('report_*.md'))) == 1 and len(list(out.glob('report_*.csv'))) == 1
+    # a stopped run: its scores are not final ones, and the table says how far it trained
+    stopped = tmp_path / run.name
+    shutil.copytree(run, stopped)
+    train = stopped / 'info' / 'report_ppo_t0_s1_session_df_train.csv'
+    train.write_text(''.join(train.read_text().splitlines(keepends=True)[:-1]))
+    last = int(float(list(csv.DictReader(train.open()))[-1]['frame']))
+    assert main(['report', str(stopped), '-o', str(out / 'stopped.md')]) == 0
+    assert f'| 256 | {last}-256 of 256, unfinished | 4 |' in capsys.readouterr().out
 
 
 @pytest.mark.slow

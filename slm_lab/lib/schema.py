@@ -84,6 +84,12 @@ def accepts(note: str) -> Callable:
     return decorate
 
 
+def _offered(fld: Field) -> bool:
+    """Whether an unknown key's error lists this key among the valid ones: not a key the lab (or
+    SLM-Lab) sets in the specs it saves, nor one SLM-Lab's files carry that nothing reads."""
+    return not fld.doc.startswith('(set by') and not (fld.types == ANY_JSON and fld.default is OMIT)
+
+
 def ignored_field(doc: str) -> Field:
     """A key SLM-Lab specs carry that the component accepts and does not use (SLM-Lab itself
     ignores it there too): any JSON value, kept in the saved spec only when the spec gives it."""
@@ -223,7 +229,7 @@ def check_object(obj: Any, schema: dict, path: str, extra_ok: Callable[[str], bo
             if planned_keys and key in planned_keys:
                 raise not_available(f'{path}.{key}', planned_keys[key], '; remove the key')
             raise SpecError(f'{path}.{key}: unknown key{suggest(key, schema)}; '
-                            f'valid keys: {", ".join(schema)}')
+                            f'valid keys: {", ".join(k for k, f in schema.items() if _offered(f))}')
     out = {}
     for key, fld in schema.items():
         if key in obj:

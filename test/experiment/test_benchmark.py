@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import shutil
 import os
 import signal
 import subprocess
@@ -498,6 +499,23 @@ def test_a_suite_run_in_pieces_through_a_published_folder_equals_the_straight_su
     out = capsys.readouterr().out
     assert out.count('left out: ') == 1 and f'ppo_b seed 1: published before from {second.name} t0' in out
     assert tree_digest(folder) == before
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+@needs_ray
+def test_publishing_a_benchmark_with_no_finished_seed_writes_nothing(straight, tmp_path, capsys):
+    """A stopped benchmark whose seeds have not finished yet: one line saying so, and no folder of
+    empty reports."""
+    from slm_lab.experiment.benchmark.publish import publish_main
+    stopped = tmp_path / straight.run_dir.name
+    shutil.copytree(straight.run_dir, stopped)
+    for metrics in (stopped / 'info').glob('*_trial_metrics.json'):
+        metrics.unlink()
+    assert publish_main([str(stopped), '--to', str(tmp_path / 'pub')]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'nothing to publish' in err and str(stopped) in err, err
+    assert not (tmp_path / 'pub').exists()
 
 
 def test_publish_and_missing_from_refuse_bad_input_in_one_line(tmp_path, capsys):

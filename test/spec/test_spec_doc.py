@@ -103,6 +103,12 @@ def test_documented_top_and_agent_keys_are_the_validators():
         validate_spec({**MINIMAL, 'bogus': 1})
     with pytest.raises(SpecError, match='valid keys: ' + ', '.join(spec_doc.AGENT_SCHEMA) + '$'):
         validate_spec({**MINIMAL, 'agent': {**MINIMAL['agent'], 'bogus': 1}})
+    # keys a user does not write (set by the lab or by SLM-Lab in saved specs, or read by nothing)
+    # are accepted but not offered
+    with pytest.raises(SpecError) as e:
+        validate_spec({**MINIMAL, 'meta': {'log_frequncy': 500}})
+    offered = str(e.value).split('valid keys: ')[1].split(', ')
+    assert 'log_frequency' in offered and not {'prepath', 'git_sha', 'experiment_ts', 'train_mode'} & set(offered)
     for key, fld in spec_doc.TOP_SCHEMA.items():
         if fld.default is spec_doc.MISSING:
             with pytest.raises(SpecError, match=f'spec.{key}: required key is missing'):

@@ -77,7 +77,7 @@ def read_published(dest: Path) -> tuple[Suite | None, list[dict], dict]:
     the folder `dest`; PublishError when it is not one."""
     if not dest.is_dir():
         raise PublishError(f'{dest}: no such directory; give the folder results are published in (slm-lab publish '
-                           'BENCHMARK_DIR --to FOLDER makes it)')
+                           'BENCHMARK_DIR --to FOLDER makes it, in a parent folder that exists)')
     suite_path = dest / 'suite.json'
     if not suite_path.is_file():
         if any(dest.iterdir()):
@@ -191,6 +191,9 @@ def _load(bench_dirs: list[str | Path], published: Suite | None, dest: Path) -> 
     loaded = []
     for bench in bench_dirs:
         root = Path(bench)
+        if root.is_dir() and not (root / 'benchmark').is_dir():
+            raise PublishError(f'{root}: not a benchmark directory (it has no benchmark/); give the directory a '
+                               'benchmark wrote, data/{suite}_{timestamp}')
         try:
             suite, plan = read_saved(root)
         except (OSError, ValueError, SuiteError) as e:
@@ -263,6 +266,9 @@ def publish(bench_dirs: list[str | Path], dest: str | Path,
                 raise PublishError(f"row {row.id}: its random baseline cannot be played ({type(e).__name__}: {e}); "
                                    'give the row a random_score in the suite file') from None
             randoms[row.id] = (value, "the lab's random baseline (20 episodes)")
+    if not have:  # a folder of empty reports helps no one: nothing is written
+        raise PublishError(f'nothing to publish: no row-seed of {", ".join(str(rd.root) for _, _, rd in loaded)} has '
+                           'finished yet; publish once one has (benchmark@DIR continues a stopped benchmark)')
     order = {r.id: k for k, r in enumerate(merged.rows)}
     ordered = sorted(have.values(), key=lambda s: (order.get(s['row'], len(order)), s['seed']))
     text, rows_text = report_texts(merged, ordered, randoms)

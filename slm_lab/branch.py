@@ -119,7 +119,9 @@ def fork(spec_file: str, spec_name: str, target: str, frame: int | None, overrid
     # every snapshot loads into a session of this spec (env count, memory, ...) before anything is written
     checking = Trial(spec, run_dir, 'train', trial=0, resume=True)
     try:
-        checking.check_resume(snapshots)
+        checking.check_resume(snapshots, advice='a fork continues its parent\'s state: keep the env count and the '
+                                                'net shapes the parent trained with (--warm-start takes the weights '
+                                                'alone, for another env count)')
     finally:
         checking.release()
     del snapshots, checking

@@ -164,8 +164,12 @@ def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | N
     except OSError as e:
         raise ModeError(f'--run-dir {path}: cannot be read ({e.strerror}); give a directory the lab may create '
                         'or a run directory') from None
-    if started or (root.exists() and not root.is_dir()):
-        return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir)
+    if root.exists() and not root.is_dir():
+        raise ModeError(f'--run-dir {path}: a file is there, not a directory; give the directory the run lives in '
+                        '(made when absent)')
+    if started:
+        return resume(spec_file, spec_name, str(root), overrides, str(root.parent), force, on_run_dir,
+                      label=f'--run-dir {path}')
     spec = prepare_spec(spec_file, spec_name, 'train', overrides, root)
     spec['meta']['experiment_ts'] = time.strftime(TS_FORMAT)
     new = RunDir(root, spec_name)
@@ -173,11 +177,11 @@ def train_in(spec_file: str, spec_name: str, path: str, overrides: list[str] | N
 
 
 def resume(spec_file: str, spec_name: str, target: str, overrides: list[str] | None, data_dir: str,
-           force: bool, on_run_dir=None) -> dict | None:
+           force: bool, on_run_dir=None, label: str | None = None) -> dict | None:
     """train@latest / train@<run dir>: continue a run in its own directory under the (possibly
     edited) spec. Everything is checked before the run directory is touched, under a lock so that
-    no other process trains the run meanwhile."""
-    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, spec_file=spec_file)
+    no other process trains the run meanwhile. `label`: how errors name the option (train --run-dir)."""
+    run_dir = resume_lib.resolve_run_dir(target, spec_name, data_dir, label=label, spec_file=spec_file)
     if on_run_dir is not None:
         on_run_dir(run_dir)
     lock = lock_run(run_dir)

@@ -91,7 +91,8 @@ def test_run_dir_refusals_are_one_line(tmp_path):
     for args, needle in (
             (['train@latest', '--run-dir', 'x'], '--run-dir names a train run'),
             (['train', '--run-dir', 'x', '--fork', 'y'], '--run-dir and --fork'),
-            (['train', '--run-dir', str(other)], f'is not a run of spec {NAME}')):
+            (['train', '--run-dir', str(other)], f'--run-dir {other}: {other} is not a run of spec {NAME}'),
+            (['train', '--run-dir', str(other / 'notes.txt')], 'a file is there, not a directory')):
         out = cli([spec_file, NAME, *args], cwd=tmp_path)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and needle in lines[0], (args, out.stderr)

@@ -90,7 +90,8 @@ class Trial:
             stop.uninstall()
             self.release()
 
-    def check_resume(self, snapshots: dict[int, Snapshot], seconds: dict[int, float] | None = None) -> dict[int, list]:
+    def check_resume(self, snapshots: dict[int, Snapshot], seconds: dict[int, float] | None = None,
+                     advice: str = 'resume with the spec the run was trained with') -> dict[int, list]:
         """Load each session's snapshot (read once by the lab: `snapshots`, by session index, with
         how long each took to read in `seconds`) into a session built from its spec, so that a
         snapshot that does not fit (a net shape or env count changed with --force) is refused
@@ -112,8 +113,8 @@ class Trial:
             except (RuntimeError, KeyError, ValueError, IndexError, TypeError, AttributeError) as e:
                 first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ''
                 keep = False
-                raise ResumeError(f'snapshot {snapshot.path} does not fit this spec ({type(e).__name__}: {first}); '
-                                  'resume with the spec the run was trained with') from None
+                why = first if isinstance(e, ValueError) and first else f'{type(e).__name__}: {first}'
+                raise ResumeError(f'snapshot {snapshot.path} does not fit this spec ({why}); {advice}') from None
             finally:
                 if not keep:
                     session.close()

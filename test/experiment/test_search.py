@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from lab_helpers import (cli, lab_env, lab_processes, listening_addresses, off_loopback, process_tree,
-                         run_in_process, sessions_have_autogroups)
+                         run_in_process, run_in_process_with_output, sessions_have_autogroups)
 
 from slm_lab.experiment.search.space import Param, grid_points, parse_search
 from slm_lab.lib.errors import SpecError
@@ -575,6 +575,14 @@ def test_a_search_stopped_while_ray_starts_or_in_a_trial_exits_at_once_and_searc
     # the removed trial's weights: one line that names --keep and the trial to warm-start from instead
     code, refused = run_in_process([spec_file, NAME, 'train', '--warm-start', f'{root}/t{1 - best}'], tmp_path, capsys)
     assert code == 2 and '--keep removed' in refused and refused.strip().endswith(f'{root}/t{best}'), refused
+    # 5. search@latest of the finished search: nothing to run, so no Ray; the records written again
+    from slm_lab.experiment.search import driver
+    before = experiment_df(tmp_path)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver, 'run_on_ray', lambda *a, **k: pytest.fail('a finished search started Ray'))
+        code, out, err = run_in_process_with_output([spec_file, NAME, 'search@latest'], tmp_path, capsys)
+    assert code == 0 and 'all 2 trials ended before (kept): nothing to run' in out + err, err
+    pd.testing.assert_frame_equal(experiment_df(tmp_path), before)
 
 
 # a search on a two-node Ray cluster (--ray-address): test_benchmark.py's

@@ -17,7 +17,7 @@ import pandas as pd
 
 from slm_lab.experiment import viz
 from slm_lab.experiment.search.specs import total_trials
-from slm_lab.experiment.search.study import METRIC, TIME_ATTR, trial_finished, trial_reports, values_of
+from slm_lab.experiment.search.study import METRIC, TIME_ATTR, open_study, trial_finished, trial_reports, values_of
 from slm_lab.experiment.search.processes import DriverSpare
 from slm_lab.experiment.search.tune import make_searcher, make_trainable, request_stop
 from slm_lab.experiment.search.watch import SearchWatch, make_callback
@@ -60,8 +60,25 @@ def run_search(spec: dict, run_dir: RunDir, params: list[Param], ray_address: st
     """Run (or continue) the search in run_dir; returns the experiment dataframe. A stop signal at
     any instant (before Ray is up, while it starts, with trials running) raises Preempted once
     the running trials have saved snapshots and Ray is gone; search@ continues the search."""
-    study = run_on_ray(run_dir, ray_address, lambda stop: run_trials(spec, run_dir, params, ray_address, stop))
+    study = ended_study(spec, run_dir, params)
+    if study is None:
+        study = run_on_ray(run_dir, ray_address, lambda stop: run_trials(spec, run_dir, params, ray_address, stop))
     return write_experiment(spec, run_dir, params, study, keep)
+
+
+def ended_study(spec: dict, run_dir: RunDir, params: list[Param]):
+    """The study of a continued search whose every trial ended before this command (completed,
+    stopped early by ASHA, or failed): nothing is left to run, so no Ray is started (it takes
+    seconds) for search@ to write the experiment's records again. None otherwise."""
+    total = total_trials(spec, params)
+    if not (run_dir.root / 'search' / 'optuna.journal').exists():
+        return None  # a new search
+    study = open_study(run_dir)
+    trials = study.get_trials(deepcopy=False)
+    if len(trials) < total or not all(t.state.is_finished() for t in trials[:total]):
+        return None
+    logger.info(f'all {total} trials ended before (kept): nothing to run')
+    return study
 
 
 def run_on_ray(run_dir: RunDir, ray_address: str | None, fit):

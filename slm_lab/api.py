@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.options import check_run_options
+from slm_lab.options import DICT_SPEC_PREFIX, check_run_options
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def run(spec: str | os.PathLike | dict, spec_name: str | None = None, mode: str 
     new_run = not mode.startswith(('train@', 'search@')) or fork is not None or warm_start is not None
     data_dir = lab.check_data_dir(data_dir, new_run=new_run)
     found: list = []
-    with tempfile.TemporaryDirectory(prefix='slm_lab_spec_') as tmp:
+    with tempfile.TemporaryDirectory(prefix=DICT_SPEC_PREFIX) as tmp:
         spec_file, name = _spec_file(spec, spec_name, tmp)
         if fork is not None or warm_start is not None or frame is not None or ckpt is not None:
             from slm_lab import branch  # noqa: PLC0415 imports lab (gymnasium): not at `import slm_lab`

@@ -6,9 +6,24 @@ arguments before the lab is imported."""
 from __future__ import annotations
 
 import os
+import tempfile
 from typing import Any
 
 from slm_lab.lib.errors import ModeError
+
+
+# slm_lab.run writes a spec given as a dict to a file in a temporary directory of this prefix: a
+# run made from it records that file, which is gone after the call and names no spec file
+DICT_SPEC_PREFIX = 'slm_lab_spec_'
+
+
+def is_dict_spec(path: str | None) -> bool:
+    """Whether `path` is the temporary file slm_lab.run wrote a spec dict to."""
+    if not path:
+        return False
+    parent = os.path.dirname(os.path.realpath(path))
+    return (os.path.basename(parent).startswith(DICT_SPEC_PREFIX)
+            and os.path.dirname(parent) == os.path.realpath(tempfile.gettempdir()))
 
 
 def _is_path(value: Any) -> bool:

@@ -22,6 +22,7 @@ from slm_lab.experiment.search import driver as search_driver
 from slm_lab.experiment.search import specs as search_specs
 from slm_lab.experiment.search.space import grid_points, parse_search
 from slm_lab.experiment.tensorboard import require_tensorboard
+from slm_lab.options import is_dict_spec
 from slm_lab.experiment.trial import Trial
 from slm_lab.experiment.wandb_board import require_wandb
 from slm_lab.lib import logger as lab_logger
@@ -200,7 +201,8 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     meta = spec['meta']
     made_from = resume_lib.run_spec_file(run_dir.root, spec_name)
     advice = None
-    if made_from is not None and not resume_lib.same_file(made_from, spec_file):
+    if (made_from is not None and not resume_lib.same_file(made_from, spec_file)
+            and not is_dict_spec(made_from) and not is_dict_spec(spec_file)):  # a dict's file names nothing
         made_from, given = resume_lib.shown_path(made_from), resume_lib.shown_path(spec_file)
         advice = (f'{run_dir.root} was made from {made_from}, not {given}: continue it with python run_lab.py '
                   f'{made_from} {spec_name} train@{run_dir.root}, or start a run of {given} with train '

@@ -16,7 +16,7 @@ from lab_helpers import PPO, ROOT, cli, lab_env
 
 import slm_lab
 from slm_lab.api import RunResult
-from slm_lab.lib.errors import ModeError, SpecError
+from slm_lab.lib.errors import ModeError, ResumeError, SpecError
 
 
 
@@ -35,7 +35,7 @@ def test_import_slm_lab_loads_no_torch():
 
 
 @pytest.mark.slow
-def test_run_takes_a_spec_dict_or_a_file_and_returns_the_run_dir_and_metrics(tmp_path, no_png):
+def test_run_takes_a_spec_dict_or_a_file_and_returns_the_run_dir_and_metrics(tmp_path, no_png, caplog):
     data = str(tmp_path / 'data')
     body = slm_lab.run(spec_body(), 'api_ppo', data_dir=data)  # one spec's body, named by spec_name
     assert isinstance(body, RunResult) and body.run_dir.parent == tmp_path / 'data'
@@ -44,6 +44,14 @@ def test_run_takes_a_spec_dict_or_a_file_and_returns_the_run_dir_and_metrics(tmp
     assert body.metrics['scalar'] == saved['scalar']
     rows = (body.run_dir / 'info' / 'api_ppo_t0_s0_session_df_train.csv').read_text().splitlines()
     assert rows[-1].split(',')[4] == '256'  # frame
+    # train@latest of a dict: its run's spec file was a temporary one, which names no file to match
+    with caplog.at_level('WARNING'):
+        longer = slm_lab.run(spec_body(), 'api_ppo', mode='train@latest', overrides=['env.max_frame=320'],
+                             data_dir=data)
+    assert longer.run_dir == body.run_dir and not [r for r in caplog.records if 'made from' in r.getMessage()]
+    with pytest.raises(ResumeError) as refused:
+        slm_lab.run(spec_body(), 'api_ppo', mode='train@latest', overrides=['agent.algorithm.gamma=0.5'], data_dir=data)
+    assert 'made from' not in str(refused.value) and '--force' in str(refused.value)
 
     # a file's content ({name: spec}) with its one spec, and -s style overrides as a dict
     content = slm_lab.run({'api_file': spec_body()}, overrides={'env.max_frame': 128}, data_dir=data, mode='dev')

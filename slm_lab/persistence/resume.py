@@ -12,6 +12,7 @@ from pathlib import Path
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.io import append_json_list, read_json
+from slm_lab.options import is_dict_spec
 from slm_lab.persistence.run_dir import SUBDIRS, RunDir
 from slm_lab.persistence.snapshot import list_snapshots
 from slm_lab.persistence.snapshots import load_latest_snapshot
@@ -119,6 +120,8 @@ def _newest_of_file(runs: list[Path], spec_name: str, spec_file: str, said: str)
     """The newest of `runs` made from `spec_file`; the newest of all, said, where none was (a run
     made before the repository moved, or by another file of the same spec name: the checks of the
     spec's edits then tell whether it continues)."""
+    if is_dict_spec(spec_file):  # a spec dict given to slm_lab.run has no file to tell its runs by
+        return runs[-1]
     mine = [r for r in runs if same_file(run_spec_file(r, spec_name), spec_file)]
     newest_from = shown_path(run_spec_file(runs[-1], spec_name))
     if mine and mine[-1] != runs[-1]:

@@ -252,7 +252,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
             name = f'signal {signum}'
         why = ' (kill -9, or the out-of-memory killer: see `dmesg`)' if signum == signal.SIGKILL else ''
         raise SessionKilled(f'session {s} was killed by {name}{why} at some frame after its last snapshot; '
-                            f'the other sessions stopped with snapshots; continue with {again}@latest', signum)
+                            f'the other sessions stopped with snapshots; continue with {again}@{run_dir.root}', signum)
     if lab_errors:
         name, message = lab_errors[0]
         cls = getattr(lab_errors_module, name, LabError)

@@ -353,7 +353,7 @@ class Session:
                         self.save_records()
                         again = continue_mode(self.spec)
                         logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
-                                       f'continue with {again}@latest')
+                                       f'continue with {again}@{self.run_dir.root}')
                         raise Preempted(self.stop.signum, clock.frame)
         finally:
             np.seterr(**numpy_errors)
@@ -423,7 +423,7 @@ class Session:
         if self.stop.requested:
             frame = self.durable_snapshot_frame()
             logger.warning(f'{self.prename}: stopped during the evaluation at frame {self.clock.frame}; continue '
-                           f'with {continue_mode(self.spec)}@latest from the snapshot at frame {frame}')
+                           f'with {continue_mode(self.spec)}@{self.run_dir.root} from the snapshot at frame {frame}')
             raise Preempted(self.stop.signum, frame, f'during an evaluation at frame {self.clock.frame}; the snapshot '
                                                      f'at frame {frame} is kept')
 

@@ -239,24 +239,28 @@ def parse_run_args(argv: list[str], prog: str = 'run_lab.py') -> argparse.Namesp
     return args
 
 
-def continuation(args: argparse.Namespace | None) -> str:
-    """What continues a stopped command: the run it named (train@DIR, search@DIR, benchmark@DIR),
-    the same command for --run-dir (train@latest does not look there), else {mode}@latest."""
+def continuation(args: argparse.Namespace | None, run_dir=None) -> str:
+    """What continues a stopped command: the same command for --run-dir (train@latest does not
+    look there); a train or dev run by its directory (`run_dir`, where the command knows it:
+    train@latest would skip a dev run, or take a newer run of the spec); else the run the command
+    named (search@DIR, benchmark@DIR), or {mode}@latest."""
     mode = (args.mode if args is not None else None) or 'train'
     if args is not None and args.run_dir is not None:
         return f'the same command (train --run-dir {args.run_dir})'
     kind, _, target = mode.partition('@')
     kind = kind if kind in ('search', 'benchmark') else 'train'
+    if run_dir is not None and kind == 'train':
+        return f'train@{run_dir.root}'
     return f'{kind}@{target or "latest"}'
 
 
-def report(error: BaseException, mode: str | None, args: argparse.Namespace | None = None) -> int:
+def report(error: BaseException, mode: str | None, args: argparse.Namespace | None = None, run_dir=None) -> int:
     """Print how a command that did not finish ended (one line on stderr); its exit code."""
     if isinstance(error, LabError):
         print(f'error: {error}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Preempted):
-        print(f'stopped: {error}; continue with {continuation(args)}', file=sys.stderr)
+        print(f'stopped: {error}; continue with {continuation(args, run_dir)}', file=sys.stderr)
         return error.exit_code
     if isinstance(error, Terminated):
         print(stopped_line(signal.SIGTERM, mode), file=sys.stderr)
@@ -278,6 +282,7 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
         except (KeyboardInterrupt, Terminated) as e:  # only when not own_process (AT_ONCE exits in the handler)
             return report(e, None), None
         set_stop_mode(args.mode)
+        made: list = []  # the run's directory, once the lab knows it: what a stop's line names
         try:
             from slm_lab import lab  # noqa: PLC0415 imports the lab's modules: after the arguments are known to be valid
             if args.mode.startswith('enjoy@'):
@@ -294,13 +299,13 @@ def run_main(argv: list[str], prog: str = 'run_lab.py', own_process: bool = True
             elif args.fork is not None or args.warm_start is not None:
                 from slm_lab import branch  # noqa: PLC0415 imports lab (gymnasium): only once the arguments are valid
                 branch.run(args.spec_file, args.spec_name, args.mode, args.overrides, fork_from=args.fork,
-                           frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt)
+                           frame=args.frame, warm_start_from=args.warm_start, ckpt=args.ckpt, on_run_dir=made.append)
             else:
                 lab.run(args.spec_file, args.spec_name, args.mode, args.overrides, force=args.force,
-                        ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir)
+                        ray_address=args.ray_address, keep=args.keep, run_dir=args.run_dir, on_run_dir=made.append)
         except (LabError, Preempted, KeyboardInterrupt, Terminated) as e:
             _ended(own_process)
-            return report(e, args.mode, args), args.mode
+            return report(e, args.mode, args, made[-1] if made else None), args.mode
         _ended(own_process)
         return 0, args.mode
     finally:

@@ -6,7 +6,6 @@ arguments before the lab is imported."""
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Any
 
 from slm_lab.lib.errors import ModeError
@@ -18,12 +17,9 @@ DICT_SPEC_PREFIX = 'slm_lab_spec_'
 
 
 def is_dict_spec(path: str | None) -> bool:
-    """Whether `path` is the temporary file slm_lab.run wrote a spec dict to."""
-    if not path:
-        return False
-    parent = os.path.dirname(os.path.realpath(path))
-    return (os.path.basename(parent).startswith(DICT_SPEC_PREFIX)
-            and os.path.dirname(parent) == os.path.realpath(tempfile.gettempdir()))
+    """Whether `path` is a temporary file slm_lab.run wrote a spec dict to (in whatever
+    temporary directory the process that ran it had)."""
+    return bool(path) and os.path.basename(os.path.dirname(path)).startswith(DICT_SPEC_PREFIX)
 
 
 def _is_path(value: Any) -> bool:

@@ -201,12 +201,12 @@ def _resume_locked(spec_file, spec_name, target, overrides, force, run_dir) -> d
     meta = spec['meta']
     made_from = resume_lib.run_spec_file(run_dir.root, spec_name)
     advice = None
-    if (made_from is not None and not resume_lib.same_file(made_from, spec_file)
+    if (made_from is not None and os.path.isfile(made_from) and not resume_lib.same_file(made_from, spec_file)
             and not is_dict_spec(made_from) and not is_dict_spec(spec_file)):  # a dict's file names nothing
         made_from, given = resume_lib.shown_path(made_from), resume_lib.shown_path(spec_file)
-        advice = (f'{run_dir.root} was made from {made_from}, not {given}: continue it with python run_lab.py '
-                  f'{made_from} {spec_name} train@{run_dir.root}, or start a run of {given} with train '
-                  '(--force resumes it under this file anyway)')
+        advice = (f'{run_dir.root} was made from {made_from}, not {given}: revert the changes, continue it with '
+                  f'python run_lab.py {made_from} {spec_name} train@{run_dir.root}, or start a run of {given} with '
+                  'train (--force resumes it under this file anyway)')
     diff = edits.check_edits(old_spec, spec, force, advice)
     resume_lib.check_resume_logs(run_dir, max(old_spec['meta']['max_session'], meta['max_session']))
     # every session's newest intact snapshot, loaded now: nothing is written before all of them

@@ -451,7 +451,7 @@ def test_a_stop_at_any_instant_of_start_up_is_one_line_and_leaves_nothing_half_m
             assert err.splitlines() in lines and out == '', at
         else:  # training had started: the run's stop, resumable
             assert err.strip().splitlines()[-1].startswith(f'stopped: stopped by {signal.Signals(signum).name} ') \
-                and err.strip().endswith('continue with train@latest'), at
+                and err.strip().endswith(f'continue with train@data/{made[0]}'), at  # that run, by name
             assert list((cwd / 'data' / made[0] / 'ckpt').rglob('MANIFEST.json')), at
 
 

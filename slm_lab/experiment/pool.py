@@ -243,7 +243,7 @@ def run_in_processes(specs: list[dict], run_dir: RunDir, mode: str, trial: int, 
                 p.kill()
     if errors:
         raise RuntimeError('; '.join(errors))
-    again = continue_mode(specs[0])
+    again = continue_mode(specs[0], run_dir)
     if killed:
         s, signum = killed[0]
         try:

@@ -94,7 +94,7 @@ def trial_row(run_dir: Path, trial: int, label: str) -> dict:
     summary = score_summary(scores)
     shown = sorted({f for f in frames if f is not None})
     return {'run': label, 'trial': trial, 'spec_name': spec.get('meta', {}).get('spec_name', ''),
-            'frames': _span(shown), 'trained': _trained(spec, reached),
+            'frames': _span(shown), 'trained': _trained(run_dir, trial, spec, reached),
             'sessions': len(scores), 'scores': scores,
             'mean': summary['mean'], 'ci95_low': summary['low'], 'ci95_high': summary['high'],
             'lineage': describe_lineage(spec.get('meta', {}).get('lineage'))}
@@ -104,16 +104,38 @@ def _span(frames: list[int]) -> str:
     return '-'.join(map(str, [frames[0], frames[-1]] if len(frames) > 1 else frames))
 
 
-def _trained(spec: dict, reached: list[int]) -> str:
-    """'finished' when every session's train records reached its max_frame; else how far they did
-    ('4500-9504 of 40000, unfinished'): a stopped or running trial's scores are not its final ones."""
+def _trained(run_dir: Path, trial: int, spec: dict, reached: list[int]) -> str:
+    """'finished' when the trial wrote its metrics (every session ended); a search's trial that
+    ASHA stopped early says so; else how far its sessions trained ('4500-9504 of 40000,
+    unfinished', a session with no records yet counting 0): a stopped or running trial's scores
+    are not its final ones."""
+    if RunDir(run_dir, _spec_name(spec)).trial_metrics_path(trial).exists():
+        return 'finished'
+    meta = spec.get('meta') or {}
     try:
         budget = session_max_frame(spec)
-    except (KeyError, TypeError, ZeroDivisionError):  # a spec too damaged to say: the frames alone
-        return 'finished?'
-    if reached and all(r >= budget for r in reached):
-        return 'finished'
-    return f'{_span(sorted(set(reached)))} of {budget}, unfinished'
+        sessions = int(meta.get('max_session') or len(reached))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):  # a spec too damaged to say
+        budget, sessions = None, len(reached)
+    reached = reached + [0] * (sessions - len(reached))
+    frames = _span(sorted(set(reached)))
+    if _status_in_experiment(run_dir, spec, trial) == 'stopped early (ASHA)':
+        return f'stopped early by ASHA at {frames}'
+    return f'{frames} of {budget}, unfinished' if budget is not None else f'{frames}, unfinished'
+
+
+def _spec_name(spec: dict) -> str:
+    return str((spec.get('meta') or {}).get('spec_name') or '')
+
+
+def _status_in_experiment(run_dir: Path, spec: dict, trial: int) -> str | None:
+    """A search trial's status in the experiment's records (info/{name}_experiment_df.csv)."""
+    try:
+        with open(run_dir / 'info' / f'{spec.get("name") or _spec_name(spec)}_experiment_df.csv', newline='',
+                  encoding='utf-8') as f:
+            return next((row.get('status') for row in csv.DictReader(f) if row.get('trial') == str(trial)), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
 
 
 def resolve(arg: str) -> list[tuple[Path, int, str]]:

@@ -64,8 +64,11 @@ class Start(NamedTuple):
     report_to: tuple[Any, int] | None = None
 
 
-def continue_mode(spec: dict) -> str:
-    """The mode that continues this run: 'search' for a search's trial, else 'train'."""
+def continue_mode(spec: dict, run_dir: RunDir | None = None) -> str:
+    """The mode that continues this run: 'benchmark' for a benchmark's trial (its directory has
+    benchmark/), 'search' for a search's trial, else 'train'."""
+    if run_dir is not None and (run_dir.root / 'benchmark').is_dir():
+        return 'benchmark'
     return 'search' if str(spec['meta'].get('mode')).startswith('search') else 'train'
 
 
@@ -351,7 +354,7 @@ class Session:
                         next_ckpt = (clock.frame // self.checkpoint_frequency + 1) * self.checkpoint_frequency
                     if self.stop.requested:
                         self.save_records()
-                        again = continue_mode(self.spec)
+                        again = continue_mode(self.spec, self.run_dir)
                         logger.warning(f'{self.prename}: stopped at frame {clock.frame} with a snapshot; '
                                        f'continue with {again}@{self.run_dir.root}')
                         raise Preempted(self.stop.signum, clock.frame)
@@ -423,7 +426,8 @@ class Session:
         if self.stop.requested:
             frame = self.durable_snapshot_frame()
             logger.warning(f'{self.prename}: stopped during the evaluation at frame {self.clock.frame}; continue '
-                           f'with {continue_mode(self.spec)}@{self.run_dir.root} from the snapshot at frame {frame}')
+                           f'with {continue_mode(self.spec, self.run_dir)}@{self.run_dir.root} from the snapshot at '
+                           f'frame {frame}')
             raise Preempted(self.stop.signum, frame, f'during an evaluation at frame {self.clock.frame}; the snapshot '
                                                      f'at frame {frame} is kept')
 

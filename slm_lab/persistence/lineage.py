@@ -90,9 +90,11 @@ def warm_start_weights(parent: RunDir, session: int, ckpt: str, trial: int = 0) 
     where = f'{parent.root}/t{trial}' if search else str(parent.root)
     if search and trial in read_pruned(parent):
         kept = read_json(parent.root / 'search' / PRUNED_FILE).get('kept') or []
+        instead = (f'warm-start from a trial it kept: {", ".join(f"{parent.root}/t{i}" for i in kept)}' if kept else
+                   'it kept no trial\'s weights (--keep 0): train that trial\'s spec again, '
+                   f'{parent.spec_path(trial)}')
         raise LineageError(f'--warm-start {where}: the search\'s --keep removed the model files and snapshots of '
-                           f'trial {trial}; warm-start from a trial it kept: '
-                           + (', '.join(f'{parent.root}/t{i}' for i in kept) or 'none'))
+                           f'trial {trial}; {instead}')
     if ckpt == 'best':
         path = parent.model_path(trial, session, 'best')
         if not path.is_file():

@@ -78,7 +78,8 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
             except OSError:
                 named = False
             if named:
-                meant = said.replace(target, str(beside), 1)
+                meant = (f'{label[:-len(target)]}{beside}' if label is not None and label.endswith(target)
+                         else f'{mode}@{beside}')
                 raise ResumeError(f'{said}: no such run directory here; did you mean {meant}?')
             runs = ', '.join(str(p) for p in _runs_of(spec_name, data_dir)) or 'none'
             raise ResumeError(f'{said}: no such run directory; runs of {spec_name}: {runs}')
@@ -123,7 +124,7 @@ def _newest_of_file(runs: list[Path], spec_name: str, spec_file: str, said: str)
     if is_dict_spec(spec_file):  # a spec dict given to slm_lab.run has no file to tell its runs by
         return runs[-1]
     mine = [r for r in runs if same_file(run_spec_file(r, spec_name), spec_file)]
-    newest_from = shown_path(run_spec_file(runs[-1], spec_name))
+    newest_from = shown_path(run_spec_file(runs[-1], spec_name)) or 'a file it did not record'
     if mine and mine[-1] != runs[-1]:
         logger.info(f'{said}: {mine[-1]}, the newest run of {spec_name} made from {shown_path(spec_file)} '
                     f'({runs[-1]}, newer, was made from {newest_from})')

@@ -632,3 +632,16 @@ def test_ppo_pong_has_the_settings_of_slm_labs_published_pong_figure(monkeypatch
     assert (net['optim_spec']['name'], net['optim_spec']['lr'], net['optim_spec']['eps']) == ('AdamW', 2.5e-4, 1e-5)
     assert (net['lr_scheduler_spec']['name'], net['lr_scheduler_spec']['frame']) == ('LinearToZero', 1e7)
     assert (env['name'], env['num_envs'], env['max_frame'], env['life_loss_info']) == ('ALE/Pong-v5', 16, 1e7, True)
+
+
+def test_a_benchmark_trials_stop_line_names_benchmark_at_its_directory(tmp_path):
+    """A benchmark's trial specs say mode train (its rows' specs): the line a stopped session logs
+    must still name benchmark@DIR, which continues it (train@ refuses a benchmark's directory)."""
+    from slm_lab.experiment.session import continue_mode
+    from slm_lab.persistence.run_dir import RunDir
+    spec = {'meta': {'mode': 'train'}}
+    run = RunDir(tmp_path / 'tiny_2026_01_01_000000', 'tiny')
+    (run.root / 'benchmark').mkdir(parents=True)
+    assert continue_mode(spec, run) == 'benchmark'
+    assert continue_mode(spec, RunDir(tmp_path / 'other', 'x')) == 'train'
+    assert continue_mode({'meta': {'mode': 'search'}}) == 'search'

@@ -68,11 +68,17 @@ def test_report_of_a_run_of_four_seeds(four_seeds, tmp_path, capsys):
     # a stopped run: its scores are not final ones, and the table says how far it trained
     stopped = tmp_path / run.name
     shutil.copytree(run, stopped)
+    (stopped / 'info' / 'report_ppo_t0_trial_metrics.json').unlink()  # a stopped trial writes none
     train = stopped / 'info' / 'report_ppo_t0_s1_session_df_train.csv'
     train.write_text(''.join(train.read_text().splitlines(keepends=True)[:-1]))
     last = int(float(list(csv.DictReader(train.open()))[-1]['frame']))
     assert main(['report', str(stopped), '-o', str(out / 'stopped.md')]) == 0
     assert f'| 256 | {last}-256 of 256, unfinished | 4 |' in capsys.readouterr().out
+    for s in (2, 3):  # sessions that had not started (they run in waves, one per core): 0 frames
+        for kind in ('train', 'eval'):
+            (stopped / 'info' / f'report_ppo_t0_s{s}_session_df_{kind}.csv').unlink()
+    assert main(['report', str(stopped), '-o', str(out / 'waves.md')]) == 0
+    assert '| 0-256 of 256, unfinished | 2 |' in capsys.readouterr().out
 
 
 @pytest.mark.slow

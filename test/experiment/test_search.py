@@ -609,3 +609,33 @@ def test_a_grace_period_longer_than_a_trial_runs_every_trial_to_its_end_with_a_w
     assert make_scheduler(spec) is None  # each of the 4 sessions runs 750 frames
     spec['meta']['search_scheduler'] = None
     assert make_scheduler(spec) is None
+
+
+def test_keep_run_again_records_what_each_keep_removed_and_warm_start_names_what_is_left(tmp_path):
+    """--keep 1, then --keep 2, then --keep 0 on one search: pruned.json never lists a removed trial
+    as kept; a warm start from a removed trial names the trials still kept, or, when none is, the
+    trial's spec to train again."""
+    from slm_lab.experiment.search.driver import prune_models
+    from slm_lab.lib.errors import LabError
+    from slm_lab.persistence.lineage import warm_start_weights
+    from slm_lab.persistence.run_dir import RunDir
+    root = tmp_path / 's_2026_01_01_000000'
+    for d in ('model', 'ckpt', 'search'):
+        (root / d).mkdir(parents=True)
+    for t in range(3):
+        (root / 'model' / f's_t{t}_s0_model_best.pt').write_bytes(b'x')
+        (root / 'ckpt' / f's_t{t}_s0').mkdir()
+    run, df = RunDir(root, 's'), pd.DataFrame({'trial': [0, 1, 2], 'total_reward_ma': [30., 20., 10.]})
+    pruned = root / 'search' / 'pruned.json'
+    prune_models(run, df, 1)
+    assert json.loads(pruned.read_text()) == {'keep': 1, 'kept': [0], 'removed': [1, 2]}
+    assert sorted(p.name for p in (root / 'model').iterdir()) == ['s_t0_s0_model_best.pt']
+    prune_models(run, df, 2)  # trial 1's weights are gone already: it is not kept
+    assert json.loads(pruned.read_text()) == {'keep': 2, 'kept': [0], 'removed': [1, 2]}
+    with pytest.raises(LabError, match=rf"--warm-start {root}/t1: the search's --keep removed .* trial 1; "
+                                       rf"warm-start from a trial it kept: {root}/t0$"):
+        warm_start_weights(run, 0, 'best', trial=1)
+    prune_models(run, df, 0)
+    assert json.loads(pruned.read_text()) == {'keep': 0, 'kept': [], 'removed': [0, 1, 2]}
+    with pytest.raises(LabError, match=r"it kept no trial's weights \(--keep 0\): train that trial's spec again"):
+        warm_start_weights(run, 0, 'best', trial=0)

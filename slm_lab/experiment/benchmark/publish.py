@@ -254,6 +254,9 @@ def publish(bench_dirs: list[str | Path], dest: str | Path,
                 'score': score_rows(row.score, lambda: rows['train'], lambda: rows['eval']),
                 'benchmark': run_dir.root.name, 'trial': i, 'lab_commit': str(sha)[:12], 'spec_digest': digest,
                 'linear_kernel': settled_kernel(saved)}
+    if not have:  # a folder of empty reports helps no one: nothing is written
+        raise PublishError(f'nothing to publish: no row-seed of {", ".join(str(rd.root) for _, _, rd in loaded)} has '
+                           'finished yet; publish once one has (benchmark@DIR continues a stopped benchmark)')
     for row in merged.rows:
         if row.random_score is not None:  # the suite's own figure, as the suite file says it now
             randoms[row.id] = (row.random_score, 'the suite')
@@ -266,9 +269,6 @@ def publish(bench_dirs: list[str | Path], dest: str | Path,
                 raise PublishError(f"row {row.id}: its random baseline cannot be played ({type(e).__name__}: {e}); "
                                    'give the row a random_score in the suite file') from None
             randoms[row.id] = (value, "the lab's random baseline (20 episodes)")
-    if not have:  # a folder of empty reports helps no one: nothing is written
-        raise PublishError(f'nothing to publish: no row-seed of {", ".join(str(rd.root) for _, _, rd in loaded)} has '
-                           'finished yet; publish once one has (benchmark@DIR continues a stopped benchmark)')
     order = {r.id: k for k, r in enumerate(merged.rows)}
     ordered = sorted(have.values(), key=lambda s: (order.get(s['row'], len(order)), s['seed']))
     text, rows_text = report_texts(merged, ordered, randoms)

@@ -358,21 +358,18 @@ def prune_models(run_dir: RunDir, df, keep: int) -> None:
 
     cleanup_stale_tmp(run_dir.root / 'model')  # a trial killed mid-write left its temporary file
     order = [int(i) for i in df.sort_values(METRIC, ascending=False, na_position='last')['trial'].tolist()]
-    removed = []
-    for i in order[keep:]:
-        prename = run_dir.prename(i)
-        files = list((run_dir.root / 'model').glob(f'{prename}_*'))
-        dirs = list((run_dir.root / 'ckpt').glob(f'{prename}_s*'))
-        if files or dirs:
-            removed.append(i)
-        for f in files:
-            f.unlink()
-        for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
-    # what --warm-start and enjoy@ tell a user who asks for a removed trial's weights
-    write_json(run_dir.root / 'search' / PRUNED_FILE, {'keep': keep, 'kept': sorted(order[:keep]),
-                                                      'removed': sorted(set(removed) | set(read_pruned(run_dir)))})
+    files = {i: list((run_dir.root / 'model').glob(f'{run_dir.prename(i)}_*'))
+             + list((run_dir.root / 'ckpt').glob(f'{run_dir.prename(i)}_s*')) for i in order[keep:]}
+    removed = sorted(i for i, paths in files.items() if paths)
+    gone = set(removed) | set(read_pruned(run_dir))  # with an earlier --keep's
+    kept = sorted(i for i in order[:keep] if i not in gone)
+    # recorded before anything goes: --warm-start refuses a removed trial by it, naming --keep
+    write_json(run_dir.root / 'search' / PRUNED_FILE, {'keep': keep, 'kept': kept, 'removed': sorted(gone)})
+    for path in (path for paths in files.values() for path in paths):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     if removed:
         logger.info(f'--keep {keep}: removed the model files and snapshots of trial(s) '
-                    f'{", ".join(map(str, sorted(removed)))}; kept those of trial(s) '
-                    f'{", ".join(map(str, sorted(order[:keep]))) or "none"}')
+                    f'{", ".join(map(str, removed))}; kept those of trial(s) {", ".join(map(str, kept)) or "none"}')

@@ -74,7 +74,9 @@ class SearchWatch:
         frame = report.get(TIME_ATTR, 0)
         if error:
             status = 'error (see its log under log/)'
-        elif self.stopping() and not self.finished(index):
+        elif self.stopping() and self.finished(index):  # (its last report to Tune may be short of max_frame)
+            status = 'completed'
+        elif self.stopping():
             status = f'stopped with the {self.label}, a snapshot saved (continue with {self.label}@latest)'
         elif config.get('replay'):
             status = 'finished before (kept)'

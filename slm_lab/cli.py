@@ -27,8 +27,8 @@ modes:
   train             train a spec; writes data/{spec_name}_{timestamp}/
   dev               one session, debug logs, and a check that training changes the network
   train@latest      resume the newest run of this spec (data/{spec_name}_*) made from this
-                    spec file, possibly with a larger env.max_frame; continues in the same
-                    run directory
+                    spec file (of any file, said, when none was), possibly with a larger
+                    env.max_frame; continues in the same run directory
   train@<run dir>   resume that run (e.g. train@data/ppo_cartpole_2026_01_01_120000)
   train --run-dir DIR
                     for job schedulers: the same command starts the run in DIR, continues it

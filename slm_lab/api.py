@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from slm_lab.lib.errors import SpecError
-from slm_lab.options import DICT_SPEC_PREFIX, check_run_options
+from slm_lab.lib.io import DICT_SPEC_PREFIX
+from slm_lab.options import check_run_options
 
 
 @dataclass(frozen=True)

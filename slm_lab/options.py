@@ -11,17 +11,6 @@ from typing import Any
 from slm_lab.lib.errors import ModeError
 
 
-# slm_lab.run writes a spec given as a dict to a file in a temporary directory of this prefix: a
-# run made from it records that file, which is gone after the call and names no spec file
-DICT_SPEC_PREFIX = 'slm_lab_spec_'
-
-
-def is_dict_spec(path: str | None) -> bool:
-    """Whether `path` is a temporary file slm_lab.run wrote a spec dict to (in whatever
-    temporary directory the process that ran it had)."""
-    return bool(path) and os.path.basename(os.path.dirname(path)).startswith(DICT_SPEC_PREFIX)
-
-
 def _is_path(value: Any) -> bool:
     return isinstance(value, (str, os.PathLike))
 

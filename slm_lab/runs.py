@@ -22,7 +22,7 @@ from slm_lab.experiment.search import driver as search_driver
 from slm_lab.experiment.search import specs as search_specs
 from slm_lab.experiment.search.space import grid_points, parse_search
 from slm_lab.experiment.tensorboard import require_tensorboard
-from slm_lab.options import is_dict_spec
+from slm_lab.lib.io import is_dict_spec
 from slm_lab.experiment.trial import Trial
 from slm_lab.experiment.wandb_board import require_wandb
 from slm_lab.lib import logger as lab_logger

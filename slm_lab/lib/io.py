@@ -213,3 +213,14 @@ def append_json_list(path: str | os.PathLike, record: dict) -> None:
     records = read_json(path) if os.path.exists(path) else []
     records.append(record)
     write_json(path, records)
+
+
+# slm_lab.run writes a spec given as a dict to a file in a temporary directory of this prefix: a
+# run made from it records that file, which is gone after the call and names no spec file
+DICT_SPEC_PREFIX = 'slm_lab_spec_'
+
+
+def is_dict_spec(path: str | None) -> bool:
+    """Whether `path` is a temporary file slm_lab.run wrote a spec dict to (in whatever
+    temporary directory the process that ran it had)."""
+    return bool(path) and os.path.basename(os.path.dirname(path)).startswith(DICT_SPEC_PREFIX)

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError, SpecError
-from slm_lab.lib.io import append_json_list, read_json
-from slm_lab.options import is_dict_spec
+from slm_lab.lib.io import append_json_list, is_dict_spec, read_json
 from slm_lab.persistence.run_dir import SUBDIRS, RunDir
 from slm_lab.persistence.snapshot import list_snapshots
 from slm_lab.persistence.snapshots import load_latest_snapshot

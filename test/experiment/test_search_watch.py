@@ -87,6 +87,7 @@ def test_ctrl_c_stops_a_search_with_the_labs_lines_only(tmp_path):
     assert re.search(r'trial 0 end: stopped with the search, a snapshot saved \(continue with search@latest\) '
                      r'\| frame \d+', output), output[-3000:]
     log = (run_dir(tmp_path) / 'log' / f'{NAME}_t0_s0.log').read_text()
+    assert 'SIGINT received' in log and 'SIGTERM' not in log, log[-2000:]  # the user's Ctrl-C, as the console says
     said = next((line for line in log.splitlines() if 'with a snapshot; continue with search@' in line), '')
     assert said.endswith(str(run_dir(tmp_path).name)) and 'train@' not in log, log[-2000:]  # that search, by name
 

@@ -288,7 +288,7 @@ class _SearchStop(StopSignal):
 
     def _write_stop_file(self) -> None:
         try:
-            request_stop(self.run_dir)
+            request_stop(self.run_dir, signum=self.signum)
             self._file_written = True
         except OSError:  # in a signal handler: not into the code it interrupted; tried again at `requested`
             pass

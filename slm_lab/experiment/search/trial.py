@@ -25,13 +25,21 @@ from slm_lab.lib.errors import LabError, Preempted, catch_stops
 
 
 def watch_stop_files(run_dir, index: int, interval: float = 0.2) -> None:
-    """A daemon thread that sends this process SIGTERM once a stop file for it exists."""
+    """A daemon thread that sends this process the signal a stop file names (SIGINT for a search
+    stopped by Ctrl-C, so the trial's log says so; else SIGTERM) once a stop file for it exists."""
     stops = [run_dir.root / 'search' / 'stop' / 'all', run_dir.root / 'search' / 'stop' / str(index)]
 
     def watch():
-        while not any(p.exists() for p in stops):
+        while not (found := [p for p in stops if p.exists()]):
             time.sleep(interval)
-        os.kill(os.getpid(), signal.SIGTERM)
+        try:
+            said = found[0].read_text()
+        except OSError:
+            said = ''
+        # SIGINT only where this process handles it: one started with it ignored (a background job's)
+        # would not stop by it
+        heard = callable(signal.getsignal(signal.SIGINT))
+        os.kill(os.getpid(), signal.SIGINT if said.startswith('SIGINT') and heard else signal.SIGTERM)
 
     threading.Thread(target=watch, daemon=True, name='stop-files').start()
 

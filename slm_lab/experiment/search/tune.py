@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import time
 from pathlib import Path
 
@@ -29,10 +30,13 @@ def stop_file(run_dir: RunDir, index: int | None = None) -> Path:
     return run_dir.root / 'search' / 'stop' / ('all' if index is None else str(index))
 
 
-def request_stop(run_dir: RunDir, index: int | None = None) -> None:
+def request_stop(run_dir: RunDir, index: int | None = None, signum: int | None = None) -> None:
+    """Write the stop file; `signum`: the signal that stopped the search (Ctrl-C's SIGINT), which
+    the trials then stop by too, so that their logs name it (else SIGTERM, as for ASHA)."""
     path = stop_file(run_dir, index)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, time.strftime('%Y-%m-%dT%H:%M:%S'))
+    name = signal.Signals(signum).name if signum in (signal.SIGINT, signal.SIGTERM) else 'SIGTERM'
+    atomic_write_text(path, f'{name} {time.strftime("%Y-%m-%dT%H:%M:%S")}')
 
 
 def make_searcher(run_dir: RunDir, spec: dict, params: list[Param], stopping=lambda: False):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from slm_lab.experiment.analysis import score_summary
 from slm_lab.experiment.benchmark.suite import read_saved
-from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, session_csvs
+from slm_lab.experiment.compare import TRIAL_ARG, CommandParser, run_command, search_trial_labels, session_csvs
 from slm_lab.lib.errors import LabError
 from slm_lab.lib.io import atomic_write_text
-from slm_lab.persistence.run_dir import RunDir
+from slm_lab.persistence.run_dir import RunDir, is_search_run
 from slm_lab.spec import session_max_frame
 
 COLUMNS = ('run', 'trial', 'spec_name', 'frames', 'trained', 'sessions', 'scores', 'mean', 'ci95_low', 'ci95_high',
@@ -119,23 +119,13 @@ def _trained(run_dir: Path, trial: int, spec: dict, reached: list[int]) -> str:
         budget, sessions = None, len(reached)
     reached = reached + [0] * (sessions - len(reached))
     frames = _span(sorted(set(reached)))
-    if _status_in_experiment(run_dir, spec, trial) == 'stopped early (ASHA)':
-        return f'stopped early by ASHA at {frames}'
+    if is_search_run(run_dir) and search_trial_labels(run_dir).get(trial, (None, None))[1] is not None:
+        return f'stopped early by ASHA at {frames}'  # the experiment's records give the frame it stopped at
     return f'{frames} of {budget}, unfinished' if budget is not None else f'{frames}, unfinished'
 
 
 def _spec_name(spec: dict) -> str:
     return str((spec.get('meta') or {}).get('spec_name') or '')
-
-
-def _status_in_experiment(run_dir: Path, spec: dict, trial: int) -> str | None:
-    """A search trial's status in the experiment's records (info/{name}_experiment_df.csv)."""
-    try:
-        with open(run_dir / 'info' / f'{spec.get("name") or _spec_name(spec)}_experiment_df.csv', newline='',
-                  encoding='utf-8') as f:
-            return next((row.get('status') for row in csv.DictReader(f) if row.get('trial') == str(trial)), None)
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return None
 
 
 def resolve(arg: str) -> list[tuple[Path, int, str]]:

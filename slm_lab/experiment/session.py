@@ -17,6 +17,7 @@ from slm_lab.env.atari import approximate_resume_note
 from slm_lab.env.wrappers import finished_returns
 from slm_lab.experiment import viz
 from slm_lab.experiment.greedy_eval import GreedyEval
+from slm_lab.experiment.benchmark.suite import is_benchmark_run
 from slm_lab.experiment.diverged import diverged_error, nonfinite_cause, nonfinite_metrics
 from slm_lab.experiment.results import fmt_metric, rows_to_csv, rows_to_df, write_session_results
 from slm_lab.experiment.seeds import global_rng_state, load_global_rng_state, session_seed, set_global_seeds
@@ -67,7 +68,7 @@ class Start(NamedTuple):
 def continue_mode(spec: dict, run_dir: RunDir | None = None) -> str:
     """The mode that continues this run: 'benchmark' for a benchmark's trial (its directory has
     benchmark/), 'search' for a search's trial, else 'train'."""
-    if run_dir is not None and (run_dir.root / 'benchmark').is_dir():
+    if run_dir is not None and is_benchmark_run(run_dir.root):
         return 'benchmark'
     return 'search' if str(spec['meta'].get('mode')).startswith('search') else 'train'
 

@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 from slm_lab.lib.errors import ResumeError
-from slm_lab.lib.io import atomic_write_text, read_json
+from slm_lab.lib.io import atomic_write_text
 from slm_lab.persistence.model_file import contents_crc32, load_model_file, save_model_file
-from slm_lab.persistence.run_dir import PRUNED_FILE, RunDir, read_pruned
+from slm_lab.persistence.run_dir import RunDir, is_search_run, read_pruned
 from slm_lab.persistence.snapshot import STATE_FILE, list_snapshots, map_arrays, read_snapshot
 from slm_lab.persistence.snapshots import load_latest_snapshot, problem_of
 from slm_lab.persistence.snapshots import Snapshot
@@ -86,10 +86,11 @@ def warm_start_weights(parent: RunDir, session: int, ckpt: str, trial: int = 0) 
     """(nets {name: state_dict}, record for the lineage) of one session of trial `trial` of
     `parent`: `ckpt` 'best' is its model_best.pt (checksum verified), 'latest' its newest intact
     snapshot's nets."""
-    search = (parent.root / 'search').is_dir()
+    search = is_search_run(parent.root)
     where = f'{parent.root}/t{trial}' if search else str(parent.root)
-    if search and trial in read_pruned(parent):
-        kept = read_json(parent.root / 'search' / PRUNED_FILE).get('kept') or []
+    pruned = read_pruned(parent) if search else {'removed': []}
+    if trial in pruned['removed']:
+        kept = pruned['kept']
         instead = (f'warm-start from a trial it kept: {", ".join(f"{parent.root}/t{i}" for i in kept)}' if kept else
                    'it kept no trial\'s weights (--keep 0): train that trial\'s spec again, '
                    f'{parent.spec_path(trial)}')

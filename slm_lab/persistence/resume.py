@@ -12,7 +12,7 @@ from pathlib import Path
 from slm_lab.lib import logger as lab_logger
 from slm_lab.lib.errors import ResumeError, SpecError
 from slm_lab.lib.io import append_json_list, is_dict_spec, read_json
-from slm_lab.persistence.run_dir import SUBDIRS, RunDir
+from slm_lab.persistence.run_dir import SUBDIRS, RunDir, is_search_run
 from slm_lab.persistence.snapshot import list_snapshots
 from slm_lab.persistence.snapshots import load_latest_snapshot
 from slm_lab.persistence.snapshots import Snapshot
@@ -29,16 +29,13 @@ def _runs_of(spec_name: str, data_dir: str) -> list[Path]:
     return sorted((p for p in root.iterdir() if p.is_dir() and pattern.match(p.name)), key=lambda p: p.name[-17:])
 
 
-def _is_dev_run(root: Path, spec_name: str) -> bool:
+def _run_meta(root: Path, spec_name: str) -> dict:
+    """The meta of a run's saved spec ({} when it cannot be read: read_run_spec says why)."""
     try:
-        return read_json(root / f'{spec_name}_spec.json')['meta'].get('mode') == 'dev'
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # damaged: read_run_spec says so
-        return False
-
-
-def is_search_run(root: Path) -> bool:
-    """A search's run directory has search/ (made with the directory itself)."""
-    return (root / 'search').is_dir()
+        meta = read_json(root / f'{spec_name}_spec.json')['meta']
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'train',
@@ -52,18 +49,18 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
     search = mode == 'search'
     said = label or f'{mode}@{target}'
     if target == 'latest':  # dev runs are debugging runs: resume them only by name
-        runs = []
+        runs = {}  # run directory -> its saved spec's meta, oldest first
         for r in _runs_of(spec_name, data_dir):
             if not (r / f'{spec_name}_spec.json').is_file():
                 # killed while it was being created: it never started, so there is nothing to resume
                 logger.warning(f'{mode}@latest: skipping {r}: it has no {spec_name}_spec.json (a run that never '
                                'started); remove it when no process is creating it')
-            elif is_search_run(r) == search and not _is_dev_run(r, spec_name):
-                runs.append(r)
+            elif is_search_run(r) == search and (meta := _run_meta(r, spec_name)).get('mode') != 'dev':
+                runs[r] = meta
         if not runs:
             raise ResumeError(f"{said}: no {'search' if search else 'run'} of spec '{spec_name}' in "
                               f'{data_dir}/; start one with: python run_lab.py SPEC_FILE {spec_name} {mode}')
-        root = runs[-1] if spec_file is None else _newest_of_file(runs, spec_name, spec_file, said)
+        root = list(runs)[-1] if spec_file is None else _newest_of_file(runs, spec_name, spec_file, said)
     else:
         root = Path(target.rstrip('/') or '/')
         try:
@@ -94,12 +91,10 @@ def resolve_run_dir(target: str, spec_name: str, data_dir: str, mode: str = 'tra
     return run_dir
 
 
-def run_spec_file(root: Path, spec_name: str) -> str | None:
-    """The spec file a run was made from (its saved spec's meta.spec_file), or None."""
-    try:
-        spec_file = read_json(root / f'{spec_name}_spec.json')['meta'].get('spec_file')
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+def run_spec_file(root: Path, spec_name: str, meta: dict | None = None) -> str | None:
+    """The spec file a run was made from (its saved spec's meta.spec_file, `meta` where read
+    already), or None."""
+    spec_file = (_run_meta(root, spec_name) if meta is None else meta).get('spec_file')
     return spec_file if isinstance(spec_file, str) else None
 
 
@@ -116,21 +111,23 @@ def same_file(a: str | None, b: str) -> bool:
     return a is not None and os.path.realpath(a) == os.path.realpath(b)
 
 
-def _newest_of_file(runs: list[Path], spec_name: str, spec_file: str, said: str) -> Path:
-    """The newest of `runs` made from `spec_file`; the newest of all, said, where none was (a run
-    made before the repository moved, or by another file of the same spec name: the checks of the
-    spec's edits then tell whether it continues)."""
+def _newest_of_file(runs: dict[Path, dict], spec_name: str, spec_file: str, said: str) -> Path:
+    """The newest of `runs` ({run directory: its saved meta}, oldest first) made from `spec_file`;
+    the newest of all, said, where none was (a run made before the repository moved, or by
+    another file of the same spec name: the checks of the spec's edits then tell whether it
+    continues)."""
+    newest = list(runs)[-1]
     if is_dict_spec(spec_file):  # a spec dict given to slm_lab.run has no file to tell its runs by
-        return runs[-1]
-    mine = [r for r in runs if same_file(run_spec_file(r, spec_name), spec_file)]
-    newest_from = shown_path(run_spec_file(runs[-1], spec_name)) or 'a file it did not record'
-    if mine and mine[-1] != runs[-1]:
+        return newest
+    mine = [r for r, meta in runs.items() if same_file(run_spec_file(r, spec_name, meta), spec_file)]
+    newest_from = shown_path(run_spec_file(newest, spec_name, runs[newest])) or 'a file it did not record'
+    if mine and mine[-1] != newest:
         logger.info(f'{said}: {mine[-1]}, the newest run of {spec_name} made from {shown_path(spec_file)} '
-                    f'({runs[-1]}, newer, was made from {newest_from})')
+                    f'({newest}, newer, was made from {newest_from})')
     elif not mine:
         logger.warning(f'{said}: no run of {spec_name} here was made from {shown_path(spec_file)}; taking the newest, '
-                       f'{runs[-1]}, made from {newest_from}')
-    return (mine or runs)[-1]
+                       f'{newest}, made from {newest_from}')
+    return mine[-1] if mine else newest
 
 
 TRIAL_TARGET = re.compile(r't(\d+)')

@@ -24,13 +24,20 @@ SUBDIRS = ('info', 'model', 'graph', 'log')
 PRUNED_FILE = 'pruned.json'  # under a search's search/: the trials whose weights --keep removed
 
 
-def read_pruned(run_dir: RunDir) -> list[int]:
-    """The trials of a search whose model files and snapshots its --keep removed ([] if none)."""
+def is_search_run(root: Path) -> bool:
+    """A search's run directory has search/ (made with the directory itself)."""
+    return (root / 'search').is_dir()
+
+
+def read_pruned(run_dir: RunDir) -> dict[str, list[int]]:
+    """What a search's --keep did: {'removed': the trials whose model files and snapshots it
+    removed, 'kept': those whose it kept} (both empty when it never ran or the file is unreadable)."""
     try:
-        removed = read_json(run_dir.root / 'search' / PRUNED_FILE).get('removed') or []
-    except (OSError, ValueError, AttributeError):
-        return []
-    return [i for i in removed if isinstance(i, int)]
+        pruned = read_json(run_dir.root / 'search' / PRUNED_FILE)
+    except (OSError, ValueError):
+        pruned = None
+    pruned = pruned if isinstance(pruned, dict) else {}
+    return {key: [i for i in (pruned.get(key) or []) if isinstance(i, int)] for key in ('removed', 'kept')}
 
 
 def new_experiment_ts(data_dir: str, spec_name: str, after: str | None = None) -> str:

@@ -642,6 +642,7 @@ def test_a_benchmark_trials_stop_line_names_benchmark_at_its_directory(tmp_path)
     spec = {'meta': {'mode': 'train'}}
     run = RunDir(tmp_path / 'tiny_2026_01_01_000000', 'tiny')
     (run.root / 'benchmark').mkdir(parents=True)
+    (run.root / 'benchmark' / 'plan.json').write_text('[]')
     assert continue_mode(spec, run) == 'benchmark'
     assert continue_mode(spec, RunDir(tmp_path / 'other', 'x')) == 'train'
     assert continue_mode({'meta': {'mode': 'search'}}) == 'search'

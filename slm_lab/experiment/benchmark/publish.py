@@ -36,7 +36,8 @@ from slm_lab.experiment.analysis import baseline_cache_dir, random_baseline
 from slm_lab.experiment.benchmark import report as bench_report
 from slm_lab.experiment.benchmark import stats
 from slm_lab.experiment.benchmark.scores import read_rows, score_rows
-from slm_lab.experiment.benchmark.suite import Row, Suite, SuiteError, parse_suite, read_saved, suite_to_dict
+from slm_lab.experiment.benchmark.suite import (Row, Suite, SuiteError, is_benchmark_run, parse_suite, read_saved,
+                                               suite_to_dict)
 from slm_lab.experiment.compare import CommandParser, run_command
 from slm_lab.lib.errors import LabError, SpecError
 from slm_lab.lib.io import atomic_write_text
@@ -191,9 +192,9 @@ def _load(bench_dirs: list[str | Path], published: Suite | None, dest: Path) -> 
     loaded = []
     for bench in bench_dirs:
         root = Path(bench)
-        if root.is_dir() and not (root / 'benchmark').is_dir():
-            raise PublishError(f'{root}: not a benchmark directory (it has no benchmark/); give the directory a '
-                               'benchmark wrote, data/{suite}_{timestamp}')
+        if root.is_dir() and not is_benchmark_run(root):
+            raise PublishError(f'{root}: not a benchmark directory (it has no benchmark/plan.json); give the '
+                               'directory a benchmark wrote, data/{suite}_{timestamp}')
         try:
             suite, plan = read_saved(root)
         except (OSError, ValueError, SuiteError) as e:

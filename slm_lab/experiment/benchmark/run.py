@@ -21,7 +21,7 @@ import json
 import re
 from pathlib import Path
 
-from slm_lab.experiment.benchmark.suite import FOLDER, Suite, SuiteError, read_saved, suite_to_dict
+from slm_lab.experiment.benchmark.suite import FOLDER, Suite, SuiteError, is_benchmark_run, read_saved, suite_to_dict
 from slm_lab.experiment.search.driver import run_on_ray, trial_resources, tune_trials
 from slm_lab.experiment.search.tune import make_queue_searcher
 from slm_lab.experiment.search.watch import SearchWatch
@@ -70,10 +70,6 @@ def write_benchmark(staging: RunDir, suite: Suite, plan: list[dict], specs: dict
         trial = Trial(specs[i], staging, 'train', trial=i)
         write_json(staging.spec_path(i, 0), trial.session_spec(0))
         write_json(staging.spec_path(i), specs[i])
-
-
-def is_benchmark_run(root: Path) -> bool:
-    return (root / FOLDER / 'plan.json').is_file()
 
 
 def resolve_benchmark(target: str, suite_name: str, data_dir: str) -> RunDir:

@@ -310,6 +310,11 @@ def suite_to_dict(suite: Suite) -> dict:
 FOLDER = 'benchmark'  # a benchmark directory's own files: suite.json, plan.json, the report
 
 
+def is_benchmark_run(root: Path) -> bool:
+    """Whether `root` is a directory a benchmark made (its plan is in root/benchmark/)."""
+    return (root / FOLDER / 'plan.json').is_file()
+
+
 def read_saved(root: Path) -> tuple[Suite, list[dict]]:
     """The suite and plan a benchmark directory holds (root/benchmark/suite.json, plan.json);
     OSError, ValueError or SuiteError when they cannot be read."""

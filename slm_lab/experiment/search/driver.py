@@ -361,7 +361,7 @@ def prune_models(run_dir: RunDir, df, keep: int) -> None:
     files = {i: list((run_dir.root / 'model').glob(f'{run_dir.prename(i)}_*'))
              + list((run_dir.root / 'ckpt').glob(f'{run_dir.prename(i)}_s*')) for i in order[keep:]}
     removed = sorted(i for i, paths in files.items() if paths)
-    gone = set(removed) | set(read_pruned(run_dir))  # with an earlier --keep's
+    gone = set(removed) | set(read_pruned(run_dir)['removed'])  # with an earlier --keep's
     kept = sorted(i for i in order[:keep] if i not in gone)
     # recorded before anything goes: --warm-start refuses a removed trial by it, naming --keep
     write_json(run_dir.root / 'search' / PRUNED_FILE, {'keep': keep, 'kept': kept, 'removed': sorted(gone)})
